@@ -1,0 +1,113 @@
+"""Operator commands carried by the ADMIN extension message (what `phpmq stats` and
+`phpmq dlq` send). Each takes the core and the command's JSON options, returns a JSON-able
+dict, and raises ValueError for a bad command (the core turns that into a 422 ERROR)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker.store import READY, Record
+
+if TYPE_CHECKING:
+    from broker.core import Core
+
+DEFAULT_LIST_LIMIT = 100
+
+
+def run_admin(core: Core, options: dict[str, Any]) -> dict[str, Any]:
+    command = options.get("command")
+    handler = COMMANDS.get(command) if isinstance(command, str) else None
+    if handler is None:
+        raise ValueError(f"unknown admin command {command!r}; known: {', '.join(COMMANDS)}")
+    return handler(core, options)
+
+
+def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
+    queues = {
+        name: {
+            "ready": queue.ready_count,
+            "in_flight": queue.in_flight,
+            "consumers": len(queue.windows),
+            "dead_letters": len(queue.dead),
+        }
+        for name, queue in sorted(core.queues.items())
+    }
+    return {
+        "queues": queues,
+        "peers": len(core.peers),
+        "counters": dict(core.counters),
+        "uptime_seconds": round((core.now - core.started_ns) / 1e9, 3),
+        "draining": core.draining,
+    }
+
+
+def _dead_queue(core: Core, options: dict[str, Any]):  # noqa: ANN202
+    name = options.get("queue")
+    if not isinstance(name, str):
+        raise ValueError("this command needs a 'queue' string")
+    queue = core.queues.get(name)
+    if queue is None:
+        raise ValueError(f"no queue named {name!r}")
+    return queue
+
+
+def _dlq_list(core: Core, options: dict[str, Any]) -> dict[str, Any]:
+    queue = _dead_queue(core, options)
+    limit = options.get("limit", DEFAULT_LIST_LIMIT)
+    if not isinstance(limit, int) or limit < 0:
+        raise ValueError("'limit' must be a non-negative integer")
+    entries = list(queue.dead)[:limit]
+    return {
+        "queue": queue.name,
+        "total": len(queue.dead),
+        "dropped": queue.dead_dropped,
+        "entries": [
+            {
+                "id": e.id,
+                "reason": e.reason,
+                "deliveries": e.deliveries,
+                "dead_at": e.dead_at,
+                "content": e.content,
+            }
+            for e in entries
+        ],
+    }
+
+
+def _dlq_replay(core: Core, options: dict[str, Any]) -> dict[str, Any]:
+    """Put dead letters back at the tail of their queue, same ID, no TTL."""
+    queue = _dead_queue(core, options)
+    wanted = options.get("ids")
+    if wanted is not None and not (
+        isinstance(wanted, list) and all(isinstance(i, str) for i in wanted)
+    ):
+        raise ValueError("'ids' must be a list of message IDs")
+    keep = []
+    replayed = 0
+    for entry in queue.dead:
+        if wanted is None or entry.id in wanted:
+            record = Record(entry.id, entry.content, 0, entry.deliveries)
+            record.state = READY
+            queue.ready.append(record)
+            replayed += 1
+        else:
+            keep.append(entry)
+    queue.dead.clear()
+    queue.dead.extend(keep)
+    core.mark_dirty(queue)
+    return {"queue": queue.name, "replayed": replayed}
+
+
+def _dlq_purge(core: Core, options: dict[str, Any]) -> dict[str, Any]:
+    queue = _dead_queue(core, options)
+    purged = len(queue.dead)
+    queue.dead.clear()
+    return {"queue": queue.name, "purged": purged}
+
+
+COMMANDS = {
+    "stats": _stats,
+    "dlq-list": _dlq_list,
+    "dlq-replay": _dlq_replay,
+    "dlq-purge": _dlq_purge,
+}

@@ -1,0 +1,251 @@
+"""`phpmq`: run a broker, move messages from the shell, inspect queues, benchmark.
+
+Every command that talks to a broker takes --broker (or PHPMQ_BROKER). Errors print one line
+on stderr and exit non-zero: 1 for a refused or failed request, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+import msgspec
+
+from broker.config import ConfigError, load_config
+from workers.client import DEFAULT_ADDRESS, Client, ClientError
+
+broker_option = click.option(
+    "--broker",
+    "address",
+    envvar="PHPMQ_BROKER",
+    default=DEFAULT_ADDRESS,
+    show_default=True,
+    help="Broker address (env PHPMQ_BROKER).",
+)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"phpmq: {message}", err=True)
+    sys.exit(1)
+
+
+def _with_client(address: str, action: Callable[[Client], Any], timeout: float = 5.0) -> Any:
+    client = Client(address, name="phpmq-cli", send_timeout=timeout, close_timeout=timeout)
+    try:
+        return action(client)
+    except ClientError as exc:
+        _fail(str(exc))
+    finally:
+        client.close()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """phpmq-zmq: a PHPMQ message broker on ZeroMQ.
+
+    Start a broker with `phpmq broker`, then `phpmq send QUEUE MESSAGE` and
+    `phpmq consume QUEUE`. The wire protocol is documented in docs/protocol.md.
+    """
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--bind", help="ROUTER address to bind. [default: tcp://127.0.0.1:5555]")
+@click.option("--max-content-bytes", type=int, help="Largest message content accepted.")
+@click.option("--max-window", type=int, help="Largest consume window a consumer may ask for.")
+@click.option("--dead-letter-limit", type=int, help="Dead letters kept per queue.")
+@click.option("--grace-seconds", type=float, help="On SIGTERM, how long to wait for acks.")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+def broker(config_path: str | None, **flags: Any) -> None:
+    """Run a broker in the foreground until SIGINT/SIGTERM.
+
+    Settings come from (later wins) defaults, --config FILE.toml, PHPMQ_* environment
+    variables (e.g. PHPMQ_BIND) and these flags. On the first signal the broker stops taking
+    sends, waits --grace-seconds for acks, and exits; a second signal exits at once.
+    """
+    from broker.shell import BrokerError, BrokerServer
+
+    try:
+        config = load_config(config_path, flags)
+    except ConfigError as exc:
+        _fail(str(exc))
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        server = BrokerServer(config)
+    except BrokerError as exc:
+        _fail(str(exc))
+    server.install_signal_handlers()
+    server.run()
+
+
+@main.command()
+@broker_option
+@click.argument("queue")
+@click.argument("message", required=False)
+@click.option("--ttl", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seconds to live; 0 never expires.")
+@click.option("--lines", is_flag=True, help="Read stdin; send each line as one message.")
+def send(address: str, queue: str, message: str | None, ttl: int, lines: bool) -> None:
+    """Send MESSAGE to QUEUE. With MESSAGE '-' or absent, read it from stdin."""
+    if lines:
+        contents = [line.rstrip(b"\n") for line in sys.stdin.buffer]
+    elif message is None or message == "-":
+        contents = [sys.stdin.buffer.read()]
+    else:
+        contents = [message.encode()]
+    sent = _with_client(address, lambda c: c.send_many(queue, contents, ttl))
+    click.echo(f"sent {sent} message{'s' if sent != 1 else ''} to {queue}", err=True)
+
+
+@main.command()
+@broker_option
+@click.argument("queue")
+@click.option("--count", "-n", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Stop after this many messages.")
+@click.option("--window", type=click.IntRange(min=1), help="Unacked messages at a time.")
+@click.option("--ack/--no-ack", default=True, show_default=True,
+              help="--no-ack leaves messages unacked: they return to the queue on exit.")
+@click.option("--timeout", type=float, help="Stop after this many seconds without a message.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+def consume(
+    address: str, queue: str, count: int, window: int | None, ack: bool,
+    timeout: float | None, as_json: bool,
+) -> None:
+    """Print messages from QUEUE, one per line (content as text)."""
+
+    def run(client: Client) -> int:
+        received = 0
+        for message in client.consume(queue, window or count, timeout):
+            if as_json:
+                out = msgspec.json.encode(
+                    {
+                        "queue": message.queue,
+                        "id": message.id,
+                        "ttl": message.ttl,
+                        "delivery_count": message.delivery_count,
+                        "content": message.content.decode(errors="replace"),
+                    }
+                ).decode()
+            else:
+                out = message.content.decode(errors="replace")
+            click.echo(out)
+            if ack:
+                message.ack()
+            received += 1
+            if received >= count:
+                break
+        return received
+
+    received = _with_client(address, run)
+    if received < count:
+        click.echo(f"got {received} of {count} messages before the timeout", err=True)
+
+
+@main.command()
+@broker_option
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
+def stats(address: str, as_json: bool) -> None:
+    """Show queues (ready, in flight, consumers, dead letters) and counters."""
+    result = _with_client(address, lambda c: _admin(c, "stats"))
+    if as_json:
+        click.echo(msgspec.json.encode(result).decode())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"phpmq broker {address}")
+    for column in ("queue", "ready", "in flight", "consumers", "dead letters"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    for name, q in result["queues"].items():
+        table.add_row(name, *(str(q[k]) for k in ("ready", "in_flight", "consumers", "dead_letters")))
+    console = Console()
+    console.print(table)
+    counters = ", ".join(f"{k} {v}" for k, v in result["counters"].items())
+    console.print(f"peers {result['peers']}, up {result['uptime_seconds']:.0f}s; {counters}")
+
+
+def _admin(client: Client, command: str, **options: Any) -> dict[str, Any]:
+    from workers.client import BrokerRefused
+
+    try:
+        return client.admin(command, **options)
+    except BrokerRefused as exc:
+        _fail(exc.error.reason)
+        raise  # unreachable
+
+
+@main.group()
+def dlq() -> None:
+    """Inspect, replay and purge a queue's dead letters."""
+
+
+@dlq.command("list")
+@broker_option
+@click.argument("queue")
+@click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def dlq_list(address: str, queue: str, limit: int, as_json: bool) -> None:
+    """List QUEUE's dead letters, oldest first."""
+    result = _with_client(address, lambda c: _admin(c, "dlq-list", queue=queue, limit=limit))
+    if as_json:
+        click.echo(msgspec.json.encode(result).decode())
+        return
+    import base64
+
+    for entry in result["entries"]:
+        content = base64.b64decode(entry["content"]).decode(errors="replace")
+        preview = content if len(content) <= 60 else content[:57] + "..."
+        click.echo(f"{entry['id']}  {entry['reason']:<15} deliveries={entry['deliveries']}  {preview}")
+    click.echo(f"{result['total']} dead letters in {queue} ({result['dropped']} dropped)", err=True)
+
+
+@dlq.command("replay")
+@broker_option
+@click.argument("queue")
+@click.option("--id", "ids", multiple=True, help="Replay only these IDs (repeatable).")
+def dlq_replay(address: str, queue: str, ids: tuple[str, ...]) -> None:
+    """Put QUEUE's dead letters back at the tail of QUEUE (same IDs, no TTL)."""
+    options: dict[str, Any] = {"queue": queue}
+    if ids:
+        options["ids"] = list(ids)
+    result = _with_client(address, lambda c: _admin(c, "dlq-replay", **options))
+    click.echo(f"replayed {result['replayed']} dead letters into {queue}")
+
+
+@dlq.command("purge")
+@broker_option
+@click.argument("queue")
+def dlq_purge(address: str, queue: str) -> None:
+    """Delete all of QUEUE's dead letters."""
+    result = _with_client(address, lambda c: _admin(c, "dlq-purge", queue=queue))
+    click.echo(f"purged {result['purged']} dead letters from {queue}")
+
+
+@main.command()
+@click.option("--messages", type=click.IntRange(min=1), default=200_000, show_default=True)
+@click.option("--size", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Content bytes per message.")
+@click.option("--window", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--codec", is_flag=True, help="Also run the encode+decode micro-benchmark.")
+def bench(messages: int, size: int, window: int, codec: bool) -> None:
+    """Benchmark the `pipe` workload against a bare pyzmq relay on loopback.
+
+    Starts its own broker, producer and consumer processes on free loopback ports, and prints
+    msgs/s, p50/p99 latency and the ratio to the relay ceiling measured in the same run.
+    """
+    from bench.pipe import run_pipe_benchmark
+
+    if codec:
+        from bench.codec import run_codec_benchmark
+
+        run_codec_benchmark()
+    run_pipe_benchmark(messages=messages, size=size, window=window)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""The ZeroMQ shell around the core: the only broker module that touches sockets or reads the
+clock. One ROUTER socket; each loop turn drains what is readable (up to `batch_frames`), runs
+the core, and sends each peer one frame holding everything the core has for it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import zmq
+
+from broker.clock import Clock, SystemClock
+from broker.config import BrokerConfig
+from broker.core import Core
+
+log = logging.getLogger("phpmq.broker")
+
+#: Longest poll, so that signal flags are seen promptly (pyzmq resumes an interrupted poll).
+MAX_POLL_MS = 250
+#: Poll timeout while libzmq refuses frames for a slow peer (its high-water mark is reached).
+BACKLOG_RETRY_MS = 5
+
+
+class BrokerError(Exception):
+    """Raised when the broker cannot start (e.g. the bind address is taken)."""
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.core = Core(config, self.clock)
+        self._stop_requests = 0
+        self._context = zmq.Context()
+        self.router = self._context.socket(zmq.ROUTER)
+        self.router.linger = 0
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.router.sndhwm = config.send_hwm
+        self.router.rcvhwm = config.receive_hwm
+        self.router.setsockopt(zmq.MAXMSGSIZE, config.max_frame_bytes)
+        try:
+            self.router.bind(config.bind)
+        except zmq.ZMQError as exc:
+            self.router.close()
+            self._context.term()
+            raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
+        self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
+        #: Frames libzmq would not take yet, per peer, sent in order before anything newer.
+        self._backlog: dict[bytes, deque[bytes]] = {}
+
+    # ------------------------------------------------------------------ control
+
+    def request_stop(self) -> None:
+        """First call: drain gracefully. Second call: stop at once. Safe from signal handlers."""
+        self._stop_requests += 1
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda *_: self.request_stop())
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, on_ready: Callable[[str], None] | None = None) -> None:
+        log.info(
+            "phpmq broker listening on %s (in memory: queued messages do not survive a restart)",
+            self.endpoint,
+        )
+        if on_ready is not None:
+            on_ready(self.endpoint)
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        drain_deadline: float | None = None
+        try:
+            while True:
+                if self._stop_requests >= 2:
+                    log.warning("second stop signal: exiting without waiting for acks")
+                    break
+                if self._stop_requests == 1 and drain_deadline is None:
+                    drain_deadline = time.monotonic() + self.config.grace_seconds
+                    self.core.start_drain()
+                    log.info(
+                        "stopping: no new sends; waiting up to %.1fs for %d unacked messages",
+                        self.config.grace_seconds,
+                        self.core.in_flight,
+                    )
+                if drain_deadline is not None and (
+                    self.core.in_flight == 0 or time.monotonic() >= drain_deadline
+                ):
+                    break
+                self._turn(poller)
+        finally:
+            self._report_losses()
+            self.router.close()
+            self._context.term()
+
+    def _turn(self, poller: zmq.Poller) -> None:
+        if poller.poll(self._poll_timeout_ms()):
+            self.core.begin_turn()
+            self._receive()
+        else:
+            self.core.begin_turn()
+        self._send(self.core.end_turn())
+        if self._backlog:
+            self._flush_backlog()
+
+    def _poll_timeout_ms(self) -> int:
+        if self._backlog:
+            return BACKLOG_RETRY_MS
+        deadline = self.core.next_deadline()
+        if deadline is None:
+            return MAX_POLL_MS
+        wait_ms = (deadline - self.clock.monotonic_ns()) // 1_000_000 + 1
+        return max(0, min(MAX_POLL_MS, wait_ms))
+
+    def _receive(self) -> None:
+        router = self.router
+        handle_frame = self.core.handle_frame
+        for _ in range(self.config.batch_frames):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) == 2:
+                handle_frame(frames[0], frames[1])
+            else:
+                # A REQ socket's empty delimiter or extra frames: not our framing.
+                self.core.handle_frame(frames[0], b"")
+
+    def _send(self, outgoing: list[tuple[bytes, bytes]]) -> None:
+        router = self.router
+        for peer_id, frame in outgoing:
+            if peer_id in self._backlog:
+                self._backlog[peer_id].append(frame)
+                continue
+            try:
+                router.send_multipart((peer_id, frame), zmq.NOBLOCK)
+            except zmq.Again:
+                self._backlog[peer_id] = deque([frame])
+            except zmq.ZMQError as exc:
+                self._unreachable(peer_id, exc)
+
+    def _flush_backlog(self) -> None:
+        for peer_id in list(self._backlog):
+            frames = self._backlog[peer_id]
+            while frames:
+                try:
+                    self.router.send_multipart((peer_id, frames[0]), zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                except zmq.ZMQError as exc:
+                    self._unreachable(peer_id, exc)
+                    break
+                frames.popleft()
+            else:
+                del self._backlog[peer_id]
+
+    def _unreachable(self, peer_id: bytes, exc: zmq.ZMQError) -> None:
+        if exc.errno != errno.EHOSTUNREACH:
+            log.error("send to peer %s failed: %s", peer_id.hex(), exc)
+        self._backlog.pop(peer_id, None)
+        self.core.begin_turn()
+        self.core.peer_gone(peer_id)
+
+    def _report_losses(self) -> None:
+        ready, in_flight = self.core.ready, self.core.in_flight
+        if ready or in_flight:
+            log.warning(
+                "exiting with %d ready and %d unacked messages in memory: they are lost",
+                ready,
+                in_flight,
+            )
+        else:
+            log.info("exiting: no messages held")

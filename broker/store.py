@@ -1,0 +1,124 @@
+"""Messages and queues: the records the core moves between ready, in flight and dead.
+
+Rule: a record is in exactly one place. READY records sit in their queue's `ready` deque;
+IN_FLIGHT records sit in one consumer window's `held` dict; GONE records (acked, dead-lettered
+or expired) are referenced from nowhere that counts. An expired record may linger in `ready` as
+a tombstone (state GONE) until it is popped or compacted; `stale` counts those.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+
+import msgspec
+
+from protocol import queue_packet
+
+READY = 0
+IN_FLIGHT = 1
+GONE = 2
+
+NS_PER_SECOND = 1_000_000_000
+
+
+class Record:
+    """One message inside the broker. `expires_at` is monotonic ns, 0 for never."""
+
+    __slots__ = ("id", "content", "expires_at", "deliveries", "state")
+
+    def __init__(self, message_id: str, content: bytes, expires_at: int, deliveries: int = 1):
+        self.id = message_id
+        self.content = content
+        self.expires_at = expires_at
+        #: Which delivery the next dispatch is: 1 the first time, +1 after each return.
+        self.deliveries = deliveries
+        self.state = READY
+
+    def remaining_ttl(self, now: int) -> int:
+        """Whole seconds left, rounded up so that a live message never reads 0 (= never)."""
+        if not self.expires_at:
+            return 0
+        return max(1, -((now - self.expires_at) // NS_PER_SECOND))
+
+
+class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
+    id: str
+    content: bytes
+    reason: str
+    deliveries: int
+    dead_at: float  # wall-clock seconds
+
+
+class Window:
+    """One consumer's credit on one queue: at most `limit` messages held unacked."""
+
+    __slots__ = ("peer", "queue", "limit", "held")
+
+    def __init__(self, peer: object, queue: Queue, limit: int) -> None:
+        self.peer = peer
+        self.queue = queue
+        self.limit = limit
+        self.held: dict[str, Record] = {}
+
+
+class Queue:
+    __slots__ = (
+        "name",
+        "queue_packet",
+        "ready",
+        "stale",
+        "windows",
+        "turn",
+        "in_flight",
+        "dead",
+        "dead_dropped",
+    )
+
+    def __init__(self, name: str, dead_letter_limit: int) -> None:
+        self.name = name
+        self.queue_packet = queue_packet(name)
+        self.ready: deque[Record] = deque()
+        self.stale = 0
+        self.windows: list[Window] = []
+        #: Round-robin offset, so that no consumer is always served first.
+        self.turn = 0
+        self.in_flight = 0
+        self.dead: deque[DeadLetterEntry] = deque(maxlen=dead_letter_limit)
+        self.dead_dropped = 0
+
+    @property
+    def ready_count(self) -> int:
+        return len(self.ready) - self.stale
+
+    def add_dead(self, entry: DeadLetterEntry) -> None:
+        if len(self.dead) == self.dead.maxlen:
+            self.dead_dropped += 1
+        self.dead.append(entry)
+
+    def compact(self) -> None:
+        """Drop tombstones once they are most of the deque."""
+        if self.stale > 64 and self.stale * 2 > len(self.ready):
+            self.ready = deque(record for record in self.ready if record.state == READY)
+            self.stale = 0
+
+
+class IdSource:
+    """Message IDs: 32 lowercase hex characters from 16 random bytes (as php-mq/server does).
+
+    Random bytes are read from the OS 4 KiB at a time: one syscall per 256 IDs.
+    """
+
+    _IDS_PER_READ = 256
+
+    def __init__(self) -> None:
+        self._hex = ""
+        self._pos = 0
+
+    def __call__(self) -> str:
+        if self._pos >= len(self._hex):
+            self._hex = os.urandom(16 * self._IDS_PER_READ).hex()
+            self._pos = 0
+        start = self._pos
+        self._pos = start + 32
+        return self._hex[start : start + 32]

@@ -1,0 +1,125 @@
+"""The PHPMQ messages as frozen msgspec Structs: one class per message type.
+
+A Struct holds exactly what is on the wire. An optional field left as None is a packet that is
+absent, which is how the two dialects differ: `Send(ttl=None)` is the stock client's pre-TTL
+001 (2 packets), `Send(ttl=0)` the README's 001 (3 packets). TTL is in whole seconds and 0
+means the message never expires.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from protocol.constants import MessageType
+
+
+class Send(msgspec.Struct, frozen=True, gc=False):
+    """001: a client sends `content` to `queue`."""
+
+    TYPE: ClassVar[MessageType] = MessageType.SEND
+    queue: str
+    content: bytes
+    ttl: int | None = None
+
+
+class Consume(msgspec.Struct, frozen=True, gc=False):
+    """002: a client asks for at most `count` unacked messages of `queue` at a time."""
+
+    TYPE: ClassVar[MessageType] = MessageType.CONSUME
+    queue: str
+    count: int
+
+
+class Dispatch(msgspec.Struct, frozen=True, gc=False):
+    """003: the broker delivers a message; `ttl` is the remaining time to live."""
+
+    TYPE: ClassVar[MessageType] = MessageType.DISPATCH
+    queue: str
+    content: bytes
+    message_id: str
+    ttl: int | None = None
+    delivery_count: int | None = None
+
+
+class Ack(msgspec.Struct, frozen=True, gc=False):
+    """004: a client is done with a message."""
+
+    TYPE: ClassVar[MessageType] = MessageType.ACK
+    queue: str
+    message_id: str
+
+
+class Requeue(msgspec.Struct, frozen=True, gc=False):
+    """005: a client puts a message back at the tail of its queue with a new TTL."""
+
+    TYPE: ClassVar[MessageType] = MessageType.REQUEUE
+    queue: str
+    message_id: str
+    ttl: int
+
+
+class DeadLetter(msgspec.Struct, frozen=True, gc=False):
+    """006: a client gives up on a message; `reason` is an extension packet."""
+
+    TYPE: ClassVar[MessageType] = MessageType.DEAD_LETTER
+    queue: str
+    message_id: str
+    reason: str | None = None
+
+
+class Error(msgspec.Struct, frozen=True, gc=False):
+    """100 (extension): the broker refuses something a peer sent."""
+
+    TYPE: ClassVar[MessageType] = MessageType.ERROR
+    code: int
+    reason: str
+    message_id: str | None = None
+    queue: str | None = None
+
+
+class Hello(msgspec.Struct, frozen=True):
+    """101 (extension): a peer opts in to extensions and states its options."""
+
+    TYPE: ClassVar[MessageType] = MessageType.HELLO
+    options: dict[str, Any] = {}
+
+
+class Heartbeat(msgspec.Struct, frozen=True, gc=False):
+    """102 (extension): I am alive and idle."""
+
+    TYPE: ClassVar[MessageType] = MessageType.HEARTBEAT
+
+
+class Disconnect(msgspec.Struct, frozen=True, gc=False):
+    """103 (extension): stop sending me work; answer with KBAI."""
+
+    TYPE: ClassVar[MessageType] = MessageType.DISCONNECT
+    reason: str | None = None
+
+
+class Kbai(msgspec.Struct, frozen=True, gc=False):
+    """104 (extension): goodbye; forget me."""
+
+    TYPE: ClassVar[MessageType] = MessageType.KBAI
+
+
+class Admin(msgspec.Struct, frozen=True):
+    """110 (extension): an operator command (stats, dead-letter list/replay/purge)."""
+
+    TYPE: ClassVar[MessageType] = MessageType.ADMIN
+    options: dict[str, Any] = {}
+
+
+class AdminReply(msgspec.Struct, frozen=True):
+    """111 (extension): the broker's answer to an ADMIN command."""
+
+    TYPE: ClassVar[MessageType] = MessageType.ADMIN_REPLY
+    options: dict[str, Any] = {}
+
+
+Message = (
+    Send | Consume | Dispatch | Ack | Requeue | DeadLetter | Error | Hello | Heartbeat
+    | Disconnect | Kbai | Admin | AdminReply
+)

@@ -1,0 +1,202 @@
+"""Bytes -> messages. Strict: anything that is not exactly a PHPMQ v01 message is refused
+with a RemoteProtocolError naming what is wrong, and nothing else ever escapes.
+
+The hot path is two dict look-ups per header (the whole 8-byte message header, and the first
+3 bytes of each packet header); the slow path runs only to explain a refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from protocol.constants import (
+    DEFAULT_MAX_CONTENT_BYTES,
+    MESSAGE_HEADER_BYTES,
+    MESSAGE_MARKER,
+    PACKET_HEADER_BYTES,
+    PACKET_MARKER,
+    PROTOCOL_VERSION,
+    ErrorCode,
+    MessageType,
+)
+from protocol.errors import ProtocolError, RemoteProtocolError, TruncatedError
+from protocol.messages import Message
+from protocol.table import DECODE_VALUE, SPECS, TypeSpec
+
+_PacketEntry = tuple[str, Callable[[bytes], Any] | None]
+
+
+class _HeaderEntry:
+    __slots__ = ("spec", "cls", "count", "packets", "required", "canonical")
+
+    def __init__(self, spec: TypeSpec, count: int) -> None:
+        self.spec = spec
+        self.cls = spec.cls
+        self.count = count
+        self.packets: dict[bytes, _PacketEntry] = {
+            b"P%02d" % packet: (field, DECODE_VALUE[packet]) for packet, field in spec.fields
+        }
+        self.required = tuple(field for _, field in spec.fields[: len(spec.required)])
+        #: The first `count` packets in table order, which is also the Struct's field order:
+        #: a message written that way decodes positionally, without a dict.
+        self.canonical = tuple(
+            (b"P%02d" % packet, DECODE_VALUE[packet]) for packet, _ in spec.fields[:count]
+        )
+
+
+#: Every valid 8-byte message header -> how to read the packets that follow.
+_HEADERS: dict[bytes, _HeaderEntry] = {
+    b"H%02d%03d%02d" % (PROTOCOL_VERSION, spec.type, count): _HeaderEntry(spec, count)
+    for spec in SPECS.values()
+    for count in spec.counts
+}
+
+
+def decode_message(
+    data: bytes, pos: int = 0, max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+) -> tuple[Message, int]:
+    """Decode the message that starts at `data[pos]`.
+
+    Returns:
+        The message and the offset just past it.
+    Raises:
+        TruncatedError: `data` ends inside the message (`needed` says how much it wants).
+        RemoteProtocolError: the bytes are not a valid message.
+    """
+    entry = _HEADERS.get(data[pos : pos + MESSAGE_HEADER_BYTES])
+    if entry is None:
+        _explain_bad_header(data[pos : pos + MESSAGE_HEADER_BYTES])
+    # Fast path: packets in table order. Anything unusual falls through to the general path,
+    # which also produces the precise error.
+    end_of_data = len(data)
+    p = pos + MESSAGE_HEADER_BYTES
+    values = []
+    for expected, convert in entry.canonical:
+        start = p + PACKET_HEADER_BYTES
+        if start > end_of_data or data[p : p + 3] != expected:
+            break
+        digits = data[p + 3 : start]
+        if not digits.isdigit():
+            break
+        length = int(digits)
+        if length > max_content_bytes:
+            break
+        p = start + length
+        if p > end_of_data:
+            break
+        raw = data[start:p]
+        values.append(raw if convert is None else convert(raw))
+    else:
+        return entry.cls(*values), p
+    return _decode_any_order(data, pos, entry, max_content_bytes)
+
+
+def _decode_any_order(
+    data: bytes, pos: int, entry: _HeaderEntry, max_content_bytes: int
+) -> tuple[Message, int]:
+    end_of_data = len(data)
+    p = pos + MESSAGE_HEADER_BYTES
+    values: dict[str, Any] = {}
+    packets = entry.packets
+    for _ in range(entry.count):
+        packet_header = data[p : p + PACKET_HEADER_BYTES]
+        if len(packet_header) < PACKET_HEADER_BYTES:
+            _check_partial_packet_header(packet_header)
+            raise TruncatedError("input ends inside a packet header", p + PACKET_HEADER_BYTES - pos)
+        packet = packets.get(packet_header[:3])
+        if packet is None:
+            _explain_bad_packet(packet_header, entry.spec)
+        length_digits = packet_header[3:]
+        if not length_digits.isdigit():
+            raise RemoteProtocolError("packet length must be 29 ASCII digits")
+        length = int(length_digits)
+        if length > max_content_bytes:
+            raise RemoteProtocolError(
+                f"packet of {length} bytes is over the limit of {max_content_bytes}",
+                ErrorCode.TOO_LARGE,
+            )
+        start = p + PACKET_HEADER_BYTES
+        p = start + length
+        if p > end_of_data:
+            raise TruncatedError("input ends inside a packet's content", p - pos)
+        field, convert = packet
+        if field in values:
+            raise RemoteProtocolError(f"duplicate packet {packet_header[:3].decode()}")
+        raw = data[start:p]
+        values[field] = raw if convert is None else convert(raw)
+    for field in entry.required:
+        if field not in values:
+            raise RemoteProtocolError(f"{entry.spec.type.name} message lacks its {field} packet")
+    return entry.cls(**values), p
+
+
+def decode_frame(
+    data: bytes, max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+) -> tuple[list[Message], ProtocolError | None]:
+    """Decode a frame holding one or more concatenated messages.
+
+    Returns:
+        The messages decoded, and the error that stopped decoding (None if the whole frame was
+        valid). Messages before a bad one are valid and returned; after it framing is lost, so
+        the rest of the frame is not read. A frame that ends inside a message is an error.
+    """
+    messages: list[Message] = []
+    pos = 0
+    end = len(data)
+    if end == 0:
+        return messages, RemoteProtocolError("empty frame")
+    try:
+        while pos < end:
+            message, pos = decode_message(data, pos, max_content_bytes)
+            messages.append(message)
+    except TruncatedError as exc:
+        return messages, RemoteProtocolError(f"truncated message: {exc.reason}")
+    except ProtocolError as exc:
+        return messages, exc
+    return messages, None
+
+
+def _explain_bad_header(header: bytes) -> None:
+    """Raise the error that says why `header` is not a valid message header."""
+    if header and header[0] != MESSAGE_MARKER:
+        raise RemoteProtocolError("message header must start with 'H'")
+    digits = header[1:]
+    if not (digits.isdigit() or (digits == b"")):
+        raise RemoteProtocolError("message header must be 'H' followed by 7 ASCII digits")
+    if len(header) < MESSAGE_HEADER_BYTES:
+        raise TruncatedError("input ends inside a message header", MESSAGE_HEADER_BYTES)
+    version, type_code, count = int(header[1:3]), int(header[3:6]), int(header[6:8])
+    if version != PROTOCOL_VERSION:
+        raise RemoteProtocolError(
+            f"protocol version {version:02d} is not supported (only 01)",
+            ErrorCode.UNSUPPORTED_VERSION,
+        )
+    try:
+        spec = SPECS[MessageType(type_code)]
+    except (ValueError, KeyError):
+        raise RemoteProtocolError(
+            f"unknown message type {type_code:03d}", ErrorCode.UNSUPPORTED_TYPE
+        ) from None
+    counts = spec.counts
+    raise RemoteProtocolError(
+        f"message type {type_code:03d} carries {counts.start}"
+        + (f"-{counts.stop - 1}" if len(counts) > 1 else "")
+        + f" packets, header says {count}"
+    )
+
+
+def _check_partial_packet_header(partial: bytes) -> None:
+    if partial and partial[0] != PACKET_MARKER:
+        raise RemoteProtocolError("packet header must start with 'P'")
+
+
+def _explain_bad_packet(packet_header: bytes, spec: TypeSpec) -> None:
+    if packet_header[0] != PACKET_MARKER:
+        raise RemoteProtocolError("packet header must start with 'P'")
+    code = packet_header[1:3]
+    if not code.isdigit():
+        raise RemoteProtocolError("packet type must be 2 ASCII digits")
+    raise RemoteProtocolError(
+        f"packet type {code.decode()} is not allowed in a {spec.type.name} message"
+    )

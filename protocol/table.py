@@ -1,0 +1,120 @@
+"""Which packets each message type carries: the one table both the reader and writer use.
+
+Rule: a message's header count must equal the number of packets that follow; every required
+packet must be present once, optional packets at most once, and nothing else. Packet order is
+free on input (the PHP decoders key packets by type) and fixed on output (the table order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from protocol import messages as m
+from protocol.constants import MAX_INTEGER_DIGITS, ErrorCode, MessageType, PacketType
+from protocol.errors import RemoteProtocolError
+
+P = PacketType
+
+
+class TypeSpec:
+    """How one message type maps to packets."""
+
+    __slots__ = ("cls", "type", "required", "optional", "fields")
+
+    def __init__(
+        self,
+        cls: type,
+        required: tuple[PacketType, ...],
+        optional: tuple[PacketType, ...] = (),
+    ) -> None:
+        self.cls = cls
+        self.type: MessageType = cls.TYPE  # type: ignore[attr-defined]
+        self.required = required
+        self.optional = optional
+        #: (packet, Struct field) in wire order: required first, then optional.
+        self.fields = tuple((p, FIELD_OF_PACKET[p]) for p in required + optional)
+
+    @property
+    def counts(self) -> range:
+        return range(len(self.required), len(self.required) + len(self.optional) + 1)
+
+
+FIELD_OF_PACKET: dict[PacketType, str] = {
+    P.QUEUE: "queue",
+    P.CONTENT: "content",
+    P.MESSAGE_ID: "message_id",
+    P.COUNT: "count",
+    P.TTL: "ttl",
+    P.ERROR_CODE: "code",
+    P.REASON: "reason",
+    P.DELIVERY_COUNT: "delivery_count",
+    P.OPTIONS: "options",
+}
+
+SPECS: dict[MessageType, TypeSpec] = {
+    spec.type: spec
+    for spec in (
+        # 001: the stock client sends 2 packets (pre-TTL), the README form 3.
+        TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL,)),
+        TypeSpec(m.Consume, (P.QUEUE, P.COUNT)),
+        # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
+        TypeSpec(m.Dispatch, (P.QUEUE, P.CONTENT, P.MESSAGE_ID), (P.TTL, P.DELIVERY_COUNT)),
+        TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
+        TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL)),
+        TypeSpec(m.DeadLetter, (P.QUEUE, P.MESSAGE_ID), (P.REASON,)),
+        TypeSpec(m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE)),
+        TypeSpec(m.Hello, (), (P.OPTIONS,)),
+        TypeSpec(m.Heartbeat, ()),
+        TypeSpec(m.Disconnect, (), (P.REASON,)),
+        TypeSpec(m.Kbai, ()),
+        TypeSpec(m.Admin, (), (P.OPTIONS,)),
+        TypeSpec(m.AdminReply, (), (P.OPTIONS,)),
+    )
+}
+
+SPEC_OF_CLASS: dict[type, TypeSpec] = {spec.cls: spec for spec in SPECS.values()}
+
+#: Message types of the phpmq-zmq extension range.
+EXTENSION_TYPES = frozenset(t for t in MessageType if t >= 100)
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("packet is not valid UTF-8", ErrorCode.MALFORMED) from None
+
+
+def _integer(raw: bytes) -> int:
+    if not raw.isdigit() or len(raw) > MAX_INTEGER_DIGITS:
+        raise RemoteProtocolError(
+            f"integer packet must be 1-{MAX_INTEGER_DIGITS} ASCII digits", ErrorCode.MALFORMED
+        )
+    return int(raw)
+
+
+_json_object = msgspec.json.Decoder(dict[str, Any])
+
+
+def _options(raw: bytes) -> dict[str, Any]:
+    try:
+        return _json_object.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise RemoteProtocolError(f"options packet is not a JSON object: {exc}") from None
+
+
+#: How a packet's raw bytes become a field value; None keeps the bytes as they are.
+DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
+    P.QUEUE: _text,
+    P.CONTENT: None,
+    P.MESSAGE_ID: _text,
+    P.COUNT: _integer,
+    P.TTL: _integer,
+    P.ERROR_CODE: _integer,
+    P.REASON: _text,
+    P.DELIVERY_COUNT: _integer,
+    P.OPTIONS: _options,
+}

@@ -1,0 +1,144 @@
+"""Messages -> bytes, in the table's packet order.
+
+`encode` takes any message Struct. `dispatch_prefix`/`encode_dispatch` are the broker's hot
+path: the queue packet is built once per queue and the ID packet once per message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol.constants import LENGTH_DIGITS, PROTOCOL_VERSION, MessageType, PacketType
+from protocol.errors import LocalProtocolError
+from protocol.messages import Message
+from protocol.table import SPEC_OF_CLASS
+
+_json = msgspec.json.Encoder()
+_MAX_LENGTH = 10**LENGTH_DIGITS - 1
+
+
+def packet(packet_type: int, content: bytes) -> bytes:
+    """One packet: its 32-byte header and the content."""
+    return b"P%02d%029d" % (packet_type, len(content)) + content
+
+
+def message_header(message_type: int, packet_count: int) -> bytes:
+    return b"H%02d%03d%02d" % (PROTOCOL_VERSION, message_type, packet_count)
+
+
+def _value_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bool):
+        raise LocalProtocolError("booleans have no PHPMQ encoding")
+    if isinstance(value, int):
+        if value < 0:
+            raise LocalProtocolError(f"integer packets cannot be negative: {value}")
+        return b"%d" % value
+    if isinstance(value, dict):
+        return _json.encode(value)
+    raise LocalProtocolError(f"cannot encode a {type(value).__name__} as a packet")
+
+
+def encode(message: Message) -> bytes:
+    """Encode one message.
+
+    Raises:
+        LocalProtocolError: a required field is None, or a value cannot be encoded.
+    """
+    spec = SPEC_OF_CLASS[type(message)]
+    parts = []
+    for index, (packet_type, field) in enumerate(spec.fields):
+        value = getattr(message, field)
+        if value is None:
+            if index < len(spec.required):
+                raise LocalProtocolError(f"{spec.type.name} needs {field}")
+            continue
+        if field == "options" and not value and index >= len(spec.required):
+            continue
+        content = _value_bytes(value)
+        if len(content) > _MAX_LENGTH:
+            raise LocalProtocolError("content longer than a 29-digit length allows")
+        parts.append(packet(packet_type, content))
+    return message_header(spec.type, len(parts)) + b"".join(parts)
+
+
+def encode_all(messages: list[Message]) -> bytes:
+    """Encode several messages into one frame."""
+    return b"".join([encode(message) for message in messages])
+
+
+_DISPATCH_HEADERS = {count: message_header(MessageType.DISPATCH, count) for count in (3, 4, 5)}
+_CONTENT_PACKET = b"P%02d%%029d" % PacketType.CONTENT
+_ID_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_ID
+_TTL_PACKET = b"P%02d%%029d" % PacketType.TTL
+_DELIVERY_PACKET = b"P%02d%%029d" % PacketType.DELIVERY_COUNT
+
+
+def queue_packet(queue: str) -> bytes:
+    """The queue packet, which the broker caches per queue."""
+    return packet(PacketType.QUEUE, queue.encode())
+
+
+def encode_dispatch(
+    queue_packet: bytes,
+    content: bytes,
+    message_id: str,
+    ttl: int | None,
+    delivery_count: int | None,
+) -> bytes:
+    """003 in the form the receiving peer speaks: `ttl=None` is the pre-TTL 3-packet form,
+    a `delivery_count` adds the extension packet (only for peers that opted in)."""
+    id_bytes = message_id.encode()
+    parts = [
+        b"",
+        queue_packet,
+        _CONTENT_PACKET % len(content),
+        content,
+        _ID_PACKET % len(id_bytes),
+        id_bytes,
+    ]
+    count = 3
+    if ttl is not None:
+        ttl_bytes = b"%d" % ttl
+        parts += (_TTL_PACKET % len(ttl_bytes), ttl_bytes)
+        count = 4
+        if delivery_count is not None:
+            delivery_bytes = b"%d" % delivery_count
+            parts += (_DELIVERY_PACKET % len(delivery_bytes), delivery_bytes)
+            count = 5
+    parts[0] = _DISPATCH_HEADERS[count]
+    return b"".join(parts)
+
+
+_SEND_HEADERS = {2: message_header(MessageType.SEND, 2), 3: message_header(MessageType.SEND, 3)}
+_ACK_HEADER = message_header(MessageType.ACK, 2)
+
+
+def encode_send(queue_packet: bytes, content: bytes, ttl: int | None) -> bytes:
+    """001 on the client's hot path; `ttl=None` writes the stock client's pre-TTL form."""
+    if ttl is None:
+        return b"".join((_SEND_HEADERS[2], queue_packet, _CONTENT_PACKET % len(content), content))
+    if ttl < 0:
+        raise LocalProtocolError(f"TTL cannot be negative: {ttl}")
+    ttl_bytes = b"%d" % ttl
+    return b"".join(
+        (
+            _SEND_HEADERS[3],
+            queue_packet,
+            _CONTENT_PACKET % len(content),
+            content,
+            _TTL_PACKET % len(ttl_bytes),
+            ttl_bytes,
+        )
+    )
+
+
+def encode_ack(queue_packet: bytes, message_id: str) -> bytes:
+    """004 on the consumer's hot path."""
+    id_bytes = message_id.encode()
+    return b"".join((_ACK_HEADER, queue_packet, _ID_PACKET % len(id_bytes), id_bytes))
