@@ -41,7 +41,7 @@ def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _dead_queue(core: Core, options: dict[str, Any]):  # noqa: ANN202
+def _dead_queue(core: Core, options: dict[str, Any]):
     name = options.get("queue")
     if not isinstance(name, str):
         raise ValueError("this command needs a 'queue' string")

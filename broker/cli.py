@@ -87,8 +87,13 @@ def broker(config_path: str | None, **flags: Any) -> None:
 @broker_option
 @click.argument("queue")
 @click.argument("message", required=False)
-@click.option("--ttl", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Seconds to live; 0 never expires.")
+@click.option(
+    "--ttl",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seconds to live; 0 never expires.",
+)
 @click.option("--lines", is_flag=True, help="Read stdin; send each line as one message.")
 def send(address: str, queue: str, message: str | None, ttl: int, lines: bool) -> None:
     """Send MESSAGE to QUEUE. With MESSAGE '-' or absent, read it from stdin."""
@@ -105,16 +110,31 @@ def send(address: str, queue: str, message: str | None, ttl: int, lines: bool) -
 @main.command()
 @broker_option
 @click.argument("queue")
-@click.option("--count", "-n", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Stop after this many messages.")
+@click.option(
+    "--count",
+    "-n",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Stop after this many messages.",
+)
 @click.option("--window", type=click.IntRange(min=1), help="Unacked messages at a time.")
-@click.option("--ack/--no-ack", default=True, show_default=True,
-              help="--no-ack leaves messages unacked: they return to the queue on exit.")
+@click.option(
+    "--ack/--no-ack",
+    default=True,
+    show_default=True,
+    help="--no-ack leaves messages unacked: they return to the queue on exit.",
+)
 @click.option("--timeout", type=float, help="Stop after this many seconds without a message.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 def consume(
-    address: str, queue: str, count: int, window: int | None, ack: bool,
-    timeout: float | None, as_json: bool,
+    address: str,
+    queue: str,
+    count: int,
+    window: int | None,
+    ack: bool,
+    timeout: float | None,
+    as_json: bool,
 ) -> None:
     """Print messages from QUEUE, one per line (content as text)."""
 
@@ -162,7 +182,9 @@ def stats(address: str, as_json: bool) -> None:
     for column in ("queue", "ready", "in flight", "consumers", "dead letters"):
         table.add_column(column, justify="left" if column == "queue" else "right")
     for name, q in result["queues"].items():
-        table.add_row(name, *(str(q[k]) for k in ("ready", "in_flight", "consumers", "dead_letters")))
+        table.add_row(
+            name, *(str(q[k]) for k in ("ready", "in_flight", "consumers", "dead_letters"))
+        )
     console = Console()
     console.print(table)
     counters = ", ".join(f"{k} {v}" for k, v in result["counters"].items())
@@ -200,7 +222,9 @@ def dlq_list(address: str, queue: str, limit: int, as_json: bool) -> None:
     for entry in result["entries"]:
         content = base64.b64decode(entry["content"]).decode(errors="replace")
         preview = content if len(content) <= 60 else content[:57] + "..."
-        click.echo(f"{entry['id']}  {entry['reason']:<15} deliveries={entry['deliveries']}  {preview}")
+        click.echo(
+            f"{entry['id']}  {entry['reason']:<15} deliveries={entry['deliveries']}  {preview}"
+        )
     click.echo(f"{result['total']} dead letters in {queue} ({result['dropped']} dropped)", err=True)
 
 
@@ -228,8 +252,13 @@ def dlq_purge(address: str, queue: str) -> None:
 
 @main.command()
 @click.option("--messages", type=click.IntRange(min=1), default=200_000, show_default=True)
-@click.option("--size", type=click.IntRange(min=0), default=100, show_default=True,
-              help="Content bytes per message.")
+@click.option(
+    "--size",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="Content bytes per message.",
+)
 @click.option("--window", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--codec", is_flag=True, help="Also run the encode+decode micro-benchmark.")
 def bench(messages: int, size: int, window: int, codec: bool) -> None:

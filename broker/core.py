@@ -33,7 +33,6 @@ from broker.store import (
     Window,
 )
 from protocol import (
-    EXTENSION_TYPES,
     Ack,
     Admin,
     AdminReply,
@@ -64,7 +63,7 @@ MAX_QUEUE_NAME_BYTES = 255
 class Peer:
     """A client as the core knows it, keyed by its ZeroMQ routing id."""
 
-    __slots__ = ("id", "ttl_form", "extensions", "windows", "name", "closing")
+    __slots__ = ("closing", "extensions", "id", "name", "ttl_form", "windows")
 
     def __init__(self, peer_id: bytes, ttl_form: bool) -> None:
         self.id = peer_id
@@ -220,13 +219,17 @@ class Core:
         if message.ttl is not None:
             peer.ttl_form = True
         if self.draining:
-            self._refuse(peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, message.queue)
+            self._refuse(
+                peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, message.queue
+            )
             return
         queue = self._queue(peer, message.queue)
         if queue is None:
             return
         ttl = message.ttl or 0
-        record = Record(self.new_id(), message.content, self.now + ttl * NS_PER_SECOND if ttl else 0)
+        record = Record(
+            self.new_id(), message.content, self.now + ttl * NS_PER_SECOND if ttl else 0
+        )
         queue.ready.append(record)
         if ttl:
             self._watch_expiry(queue, record)

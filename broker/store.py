@@ -25,7 +25,7 @@ NS_PER_SECOND = 1_000_000_000
 class Record:
     """One message inside the broker. `expires_at` is monotonic ns, 0 for never."""
 
-    __slots__ = ("id", "content", "expires_at", "deliveries", "state")
+    __slots__ = ("content", "deliveries", "expires_at", "id", "state")
 
     def __init__(self, message_id: str, content: bytes, expires_at: int, deliveries: int = 1):
         self.id = message_id
@@ -53,7 +53,7 @@ class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
 class Window:
     """One consumer's credit on one queue: at most `limit` messages held unacked."""
 
-    __slots__ = ("peer", "queue", "limit", "held")
+    __slots__ = ("held", "limit", "peer", "queue")
 
     def __init__(self, peer: object, queue: Queue, limit: int) -> None:
         self.peer = peer
@@ -64,15 +64,15 @@ class Window:
 
 class Queue:
     __slots__ = (
+        "dead",
+        "dead_dropped",
+        "in_flight",
         "name",
         "queue_packet",
         "ready",
         "stale",
-        "windows",
         "turn",
-        "in_flight",
-        "dead",
-        "dead_dropped",
+        "windows",
     )
 
     def __init__(self, name: str, dead_letter_limit: int) -> None:

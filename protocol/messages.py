@@ -120,6 +120,17 @@ class AdminReply(msgspec.Struct, frozen=True):
 
 
 Message = (
-    Send | Consume | Dispatch | Ack | Requeue | DeadLetter | Error | Hello | Heartbeat
-    | Disconnect | Kbai | Admin | AdminReply
+    Send
+    | Consume
+    | Dispatch
+    | Ack
+    | Requeue
+    | DeadLetter
+    | Error
+    | Hello
+    | Heartbeat
+    | Disconnect
+    | Kbai
+    | Admin
+    | AdminReply
 )

@@ -28,7 +28,7 @@ _PacketEntry = tuple[str, Callable[[bytes], Any] | None]
 
 
 class _HeaderEntry:
-    __slots__ = ("spec", "cls", "count", "packets", "required", "canonical")
+    __slots__ = ("canonical", "cls", "count", "packets", "required", "spec")
 
     def __init__(self, spec: TypeSpec, count: int) -> None:
         self.spec = spec

@@ -22,7 +22,7 @@ P = PacketType
 class TypeSpec:
     """How one message type maps to packets."""
 
-    __slots__ = ("cls", "type", "required", "optional", "fields")
+    __slots__ = ("cls", "fields", "optional", "required", "type")
 
     def __init__(
         self,

@@ -65,7 +65,7 @@ class BrokerRefused(ClientError):
 class ReceivedMessage:
     """A dispatched message. Settle it exactly once: ack, requeue or dead_letter."""
 
-    __slots__ = ("_client", "queue", "content", "id", "ttl", "delivery_count")
+    __slots__ = ("_client", "content", "delivery_count", "id", "queue", "ttl")
 
     def __init__(self, client: Client, dispatch: Dispatch) -> None:
         self._client = client
@@ -166,7 +166,9 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._inbox:
             self.flush()
-            wait_ms = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            wait_ms = (
+                None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            )
             if not self._socket.poll(wait_ms):
                 return None
             self._read_available()

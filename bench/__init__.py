@@ -1,0 +1,1 @@
+"""Benchmarks (`phpmq bench`): figures and ratios measured in one run, never test asserts."""

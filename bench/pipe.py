@@ -1,0 +1,225 @@
+"""The `pipe` workload: 1 producer -> 1 queue -> 1 consumer acking every message, over
+loopback, against (a) a real broker process and (b) a bare pyzmq relay that forwards the same
+frames with no broker logic: the ceiling. Both runs use the same producer; the producer keeps
+at most MAX_LEAD messages ahead of the consumer so latency measures the path, not a backlog.
+
+Latency is measured per message from the producer's encode to the consumer's receipt, with
+the system-wide monotonic clock embedded in the content.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import socket
+import struct
+import subprocess
+import sys
+import time
+from array import array
+from typing import Any
+
+import zmq
+from rich.console import Console
+from rich.table import Table
+
+import protocol as p
+from workers.client import Client
+
+QUEUE = "bench"
+#: Messages the producer may be ahead of the consumer.
+MAX_LEAD = 5_000
+#: Seconds any one run may take before it is abandoned.
+RUN_TIMEOUT = 300
+TARGET_MSGS_PER_S = 50_000
+TARGET_RATIO = 0.40
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _producer(address: str, messages: int, size: int, consumed: Any) -> None:
+    pad = b"x" * max(0, size - 8)
+    clock = time.monotonic_ns
+    pack = struct.Struct("<q").pack
+
+    def contents() -> Any:
+        for sent in range(messages):
+            if sent % 256 == 0:
+                while sent - consumed.value > MAX_LEAD:
+                    time.sleep(0.0002)
+            yield pack(clock()) + pad
+
+    with Client(address, name="bench-producer", send_timeout=30) as client:
+        client.send_many(QUEUE, contents())
+
+
+def _consume_broker(address: str, messages: int, window: int, consumed: Any, out: Any) -> None:
+    latencies = array("q")
+    clock = time.monotonic_ns
+    unpack = struct.Struct("<q").unpack_from
+    start = None
+    with Client(address, name="bench-consumer") as client:
+        for message in client.consume(QUEUE, window=window, timeout=30):
+            if start is None:
+                start = clock()
+            latencies.append(clock() - unpack(message.content)[0])
+            message.ack()
+            if len(latencies) % 256 == 0:
+                consumed.value = len(latencies)
+            if len(latencies) >= messages:
+                break
+        client.flush()
+    out.put((len(latencies), clock() - (start or clock()), latencies.tobytes()))
+
+
+def _consume_relay(address: str, messages: int, window: int, consumed: Any, out: Any) -> None:
+    """The same consumer work by hand: decode each frame, ack each message."""
+    latencies = array("q")
+    clock = time.monotonic_ns
+    unpack = struct.Struct("<q").unpack_from
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 1000
+    sock.connect(address)
+    sock.send(p.encode(p.Consume(QUEUE, window)))
+    packet = p.queue_packet(QUEUE)
+    start = None
+    while len(latencies) < messages and sock.poll(30_000):
+        frame = sock.recv()
+        if start is None:
+            start = clock()
+        decoded, _ = p.decode_frame(frame)
+        acks = []
+        for message in decoded:
+            if type(message) is not p.Send:
+                continue  # the producer's HELLO
+            latencies.append(clock() - unpack(message.content)[0])
+            acks.append(p.encode_ack(packet, "d7e7f68761d34838494b233148b5486c"))
+        consumed.value = len(latencies)
+        sock.send(b"".join(acks))
+    sock.close()
+    out.put((len(latencies), clock() - (start or clock()), latencies.tobytes()))
+
+
+def _relay(port: int, ready: Any) -> None:
+    """Forward producer frames to the consumer unchanged; drop the consumer's acks."""
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.linger = 0
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    ready.set()
+    consumer = None
+    pending: list[bytes] = []
+    while True:
+        peer, frame = sock.recv_multipart()
+        if frame.startswith(b"H0100202"):
+            consumer = peer
+            for held in pending:
+                sock.send_multipart((consumer, held))
+            pending.clear()
+        elif frame.startswith(b"H01004"):
+            continue
+        elif frame.startswith(b"H0199999"):
+            return
+        elif consumer is None:
+            pending.append(frame)
+        else:
+            sock.send_multipart((consumer, frame))
+
+
+def _run(address: str, consumer_target: Any, messages: int, size: int, window: int) -> dict:
+    ctx = mp.get_context("spawn")
+    consumed = ctx.Value("q", 0, lock=False)
+    out = ctx.Queue()
+    consumer = ctx.Process(target=consumer_target, args=(address, messages, window, consumed, out))
+    producer = ctx.Process(target=_producer, args=(address, messages, size, consumed))
+    consumer.start()
+    time.sleep(0.3)
+    producer.start()
+    received, elapsed_ns, raw = out.get(timeout=RUN_TIMEOUT)
+    producer.join(RUN_TIMEOUT)
+    consumer.join(RUN_TIMEOUT)
+    latencies = sorted(array("q", raw))
+    if not latencies:
+        raise RuntimeError("the consumer received nothing")
+    return {
+        "received": received,
+        "msgs_per_s": received / (elapsed_ns / 1e9) if elapsed_ns else 0.0,
+        "p50_ms": latencies[len(latencies) // 2] / 1e6,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6,
+    }
+
+
+def _wait_for_broker(address: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError("the broker exited during start-up")
+        with Client(address, send_timeout=1) as client:
+            try:
+                client.admin("stats", timeout=0.5)
+                return
+            except Exception:
+                time.sleep(0.1)
+    raise RuntimeError("the broker did not answer within 20 s")
+
+
+def run_broker_pipe(messages: int, size: int, window: int) -> dict:
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "broker.cli", "broker", "--bind", address, "--log-level", "WARNING"]
+    )
+    try:
+        _wait_for_broker(address, broker)
+        return _run(address, _consume_broker, messages, size, window)
+    finally:
+        broker.terminate()
+        broker.wait(10)
+
+
+def run_relay_pipe(messages: int, size: int, window: int) -> dict:
+    port = _free_port()
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    relay = ctx.Process(target=_relay, args=(port, ready), daemon=True)
+    relay.start()
+    ready.wait(20)
+    try:
+        return _run(f"tcp://127.0.0.1:{port}", _consume_relay, messages, size, window)
+    finally:
+        relay.terminate()
+        relay.join(5)
+
+
+def run_pipe_benchmark(messages: int = 200_000, size: int = 100, window: int = 100) -> dict:
+    console = Console()
+    console.print(
+        f"pipe: 1 producer -> 1 queue -> 1 consumer acking each message; {messages:,} messages"
+        f" of {size} bytes, window {window}, loopback"
+    )
+    broker = run_broker_pipe(messages, size, window)
+    relay = run_relay_pipe(messages, size, window)
+    table = Table()
+    for column in ("path", "received", "msgs/s", "p50 ms", "p99 ms"):
+        table.add_column(column, justify="right")
+    for name, r in (("broker", broker), ("bare pyzmq relay (ceiling)", relay)):
+        table.add_row(
+            name,
+            f"{r['received']:,}",
+            f"{r['msgs_per_s']:,.0f}",
+            f"{r['p50_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+        )
+    console.print(table)
+    ratio = broker["msgs_per_s"] / relay["msgs_per_s"] if relay["msgs_per_s"] else 0.0
+    console.print(
+        f"broker/relay ratio: {ratio:.0%} (target ≥ {TARGET_RATIO:.0%});"
+        f" broker {broker['msgs_per_s']:,.0f} msgs/s (target ≥ {TARGET_MSGS_PER_S:,})"
+    )
+    return {"broker": broker, "relay": relay, "ratio": ratio}
+
+
+if __name__ == "__main__":
+    run_pipe_benchmark(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000)
