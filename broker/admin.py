@@ -54,7 +54,7 @@ def _dead_queue(core: Core, options: dict[str, Any]):
 def _dlq_list(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     queue = _dead_queue(core, options)
     limit = options.get("limit", DEFAULT_LIST_LIMIT)
-    if not isinstance(limit, int) or limit < 0:
+    if type(limit) is not int or limit < 0:
         raise ValueError("'limit' must be a non-negative integer")
     entries = list(queue.dead)[:limit]
     return {
@@ -86,7 +86,7 @@ def _dlq_replay(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     replayed = 0
     for entry in queue.dead:
         if wanted is None or entry.id in wanted:
-            record = Record(entry.id, entry.content, 0, entry.deliveries)
+            record = Record(entry.id, entry.content, 0, entry.deliveries + 1)
             record.state = READY
             queue.ready.append(record)
             replayed += 1

@@ -54,6 +54,11 @@ def main() -> None:
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
 @click.option("--bind", help="ROUTER address to bind. [default: tcp://127.0.0.1:5555]")
+@click.option(
+    "--dialect",
+    type=click.Choice(["ttl", "pre-ttl"]),
+    help="Form of 003 for peers that have not spoken the TTL form. [default: ttl]",
+)
 @click.option("--max-content-bytes", type=int, help="Largest message content accepted.")
 @click.option("--max-window", type=int, help="Largest consume window a consumer may ask for.")
 @click.option("--dead-letter-limit", type=int, help="Dead letters kept per queue.")

@@ -14,6 +14,7 @@ import msgspec
 from protocol import DEFAULT_MAX_CONTENT_BYTES
 
 ENV_PREFIX = "PHPMQ_"
+DIALECTS = ("ttl", "pre-ttl")
 
 
 class ConfigError(Exception):
@@ -23,6 +24,9 @@ class ConfigError(Exception):
 class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Where the ROUTER socket binds. Loopback by default: opening to the LAN is a choice.
     bind: str = "tcp://127.0.0.1:5555"
+    #: The form of 003 sent to a peer until it speaks the TTL form itself: "ttl" (the
+    #: README's 4-packet dispatch) or "pre-ttl" (the stock php-mq client's 3 packets).
+    dialect: str = "ttl"
     #: Largest packet content accepted (bytes); bigger sends get a 413 error.
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     #: Largest ZeroMQ frame accepted (bytes); libzmq drops the connection of a peer that sends
@@ -57,6 +61,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}")
         if self.grace_seconds < 0:
             raise ValueError("grace_seconds cannot be negative")
 

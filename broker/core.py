@@ -33,6 +33,7 @@ from broker.store import (
     Window,
 )
 from protocol import (
+    EXTENSION_TYPES,
     Ack,
     Admin,
     AdminReply,
@@ -45,6 +46,7 @@ from protocol import (
     Hello,
     Kbai,
     Message,
+    MessageType,
     ProtocolError,
     Requeue,
     Send,
@@ -56,6 +58,9 @@ from protocol import (
 log = logging.getLogger("phpmq.broker")
 
 BROKER_NAME = "phpmq-zmq"
+FIRST_EXTENSION_TYPE = min(EXTENSION_TYPES)
+#: 005 and 006 exist only in the README (TTL) dialect: a peer that sends them speaks it.
+TTL_DIALECT_ONLY_TYPES = frozenset((MessageType.REQUEUE, MessageType.DEAD_LETTER))
 #: Queue names: 1-255 bytes of UTF-8, no whitespace or control characters (docs/protocol.md).
 MAX_QUEUE_NAME_BYTES = 255
 
@@ -63,7 +68,7 @@ MAX_QUEUE_NAME_BYTES = 255
 class Peer:
     """A client as the core knows it, keyed by its ZeroMQ routing id."""
 
-    __slots__ = ("closing", "extensions", "id", "name", "ttl_form", "windows")
+    __slots__ = ("closing", "extensions", "forgotten", "id", "name", "ttl_form", "windows")
 
     def __init__(self, peer_id: bytes, ttl_form: bool) -> None:
         self.id = peer_id
@@ -75,6 +80,8 @@ class Peer:
         self.name = ""
         #: Sent DISCONNECT: gets no new work, may still ack what it holds.
         self.closing = False
+        #: Said KBAI: its state is gone; a later message from the same id starts afresh.
+        self.forgotten = False
 
 
 class Core:
@@ -134,39 +141,42 @@ class Core:
     def handle_frame(self, peer_id: bytes, data: bytes) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages."""
         messages, error = decode_frame(data, self.config.max_content_bytes)
-        peer = self.peers.get(peer_id)
-        if peer is None:
-            peer = self.peers[peer_id] = Peer(peer_id, self.ttl_form_default)
+        self.handle_messages(peer_id, messages, error)
+
+    def handle_messages(
+        self, peer_id: bytes, messages: list[Message], error: ProtocolError | None = None
+    ) -> None:
+        """Process messages decoded from one peer (and the error that ended its input, if any);
+        for transports that decode themselves."""
+        peer = self._peer(peer_id)
         handlers = self._handlers
         for message in messages:
+            if peer.forgotten:  # a KBAI earlier in the same frame
+                peer = self._peer(peer_id)
+            kind = message.TYPE
+            if kind >= FIRST_EXTENSION_TYPE:
+                self._opt_in(peer)
+            elif kind in TTL_DIALECT_ONLY_TYPES:
+                peer.ttl_form = True
             handler = handlers.get(type(message))
             if handler is None:
                 self._refuse(
-                    peer,
-                    ErrorCode.UNSUPPORTED_TYPE,
-                    f"clients may not send {message.TYPE.name} messages",
+                    peer, ErrorCode.UNSUPPORTED_TYPE, f"clients may not send {kind.name} messages"
                 )
             else:
                 handler(peer, message)
         if error is not None:
             self._refuse(peer, error.code, error.reason)
-        if not peer.windows and not peer.extensions:
+        if not (peer.windows or peer.extensions or peer.ttl_form != self.ttl_form_default):
             # Nothing to remember about a stock producer; forgetting it keeps memory flat
             # however many identities come and go.
             self.peers.pop(peer_id, None)
 
-    def handle_message(self, peer_id: bytes, message: Message) -> None:
-        """Process one decoded message (for transports that decode themselves)."""
+    def _peer(self, peer_id: bytes) -> Peer:
         peer = self.peers.get(peer_id)
         if peer is None:
             peer = self.peers[peer_id] = Peer(peer_id, self.ttl_form_default)
-        handler = self._handlers.get(type(message))
-        if handler is None:
-            self._refuse(
-                peer, ErrorCode.UNSUPPORTED_TYPE, f"clients may not send {message.TYPE.name}"
-            )
-        else:
-            handler(peer, message)
+        return peer
 
     def end_turn(self) -> list[tuple[bytes, bytes]]:
         """Expire, dispatch, and return what to send: one frame per peer."""
@@ -248,13 +258,13 @@ class Core:
                 message.queue,
             )
             return
+        if count == 0 and message.queue not in peer.windows:
+            return  # nothing to stop; and no queue is created just to be told so
         queue = self._queue(peer, message.queue)
         if queue is None:
             return
         window = peer.windows.get(queue.name)
         if window is None:
-            if count == 0:
-                return
             window = peer.windows[queue.name] = Window(peer, queue, count)
             queue.windows.append(window)
         window.limit = 0 if peer.closing else count
@@ -268,7 +278,6 @@ class Core:
             self.counters["acked"] += 1
 
     def _on_requeue(self, peer: Peer, message: Requeue) -> None:
-        peer.ttl_form = True
         record = self._take_held(peer, message.queue, message.message_id, "requeue")
         if record is None:
             return
@@ -284,10 +293,9 @@ class Core:
     def _on_dead_letter(self, peer: Peer, message: DeadLetter) -> None:
         record = self._take_held(peer, message.queue, message.message_id, "dead-letter")
         if record is not None:
-            self._bury(self.queues[message.queue], record, message.reason or "rejected")
+            self._bury(self.queues[message.queue], record, message.reason or "rejected", True)
 
     def _on_hello(self, peer: Peer, message: Hello) -> None:
-        self._opt_in(peer)
         name = message.options.get("name")
         peer.name = name if isinstance(name, str) else ""
         self._reply(
@@ -302,11 +310,10 @@ class Core:
         )
 
     def _on_heartbeat(self, peer: Peer, message: Heartbeat) -> None:
-        self._opt_in(peer)
+        """Any message shows the peer is alive; this one says nothing else."""
 
     def _on_disconnect(self, peer: Peer, message: Disconnect) -> None:
         """eMQP: answer KBAI, send no more work, let the peer finish (ack) what it holds."""
-        self._opt_in(peer)
         peer.closing = True
         for window in list(peer.windows.values()):
             window.limit = 0
@@ -317,15 +324,15 @@ class Core:
         """Goodbye: whatever the peer still holds goes back to the head of its queue."""
         self.peers.pop(peer.id, None)
         self._release_all(peer)
-        peer.extensions = False
+        peer.forgotten = True
 
     def _on_admin(self, peer: Peer, message: Admin) -> None:
-        self._opt_in(peer)
+        """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""
         try:
             result = run_admin(self, message.options)
         except ValueError as exc:
-            self._refuse(peer, ErrorCode.INVALID_VALUE, str(exc))
-            return
+            self.counters["errors"] += 1
+            result = {"error": {"code": int(ErrorCode.INVALID_VALUE), "reason": str(exc)}}
         self._reply(peer, AdminReply(result))
 
     # ----------------------------------------------------------------- internals
@@ -456,10 +463,12 @@ class Core:
             self.counters["expired"] += 1
             queue.compact()
 
-    def _bury(self, queue: Queue, record: Record, reason: str) -> None:
+    def _bury(self, queue: Queue, record: Record, reason: str, in_flight: bool = False) -> None:
+        """Move a record to the dead-letter store; the entry counts the deliveries made."""
         record.state = GONE
+        delivered = record.deliveries if in_flight else record.deliveries - 1
         queue.add_dead(
-            DeadLetterEntry(record.id, record.content, reason, record.deliveries, self.clock.wall())
+            DeadLetterEntry(record.id, record.content, reason, delivered, self.clock.wall())
         )
         self.counters["dead_lettered"] += 1
 

@@ -35,7 +35,7 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.core = Core(config, self.clock)
+        self.core = Core(config, self.clock, ttl_form_default=config.dialect == "ttl")
         self._stop_requests = 0
         self._context = zmq.Context()
         self.router = self._context.socket(zmq.ROUTER)

@@ -43,6 +43,8 @@ class Record:
 
 
 class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
+    """A message taken out of circulation; `deliveries` is how often it was dispatched."""
+
     id: str
     content: bytes
     reason: str

@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 
 from protocol import (
+    DEFAULT_MAX_CONTENT_BYTES,
     Admin,
     AdminReply,
     Consume,
@@ -48,6 +49,9 @@ MAX_BUFFERED_OUT = 512
 #: Messages packed into one frame by send_many, and the frame size that closes a batch early.
 BATCH_MESSAGES = 512
 BATCH_BYTES = 256 * 1024
+#: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
+#: The broker answers KBAI, which also proves it read everything sent before.
+_GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
 
 
 class ClientError(Exception):
@@ -115,12 +119,13 @@ class Client:
         self._queue_packets: dict[str, bytes] = {}
         self._out: list[bytes] = []
         self._inbox: deque[ReceivedMessage] = deque()
-        self._admin_replies: deque[AdminReply | Error] = deque()
+        self._admin_replies: deque[AdminReply] = deque()
         self._windows: dict[str, int] = {}
         self._kbai = False
-        self._admin_waiting = False
         self.closed = False
         self.broker_info: dict[str, Any] = {}
+        #: The broker's own limit once its HELLO answer arrives: it never sends more.
+        self._max_content_bytes = DEFAULT_MAX_CONTENT_BYTES
         self.errors: deque[Error] = deque(maxlen=1000)
         #: HELLO rides in front of the first frame, so constructing a client never blocks.
         self._greeting: bytes | None = encode(Hello({"name": name, "role": "client"}))
@@ -199,51 +204,58 @@ class Client:
         """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
 
         Raises:
-            BrokerRefused: the broker answered with an ERROR.
+            BrokerRefused: the broker refused the command (bad command or options).
             ClientError: no answer within `timeout` seconds.
         """
         self._send_frame(encode(Admin({"command": command, **options})))
         deadline = time.monotonic() + timeout
-        self._admin_waiting = True
-        try:
-            while not self._admin_replies:
-                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-                if not self._socket.poll(wait_ms):
-                    raise ClientError(
-                        f"no answer from the broker at {self.address} within {timeout}s"
-                        " (is it running?)"
-                    )
-                self._read_available()
-        finally:
-            self._admin_waiting = False
-        reply = self._admin_replies.popleft()
-        if isinstance(reply, Error):
-            raise BrokerRefused(reply)
-        return reply.options
+        while not self._admin_replies:
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            if not self._socket.poll(wait_ms):
+                raise ClientError(
+                    f"no answer from the broker at {self.address} within {timeout}s"
+                    " (is it running?)"
+                )
+            self._read_available()
+        result = self._admin_replies.popleft().options
+        refusal = result.get("error")
+        if isinstance(refusal, dict):
+            raise BrokerRefused(Error(int(refusal.get("code", 0)), str(refusal.get("reason"))))
+        return result
 
     # ------------------------------------------------------------------ closing
 
     def close(self) -> None:
-        """Flush, tell the broker goodbye, and close. Messages received but not settled go back
-        to the head of their queue (with delivery count +1)."""
+        """Flush, say goodbye, wait for the broker's answer, and close.
+
+        Messages received but not settled go back to the head of their queue (with delivery
+        count +1). The wait matters: a ROUTER discards frames it has not read yet when the
+        sender's connection closes, so without it the last sends could be lost. The broker's
+        KBAI answer proves it has read every frame sent before it.
+        """
         if self.closed:
             return
         self.closed = True
         try:
-            self.flush()
-            if self._windows:
-                self._send_frame(encode(Disconnect()))
-                deadline = time.monotonic() + min(self.close_timeout, 1.0)
-                while not self._kbai and self._socket.poll(
-                    max(0, int((deadline - time.monotonic()) * 1000))
-                ):
-                    self._read_available()
-            self._send_frame(encode(Kbai()))
+            if self._greeting is None:  # something was sent: make sure it all arrived
+                self._out.append(_GOODBYE)
+                self.flush()
+                self._await_kbai()
         except ClientError as exc:
             log.warning("closing %s: %s", self.address, exc)
         finally:
-            # Linger so that frames already handed to the socket still reach the broker.
             self._socket.close(linger=int(self.close_timeout * 1000))
+
+    def _await_kbai(self) -> None:
+        deadline = time.monotonic() + self.close_timeout
+        while not self._kbai:
+            wait_ms = int((deadline - time.monotonic()) * 1000)
+            if wait_ms <= 0 or not self._socket.poll(wait_ms):
+                raise ClientError(
+                    f"the broker did not answer goodbye within {self.close_timeout}s:"
+                    " messages sent just before closing may not have arrived"
+                )
+            self._read_available()
 
     def __enter__(self) -> Client:
         return self
@@ -283,7 +295,7 @@ class Client:
                 frame = self._socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            messages, error = decode_frame(frame)
+            messages, error = decode_frame(frame, self._max_content_bytes)
             for message in messages:
                 if type(message) is Dispatch:
                     self._inbox.append(ReceivedMessage(self, message))
@@ -294,16 +306,15 @@ class Client:
 
     def _on_control(self, message: object) -> None:
         if isinstance(message, Error):
-            # An admin command's refusal names no message; while one is awaited, that is it.
-            if self._admin_waiting and message.message_id is None:
-                self._admin_replies.append(message)
-                return
             self.errors.append(message)
             log.warning("broker error %d: %s", message.code, message.reason)
         elif isinstance(message, AdminReply):
             self._admin_replies.append(message)
         elif isinstance(message, Hello):
             self.broker_info = message.options
+            limit = message.options.get("max_content_bytes")
+            if type(limit) is int and limit > 0:
+                self._max_content_bytes = limit
         elif isinstance(message, Kbai):
             self._kbai = True
         elif isinstance(message, Disconnect):

@@ -1,0 +1,275 @@
+"""The ZeroMQ shell: a real broker process on loopback, real DEALER sockets."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import protocol as p
+from harness import BrokerProcess, errors, nothing_received, raw_dealer, recv_messages
+from workers.client import BrokerRefused, Client, ClientError
+
+#: The stock php-mq client's pre-TTL 001 (reference TV-B).
+STOCK_SEND = (
+    b"H0100102P0100000000000000000000000000003Foo"  # header, queue packet
+    b"P0200000000000000000000000000011Hello World"  # content packet
+)
+
+
+def test_messages_move_from_a_producer_to_a_consumer(broker: BrokerProcess) -> None:
+    with broker.client() as producer:
+        producer.send("emails", b"hello", ttl=3600)
+        producer.send("emails", "world")
+    with broker.client() as consumer:
+        got = []
+        for message in consumer.consume("emails", window=10, timeout=5):
+            got.append(message)
+            message.ack()
+            if len(got) == 2:
+                break
+    assert [m.content for m in got] == [b"hello", b"world"]
+    assert 3595 <= got[0].ttl <= 3600
+    assert got[1].ttl == 0
+    assert [m.delivery_count for m in got] == [1, 1]
+    stats = broker.stats()
+    assert stats["queues"]["emails"] == {
+        "ready": 0,
+        "in_flight": 0,
+        "consumers": 0,
+        "dead_letters": 0,
+    }
+    assert stats["counters"]["acked"] == 2
+
+
+def test_send_many_packs_frames_and_loses_nothing(broker: BrokerProcess) -> None:
+    contents = [b"%06d" % i for i in range(5000)]
+    with broker.client() as producer:
+        assert producer.send_many("bulk", contents) == 5000
+    received = []
+    with broker.client() as consumer:
+        for message in consumer.consume("bulk", window=500, timeout=5):
+            received.append(message.content)
+            message.ack()
+            if len(received) == len(contents):
+                break
+    assert received == contents
+    assert broker.stats()["queues"]["bulk"]["ready"] == 0
+
+
+def test_binary_content_survives_the_round_trip(broker: BrokerProcess) -> None:
+    content = bytes(range(256)) * 1000 + b"H0100102P01"
+    with broker.client() as client:
+        client.send("bin", content)
+        message = next(client.consume("bin", window=1, timeout=5))
+        assert message.content == content
+        message.ack()
+
+
+def test_unacked_messages_of_a_closed_consumer_go_to_another(broker: BrokerProcess) -> None:
+    with broker.client() as producer:
+        producer.send_many("jobs", [b"a", b"b", b"c"])
+    first = broker.client()
+    held = next(iter(first.consume("jobs", window=3, timeout=5)))
+    first.close()  # DISCONNECT, KBAI: the broker takes back what it held
+    with broker.client() as second:
+        got = []
+        for message in second.consume("jobs", window=10, timeout=5):
+            got.append(message)
+            message.ack()
+            if len(got) == 3:
+                break
+    assert [m.content for m in got] == [b"a", b"b", b"c"]
+    assert [m.delivery_count for m in got] == [2, 2, 2]
+    assert got[0].id == held.id
+
+
+def test_dead_letters_requeue_and_expiry_through_a_real_broker(broker: BrokerProcess) -> None:
+    with broker.client() as client:
+        client.send_many("work", [b"keep", b"poison"])
+        stream = client.consume("work", window=2, timeout=5)
+        keep, poison = next(stream), next(stream)
+        poison.dead_letter("bad input")
+        keep.requeue(ttl=60)
+        again = next(stream)
+        assert (again.id, again.delivery_count, again.content) == (keep.id, 2, b"keep")
+        again.ack()
+        client.flush()
+        listed = client.admin("dlq-list", queue="work")
+    assert [(e["id"], e["reason"]) for e in listed["entries"]] == [(poison.id, "bad input")]
+
+
+def test_a_stock_dealer_speaks_plain_phpmq(broker: BrokerProcess) -> None:
+    """No HELLO: pre-TTL 001 in, TTL-form 003 out (the ZeroMQ endpoint's default dialect)."""
+    with raw_dealer(broker.address) as sock:
+        sock.send(STOCK_SEND)
+        sock.send(b"H0100202P0100000000000000000000000000003FooP04000000000000000000000000000015")
+        [dispatch] = recv_messages(sock)
+        assert isinstance(dispatch, p.Dispatch)
+        assert (dispatch.queue, dispatch.content, dispatch.ttl) == ("Foo", b"Hello World", 0)
+        assert dispatch.delivery_count is None
+        sock.send(p.encode(p.Ack("Foo", dispatch.message_id)))
+        # An ack of something it does not hold gets no reply: stock peers get no ERROR.
+        sock.send(p.encode(p.Ack("Foo", "0" * 32)))
+        assert nothing_received(sock)
+    stats = broker.stats()
+    assert stats["counters"]["acked"] == 1
+    assert stats["counters"]["errors"] == 1
+
+
+def test_bad_bytes_get_an_error_and_do_not_disturb_other_clients(broker: BrokerProcess) -> None:
+    with broker.client() as good, raw_dealer(broker.address) as bad:
+        bad.send(p.encode(p.Hello({"name": "bad"})))
+        assert isinstance(recv_messages(bad)[0], p.Hello)
+        vectors = [
+            b"X0100202",
+            b"H0200202P0100000000000000000000000000003Foo",
+            b"H0100799",
+            b"H0100203P0100000000000000000000000000003FooP04000000000000000000000000000015",
+            b"H0100202P01000000000000000000000000000000003Foo",
+            b"\x00" * 100,
+            b"",
+        ]
+        for vector in vectors:
+            bad.send(vector)
+            [error] = errors(recv_messages(bad))
+            assert error.code in (400, 405, 505), error
+        bad.send_multipart([b"", b"H0100202"])  # REQ-style envelope: not our framing
+        assert errors(recv_messages(bad))
+        good.send("ok", b"still here")
+        message = next(good.consume("ok", window=1, timeout=5))
+        assert message.content == b"still here"
+        message.ack()
+    assert broker.process.poll() is None
+
+
+def test_refusals_reach_a_python_client_as_errors(broker: BrokerProcess) -> None:
+    with broker.client() as client:
+        with pytest.raises(BrokerRefused, match="422 unknown admin command"):
+            client.admin("explode")
+        client.send("bad queue name", b"x")
+        deadline_messages = list(client.consume("ok", window=1, timeout=0.5))
+        assert deadline_messages == []
+        assert any(e.code == 422 and "whitespace" in e.reason for e in client.errors)
+
+
+def test_a_consumer_that_vanishes_without_goodbye_is_noticed_on_send(
+    broker: BrokerProcess,
+) -> None:
+    """ROUTER_MANDATORY: a send to a peer whose connection is gone releases its messages."""
+    with raw_dealer(broker.address, identity=b"ghost") as sock:
+        sock.send(p.encode(p.Consume("ghostq", 5)))
+    # The ghost's socket is closed; its window remains until a send fails.
+    with broker.client() as producer:
+        producer.send_many("ghostq", [b"1", b"2"])
+    with broker.client() as consumer:
+        got = []
+        for message in consumer.consume("ghostq", window=5, timeout=5):
+            got.append(message.content)
+            message.ack()
+            if len(got) == 2:
+                break
+    assert sorted(got) == [b"1", b"2"]
+
+
+def test_sigterm_drains_waits_for_acks_then_exits(broker: BrokerProcess) -> None:
+    with broker.client() as producer:
+        producer.send_many("drain", [b"held", b"ready"])
+    consumer = broker.client()
+    held = next(iter(consumer.consume("drain", window=1, timeout=5)))
+    broker.signal(signal.SIGTERM)
+    broker.wait_draining()
+    # While draining: sends are refused, acks are taken.
+    with broker.client() as late:
+        late.send("drain", b"refused")
+        assert list(late.consume("nothing", window=1, timeout=0.5)) == []
+        assert any(e.code == 503 for e in late.errors)
+    held.ack()
+    consumer.flush()
+    assert broker.wait(10) == 0
+    consumer.close()
+    log = broker.log()
+    assert "stopping: no new sends" in log
+    assert "exiting with 1 ready and 0 unacked messages in memory: they are lost" in log
+
+
+def test_second_signal_exits_at_once(tmp_path) -> None:
+    broker = BrokerProcess(tmp_path / "b.log", "--grace-seconds", "60")
+    try:
+        consumer = broker.client()
+        with broker.client() as producer:
+            producer.send("q", b"x")
+        next(iter(consumer.consume("q", window=1, timeout=5)))  # held: the drain would wait
+        broker.signal(signal.SIGTERM)
+        broker.signal(signal.SIGINT)
+        assert broker.wait(10) == 0
+        assert "second stop signal" in broker.log()
+        consumer.close()
+    finally:
+        broker.stop()
+
+
+def test_broker_refuses_to_start_on_a_taken_address(broker: BrokerProcess) -> None:
+    second = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "broker", "--bind", broker.address],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    assert f"cannot bind {broker.address}" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+
+
+def test_send_without_a_broker_raises_instead_of_losing(tmp_path) -> None:
+    from harness import free_port
+
+    address = f"tcp://127.0.0.1:{free_port()}"
+    with (
+        Client(address, send_timeout=0.3, close_timeout=0.1) as client,
+        pytest.raises(ClientError, match="did not take the message"),
+    ):
+        client.send("q", b"x")
+
+
+def test_many_producers_at_once_lose_nothing(broker: BrokerProcess) -> None:
+    per_thread = 2000
+
+    def produce(index: int) -> None:
+        with broker.client() as client:
+            client.send_many("multi", [b"%d-%d" % (index, i) for i in range(per_thread)])
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    seen = set()
+    with broker.client() as consumer:
+        for message in consumer.consume("multi", window=1000, timeout=5):
+            seen.add(message.content)
+            message.ack()
+            if len(seen) == 4 * per_thread:
+                break
+    assert len(seen) == 4 * per_thread
+    assert broker.stats()["counters"]["received"] == 4 * per_thread
+
+
+def test_router_socket_is_mandatory_and_bounded(broker: BrokerProcess) -> None:
+    """A DEALER that never reads gets at most its window; the broker keeps serving others."""
+    with broker.client() as producer:
+        producer.send_many("flood", [b"x" * 100] * 3000)
+    with raw_dealer(broker.address) as lazy:
+        lazy.rcvhwm = 1
+        lazy.send(p.encode(p.Consume("flood", 1000)))
+        with broker.client() as other:
+            other.send("side", b"y")
+            message = next(other.consume("side", window=1, timeout=5))
+            assert message.content == b"y"
+            message.ack()
+        stats = broker.stats()["queues"]["flood"]
+        assert stats["in_flight"] == 1000
+        assert stats["ready"] == 2000
