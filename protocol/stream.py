@@ -17,7 +17,13 @@ from protocol.reader import decode_message
 class StreamDecoder:
     def __init__(self, max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES) -> None:
         self.max_content_bytes = max_content_bytes
-        self._buffer = bytearray()
+        #: The bytes decoded from, and the offset of the first unread one. Messages are decoded
+        #: in place (no copy per message), so draining N buffered messages is O(total bytes).
+        self._data = b""
+        self._offset = 0
+        #: Chunks received since `_data` was built; joined to it once, at the next decode.
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         #: Bytes that must be buffered before another decode attempt can make progress.
         self._needed = 1
         self._eof = False
@@ -25,13 +31,14 @@ class StreamDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return len(self._data) - self._offset + self._pending_bytes
 
     def receive_data(self, data: bytes) -> None:
         if self._eof:
             raise RemoteProtocolError("data received after end of stream")
         if data:
-            self._buffer += data
+            self._pending.append(bytes(data))
+            self._pending_bytes += len(data)
         else:
             self._eof = True
 
@@ -43,24 +50,34 @@ class StreamDecoder:
         """
         if self._error is not None:
             raise self._error
-        if len(self._buffer) < self._needed:
+        if self.buffered < self._needed:
             return self._at_shortage()
+        if self._pending:
+            # One copy per batch of received chunks (the unread tail plus the new chunks).
+            self._data = b"".join([self._data[self._offset :], *self._pending])
+            self._offset = 0
+            self._pending.clear()
+            self._pending_bytes = 0
         try:
-            message, end = decode_message(bytes(self._buffer), 0, self.max_content_bytes)
+            message, end = decode_message(self._data, self._offset, self.max_content_bytes)
         except TruncatedError as exc:
             self._needed = exc.needed
             return self._at_shortage()
         except RemoteProtocolError as exc:
             self._error = exc
             raise
-        del self._buffer[:end]
+        if end == len(self._data):
+            self._data = b""
+            self._offset = 0
+        else:
+            self._offset = end
         self._needed = 1
         return message
 
     def _at_shortage(self) -> None:
-        if self._eof and self._buffer:
+        if self._eof and self.buffered:
             self._error = RemoteProtocolError(
-                f"stream ended inside a message ({len(self._buffer)} bytes unread)"
+                f"stream ended inside a message ({self.buffered} bytes unread)"
             )
             raise self._error
         return None

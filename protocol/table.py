@@ -102,8 +102,12 @@ _json_object = msgspec.json.Decoder(dict[str, Any])
 def _options(raw: bytes) -> dict[str, Any]:
     try:
         return _json_object.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        # msgspec reports invalid UTF-8 inside a JSON string as a bare UnicodeDecodeError.
         raise RemoteProtocolError(f"options packet is not a JSON object: {exc}") from None
+    except RecursionError:
+        # msgspec recurses per nesting level: ~1000 `[` would otherwise escape the decoders.
+        raise RemoteProtocolError("options packet is nested too deeply") from None
 
 
 #: How a packet's raw bytes become a field value; None keeps the bytes as they are.

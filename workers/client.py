@@ -280,8 +280,9 @@ class Client:
             self._greeting = None
         except zmq.Again:
             raise ClientError(
-                f"broker at {self.address} did not take the message in time"
-                " (not running, or not keeping up)"
+                f"could not hand the message to the broker at {self.address} within"
+                f" {self._socket.sndtimeo / 1000:g}s: it is not running, not reachable,"
+                " or not keeping up"
             ) from None
 
     def _buffer_out(self, data: bytes) -> None:

@@ -1,0 +1,118 @@
+"""The `phpmq` command line, run as a subprocess against a real broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from harness import REPO, BrokerProcess, free_port
+
+
+def phpmq(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "broker.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+def test_send_consume_and_stats(broker: BrokerProcess) -> None:
+    address = ["--broker", broker.address]
+    sent = phpmq("send", *address, "emails", "hello")
+    assert sent.returncode == 0, sent.stderr
+    assert "sent 1 message to emails" in sent.stderr
+    lines = phpmq("send", *address, "emails", "--lines", "--ttl", "60", stdin="one\ntwo\n")
+    assert "sent 2 messages" in lines.stderr
+    stats = json.loads(phpmq("stats", *address, "--json").stdout)
+    assert stats["queues"]["emails"]["ready"] == 3
+    got = phpmq("consume", *address, "emails", "--count", "3", "--json")
+    assert got.returncode == 0, got.stderr
+    rows = [json.loads(line) for line in got.stdout.splitlines()]
+    assert [r["content"] for r in rows] == ["hello", "one", "two"]
+    assert rows[0]["ttl"] == 0 and 55 <= rows[1]["ttl"] <= 60
+    assert all(len(r["id"]) == 32 for r in rows)
+    table = phpmq("stats", *address)
+    assert "emails" in table.stdout and "dead letters" in table.stdout
+    assert json.loads(phpmq("stats", *address, "--json").stdout)["queues"]["emails"] == {
+        "ready": 0,
+        "in_flight": 0,
+        "consumers": 0,
+        "dead_letters": 0,
+    }
+
+
+def test_consume_no_ack_leaves_messages_for_the_next_consumer(broker: BrokerProcess) -> None:
+    address = ["--broker", broker.address]
+    phpmq("send", *address, "q", "-", stdin="from stdin")
+    first = phpmq("consume", *address, "q", "--no-ack")
+    assert first.stdout.strip() == "from stdin"
+    again = phpmq("consume", *address, "q", "--json")
+    assert json.loads(again.stdout)["delivery_count"] == 2
+
+
+def test_consume_timeout_reports_how_many_arrived(broker: BrokerProcess) -> None:
+    result = phpmq("consume", "--broker", broker.address, "empty", "-n", "2", "--timeout", "0.3")
+    assert result.returncode == 0
+    assert "got 0 of 2 messages before the timeout" in result.stderr
+
+
+def test_dlq_list_replay_and_purge(broker: BrokerProcess) -> None:
+    address = ["--broker", broker.address]
+    with broker.client() as client:
+        client.send_many("work", [b"bad-1", b"bad-2"])
+        stream = client.consume("work", window=2, timeout=5)
+        for _ in range(2):
+            next(stream).dead_letter("cannot parse")
+    listed = phpmq("dlq", "list", *address, "work")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("cannot parse") == 2
+    assert "bad-1" in listed.stdout
+    assert "2 dead letters in work" in listed.stderr
+    replay = phpmq("dlq", "replay", *address, "work")
+    assert "replayed 2 dead letters into work" in replay.stdout
+    assert json.loads(phpmq("stats", *address, "--json").stdout)["queues"]["work"]["ready"] == 2
+    with broker.client() as client:
+        next(client.consume("work", window=1, timeout=5)).dead_letter("again")
+    purge = phpmq("dlq", "purge", *address, "work")
+    assert "purged 1 dead letters from work" in purge.stdout
+
+
+def test_dlq_of_an_unknown_queue_fails_with_one_line(broker: BrokerProcess) -> None:
+    result = phpmq("dlq", "list", "--broker", broker.address, "nope")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "phpmq: no queue named 'nope'"
+
+
+def test_commands_without_a_broker_fail_with_one_clear_line() -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"
+    result = phpmq("stats", "--broker", address)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "could not hand the message to the broker" in result.stderr
+    sent = phpmq("send", "--broker", address, "q", "x")
+    assert sent.returncode == 1
+    assert "could not hand the message to the broker" in sent.stderr
+
+
+def test_bad_configuration_is_refused_with_one_line(tmp_path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text('bind = "tcp://127.0.0.1:1"\nno_such_setting = 1\n')
+    result = phpmq("broker", "--config", str(config))
+    assert result.returncode == 1
+    assert "no_such_setting" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = phpmq("broker", "--max-window", "0", "--bind", f"tcp://127.0.0.1:{free_port()}")
+    assert result.returncode == 1
+    assert "max_window must be positive" in result.stderr
+
+
+def test_help_explains_every_command() -> None:
+    top = phpmq("--help")
+    for command in ("broker", "send", "consume", "stats", "dlq", "bench"):
+        assert command in top.stdout
+    broker_help = phpmq("broker", "--help").stdout
+    assert "--config" in broker_help and "PHPMQ_" in broker_help and "--dialect" in broker_help

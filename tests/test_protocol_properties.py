@@ -1,0 +1,338 @@
+"""Property tests of the codec: round trips, robustness on arbitrary and mutated bytes, and
+packet-order independence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol import (
+    Ack,
+    Admin,
+    AdminReply,
+    Consume,
+    DeadLetter,
+    Disconnect,
+    Dispatch,
+    Error,
+    Heartbeat,
+    Hello,
+    Kbai,
+    Message,
+    ProtocolError,
+    RemoteProtocolError,
+    Requeue,
+    Send,
+    TruncatedError,
+    decode_frame,
+    decode_message,
+    encode,
+    encode_ack,
+    encode_all,
+    encode_dispatch,
+    encode_send,
+    queue_packet,
+)
+
+FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+
+#: Any text that encodes to UTF-8 (hypothesis leaves out lone surrogates by default).
+texts = st.text(max_size=40)
+integers = st.integers(min_value=0, max_value=10**18 - 1)
+optional_integers = st.none() | integers
+
+_SAMPLE_WIRE = [
+    b"H0100102",
+    b"H0100304",
+    b"P0200000000000000000000000000011",
+    b"H0100402P0100000000000000000000000000003Foo",
+    b"\x00",
+    b"\xff\xd8\xff\xe0",
+]
+#: Binary content, sometimes with message and packet headers inside it.
+contents = st.binary(max_size=200) | st.builds(
+    lambda before, inside, after: before + inside + after,
+    st.binary(max_size=20),
+    st.sampled_from(_SAMPLE_WIRE),
+    st.binary(max_size=20),
+)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4),
+    max_leaves=12,
+)
+options = st.dictionaries(texts, json_values, max_size=5)
+
+sends = st.builds(Send, texts, contents, optional_integers)
+consumes = st.builds(Consume, texts, integers)
+dispatches = st.builds(Dispatch, texts, contents, texts, optional_integers, optional_integers)
+acks = st.builds(Ack, texts, texts)
+requeues = st.builds(Requeue, texts, texts, integers)
+dead_letters = st.builds(DeadLetter, texts, texts, st.none() | texts)
+errors = st.builds(Error, integers, texts, st.none() | texts, st.none() | texts)
+hellos = st.builds(Hello, options)
+admins = st.builds(Admin, options)
+admin_replies = st.builds(AdminReply, options)
+disconnects = st.builds(Disconnect, st.none() | texts)
+messages = st.one_of(
+    sends,
+    consumes,
+    dispatches,
+    acks,
+    requeues,
+    dead_letters,
+    errors,
+    hellos,
+    st.just(Heartbeat()),
+    disconnects,
+    st.just(Kbai()),
+    admins,
+    admin_replies,
+)
+
+
+def split_packets(wire: bytes) -> tuple[bytes, list[bytes]]:
+    """A message's 8-byte header and its packets (header and content each)."""
+    packets = []
+    p = 8
+    while p < len(wire):
+        length = int(wire[p + 3 : p + 32])
+        packets.append(wire[p : p + 32 + length])
+        p += 32 + length
+    assert p == len(wire)
+    return wire[:8], packets
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) Round trips
+
+
+@FAST
+@given(messages)
+def test_round_trip(message: Message) -> None:
+    wire = encode(message)
+    decoded, end = decode_message(wire)
+    assert type(decoded) is type(message)
+    assert decoded == message
+    assert end == len(wire)
+    assert encode(decoded) == wire
+
+
+@FAST
+@given(messages, st.binary(max_size=30))
+def test_round_trip_at_an_offset(message: Message, prefix: bytes) -> None:
+    wire = encode(message)
+    assert decode_message(prefix + wire + b"trailing", len(prefix)) == (
+        message,
+        len(prefix) + len(wire),
+    )
+
+
+@FAST
+@given(st.lists(messages, min_size=1, max_size=8))
+def test_frame_round_trip(batch: list[Message]) -> None:
+    frame = encode_all(batch)
+    assert frame == b"".join(encode(m) for m in batch)
+    assert decode_frame(frame) == (batch, None)
+
+
+@FAST
+@given(messages)
+def test_header_count_is_the_number_of_packets(message: Message) -> None:
+    wire = encode(message)
+    header, packets = split_packets(wire)
+    assert int(header[6:8]) == len(packets)
+    assert int(header[3:6]) == message.TYPE
+
+
+@FAST
+@given(messages, st.data())
+def test_every_strict_prefix_is_truncated(message: Message, data: st.DataObject) -> None:
+    wire = encode(message)
+    cut = data.draw(st.integers(min_value=0, max_value=len(wire) - 1))
+    with pytest.raises(TruncatedError) as info:
+        decode_message(wire[:cut])
+    assert cut < info.value.needed <= len(wire)
+    # Given `needed` bytes, the decoder makes progress: it completes or wants more again.
+    try:
+        decode_message(wire[: info.value.needed])
+    except TruncatedError as exc:
+        assert exc.needed > info.value.needed
+
+
+@FAST
+@given(texts, contents, optional_integers)
+def test_encode_send_matches_encode(queue: str, content: bytes, ttl: int | None) -> None:
+    assert encode_send(queue_packet(queue), content, ttl) == encode(Send(queue, content, ttl))
+
+
+@FAST
+@given(texts, contents, texts, optional_integers, optional_integers)
+def test_encode_dispatch_matches_encode(
+    queue: str, content: bytes, message_id: str, ttl: int | None, delivery_count: int | None
+) -> None:
+    if ttl is None:
+        # The hot path writes the pre-TTL form for stock peers, which take no extension.
+        delivery_count = None
+    message = Dispatch(queue, content, message_id, ttl, delivery_count)
+    fast = encode_dispatch(queue_packet(queue), content, message_id, ttl, delivery_count)
+    assert fast == encode(message)
+
+
+@FAST
+@given(texts, texts)
+def test_encode_ack_matches_encode(queue: str, message_id: str) -> None:
+    assert encode_ack(queue_packet(queue), message_id) == encode(Ack(queue, message_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) Arbitrary and mutated bytes
+
+_HEADERS = [
+    b"H0100102",
+    b"H0100103",
+    b"H0100202",
+    b"H0100303",
+    b"H0100304",
+    b"H0100305",
+    b"H0100402",
+    b"H0100503",
+    b"H0100602",
+    b"H0100603",
+    b"H0110002",
+    b"H0110101",
+    b"H0110200",
+    b"H0110301",
+    b"H0110400",
+    b"H0111001",
+    b"H0111101",
+]
+
+
+@st.composite
+def packetish(draw: st.DrawFn) -> bytes:
+    """Bytes shaped like a message: a valid header, then packets of any type whose lengths
+    sometimes lie, then maybe junk."""
+    out = draw(st.sampled_from(_HEADERS))
+    for _ in range(draw(st.integers(min_value=0, max_value=6))):
+        content = draw(st.binary(max_size=30) | st.sampled_from([b"5", b"{}", b'{"a":[1]}']))
+        length = len(content) + draw(st.sampled_from([0, 0, 0, -1, 1, 10**6]))
+        packet_type = draw(st.sampled_from([1, 2, 3, 4, 5, 10, 11, 12, 13]) | st.integers(0, 99))
+        out += b"P%02d%029d" % (packet_type, max(length, 0)) + content
+    return out + draw(st.binary(max_size=10))
+
+
+arbitrary_bytes = (
+    st.binary(max_size=400)
+    | packetish()
+    | st.builds(bytes.__add__, messages.map(encode), st.binary(max_size=50))
+)
+
+
+def _check_frame(data: bytes) -> None:
+    decoded, error = decode_frame(data)
+    assert isinstance(decoded, list)
+    assert error is None or isinstance(error, RemoteProtocolError)
+    assert not isinstance(error, TruncatedError)
+    if error is None:
+        # A frame accepted whole re-encodes (canonically) to a frame that decodes the same.
+        assert decoded
+        assert decode_frame(encode_all(decoded)) == (decoded, None)
+    else:
+        assert error.reason
+
+
+def _check_message(data: bytes) -> None:
+    try:
+        message, end = decode_message(data)
+    except RemoteProtocolError as exc:
+        assert exc.reason
+        if isinstance(exc, TruncatedError):
+            assert exc.needed > len(data)
+    else:
+        assert 8 <= end <= len(data)
+        assert decode_message(encode(message))[0] == message
+
+
+@FAST
+@given(arbitrary_bytes)
+def test_decode_frame_never_raises(data: bytes) -> None:
+    _check_frame(data)
+
+
+@FAST
+@given(arbitrary_bytes)
+def test_decode_message_raises_only_protocol_errors(data: bytes) -> None:
+    _check_message(data)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    wire = encode(draw(messages))
+    index = draw(st.integers(min_value=0, max_value=len(wire) - 1))
+    operation = draw(st.sampled_from(["flip", "insert", "delete"]))
+    if operation == "flip":
+        mask = draw(st.integers(min_value=1, max_value=255))
+        return wire[:index] + bytes([wire[index] ^ mask]) + wire[index + 1 :]
+    if operation == "insert":
+        return wire[:index] + bytes([draw(st.integers(0, 255))]) + wire[index:]
+    return wire[:index] + wire[index + 1 :]
+
+
+@FAST
+@given(mutated())
+def test_mutated_encoding_raises_only_protocol_errors(data: bytes) -> None:
+    _check_message(data)
+    _check_frame(data)
+
+
+def test_mutation_sanity_a_flipped_marker_is_an_error() -> None:
+    # Guards the mutation test against a decoder that accepts everything.
+    wire = encode(Ack("Foo", "id"))
+    with pytest.raises(ProtocolError):
+        decode_message(b"h" + wire[1:])
+    with pytest.raises(ProtocolError):
+        decode_message(wire[:8] + b"p" + wire[9:])
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) Packet order is free on input
+
+
+@FAST
+@given(messages, st.data())
+def test_permuted_packets_decode_to_the_same_message(message: Message, data: st.DataObject):
+    header, packets = split_packets(encode(message))
+    permuted = data.draw(st.permutations(packets))
+    wire = header + b"".join(permuted)
+    assert decode_message(wire) == (message, len(wire))
+    # ...and re-encode in the canonical order.
+    assert encode(decode_message(wire)[0]) == header + b"".join(packets)
+
+
+def test_reversed_dispatch_packets() -> None:
+    message = Dispatch("Foo", b"Hello World", "id", 3300, 2)
+    header, packets = split_packets(encode(message))
+    assert len(packets) == 5
+    assert decode_message(header + b"".join(reversed(packets)))[0] == message
+
+
+def _json_example() -> dict[str, Any]:
+    return {"a": [1, 2.5, None, True, {"b": "ü"}], "big": 2**64 - 1, "neg": -(2**63)}
+
+
+def test_options_json_round_trip_example() -> None:
+    for cls in (Hello, Admin, AdminReply):
+        message = cls(_json_example())
+        assert decode_message(encode(message))[0] == message
