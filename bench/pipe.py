@@ -120,8 +120,8 @@ def _relay(port: int, ready: Any) -> None:
             pending.clear()
         elif frame.startswith(b"H01004"):
             continue
-        elif frame.startswith(b"H0199999"):
-            return
+        elif frame.startswith(b"H01103"):  # a client's goodbye: answer it as the broker would
+            sock.send_multipart((peer, p.encode(p.Kbai())))
         elif consumer is None:
             pending.append(frame)
         else:

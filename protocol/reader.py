@@ -25,6 +25,10 @@ from protocol.messages import Message
 from protocol.table import DECODE_VALUE, SPECS, TypeSpec
 
 _PacketEntry = tuple[str, Callable[[bytes], Any] | None]
+#: The fast path reads lengths below 10**9 (1 GB): the first 20 of the 29 digits are zeros.
+_FAST_LENGTH_DIGITS = 9
+_ZEROS = b"0" * (PACKET_HEADER_BYTES - 3 - _FAST_LENGTH_DIGITS)
+_FAST_PREFIX_BYTES = PACKET_HEADER_BYTES - _FAST_LENGTH_DIGITS
 
 
 class _HeaderEntry:
@@ -39,9 +43,12 @@ class _HeaderEntry:
         }
         self.required = tuple(field for _, field in spec.fields[: len(spec.required)])
         #: The first `count` packets in table order, which is also the Struct's field order:
-        #: a message written that way decodes positionally, without a dict.
+        #: a message written that way decodes positionally, without a dict. Each is keyed by
+        #: its header's first 23 bytes (`P`, type, 20 zeros), so one `startswith` checks the
+        #: marker and type and leaves 9 digits to parse; longer contents take the general path.
         self.canonical = tuple(
-            (b"P%02d" % packet, DECODE_VALUE[packet]) for packet, _ in spec.fields[:count]
+            (b"P%02d%s" % (packet, _ZEROS), DECODE_VALUE[packet])
+            for packet, _ in spec.fields[:count]
         )
 
 
@@ -72,12 +79,12 @@ def decode_message(
     end_of_data = len(data)
     p = pos + MESSAGE_HEADER_BYTES
     values = []
-    for expected, convert in entry.canonical:
-        start = p + PACKET_HEADER_BYTES
-        if start > end_of_data or data[p : p + 3] != expected:
+    for prefix, convert in entry.canonical:
+        if not data.startswith(prefix, p):
             break
-        digits = data[p + 3 : start]
-        if not digits.isdigit():
+        start = p + PACKET_HEADER_BYTES
+        digits = data[p + _FAST_PREFIX_BYTES : start]
+        if not digits.isdigit():  # a short slice (input ends) is caught by `p > end` below
             break
         length = int(digits)
         if length > max_content_bytes:

