@@ -4,6 +4,7 @@ dict, and raises ValueError for a bad command (the core turns that into a 422 ER
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from broker.store import READY, Record
@@ -12,6 +13,8 @@ if TYPE_CHECKING:
     from broker.core import Core
 
 DEFAULT_LIST_LIMIT = 100
+#: JSON keys, ID, numbers and punctuation of one listed dead letter, rounded up.
+ENTRY_OVERHEAD_BYTES = 200
 
 
 def run_admin(core: Core, options: dict[str, Any]) -> dict[str, Any]:
@@ -56,21 +59,29 @@ def _dlq_list(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     limit = options.get("limit", DEFAULT_LIST_LIMIT)
     if type(limit) is not int or limit < 0:
         raise ValueError("'limit' must be a non-negative integer")
-    entries = list(queue.dead)[:limit]
+    # The reply is one packet: keep it under the broker's own packet limit (JSON carries the
+    # content as base64, 4/3 of its size), and say when the list was cut for that reason.
+    budget = core.config.max_content_bytes // 2
+    entries = []
+    for entry in itertools.islice(queue.dead, limit):
+        budget -= len(entry.content) * 4 // 3 + len(entry.reason) + ENTRY_OVERHEAD_BYTES
+        if budget < 0:
+            break
+        entries.append(
+            {
+                "id": entry.id,
+                "reason": entry.reason,
+                "deliveries": entry.deliveries,
+                "dead_at": entry.dead_at,
+                "content": entry.content,
+            }
+        )
     return {
         "queue": queue.name,
         "total": len(queue.dead),
         "dropped": queue.dead_dropped,
-        "entries": [
-            {
-                "id": e.id,
-                "reason": e.reason,
-                "deliveries": e.deliveries,
-                "dead_at": e.dead_at,
-                "content": e.content,
-            }
-            for e in entries
-        ],
+        "truncated": budget < 0,
+        "entries": entries,
     }
 
 

@@ -166,6 +166,8 @@ class Core:
             else:
                 handler(peer, message)
         if error is not None:
+            if peer.forgotten:
+                peer = self._peer(peer_id)
             self._refuse(peer, error.code, error.reason)
         if not (peer.windows or peer.extensions or peer.ttl_form != self.ttl_form_default):
             # Nothing to remember about a stock producer; forgetting it keeps memory flat

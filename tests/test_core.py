@@ -472,3 +472,15 @@ def test_dead_letter_entries_count_the_deliveries_made(core: CoreHarness) -> Non
 def test_extension_types_clients_may_not_send_still_opt_the_peer_in(core: CoreHarness) -> None:
     [error] = errors(core.send(OTHER, p.AdminReply({})))
     assert error.code == p.ErrorCode.UNSUPPORTED_TYPE
+
+
+def test_dlq_list_stays_under_the_packet_limit_and_says_it_was_cut() -> None:
+    core = CoreHarness(max_content_bytes=10_000)
+    core.send(PRODUCER, *[p.Send("big", b"x" * 2000, 1) for _ in range(10)])
+    core.advance(2)
+    core.turn()
+    listed = admin(core, "dlq-list", queue="big")
+    assert listed["total"] == 10
+    assert listed["truncated"] is True
+    assert 0 < len(listed["entries"]) < 10
+    assert len(p.encode(p.AdminReply(listed))) < 10_000

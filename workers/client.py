@@ -46,6 +46,8 @@ log = logging.getLogger("phpmq.client")
 DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
 #: Outgoing acks buffered before they are sent without waiting for the next receive.
 MAX_BUFFERED_OUT = 512
+#: Largest packet the client decodes from a broker that announced a smaller limit.
+TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
 #: Messages packed into one frame by send_many, and the frame size that closes a batch early.
 BATCH_MESSAGES = 512
 BATCH_BYTES = 256 * 1024
@@ -126,8 +128,9 @@ class Client:
         self._kbai = False
         self.closed = False
         self.broker_info: dict[str, Any] = {}
-        #: The broker's own limit once its HELLO answer arrives: it never sends more.
-        self._max_content_bytes = DEFAULT_MAX_CONTENT_BYTES
+        #: The broker is trusted: its packets are bounded by its own limit (it says which in
+        #: its HELLO answer), so the client only guards against nonsense lengths.
+        self._max_content_bytes = max(DEFAULT_MAX_CONTENT_BYTES, TRUSTED_PACKET_BYTES)
         self.errors: deque[Error] = deque(maxlen=1000)
         #: HELLO rides in front of the first frame, so constructing a client never blocks.
         self._greeting: bytes | None = encode(Hello({"name": name, "role": "client"}))
@@ -322,7 +325,7 @@ class Client:
         elif isinstance(message, Hello):
             self.broker_info = message.options
             limit = message.options.get("max_content_bytes")
-            if type(limit) is int and limit > 0:
+            if type(limit) is int and limit > self._max_content_bytes:
                 self._max_content_bytes = limit
         elif isinstance(message, Kbai):
             self._kbai = True
