@@ -18,6 +18,7 @@ import zmq
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig
 from broker.core import Core
+from protocol import RemoteProtocolError
 
 log = logging.getLogger("phpmq.broker")
 
@@ -25,6 +26,12 @@ log = logging.getLogger("phpmq.broker")
 MAX_POLL_MS = 250
 #: Poll timeout while libzmq refuses frames for a slow peer (its high-water mark is reached).
 BACKLOG_RETRY_MS = 5
+
+
+MULTIPART_ERROR = RemoteProtocolError(
+    "multipart ZeroMQ message: PHPMQ travels in single-part frames (a REQ socket adds an"
+    " empty delimiter part; use DEALER)"
+)
 
 
 class BrokerError(Exception):
@@ -131,7 +138,7 @@ class BrokerServer:
                 handle_frame(frames[0], frames[1])
             else:
                 # A REQ socket's empty delimiter or extra frames: not our framing.
-                self.core.handle_frame(frames[0], b"")
+                self.core.handle_messages(frames[0], [], MULTIPART_ERROR)
 
     def _send(self, outgoing: list[tuple[bytes, bytes]]) -> None:
         router = self.router
