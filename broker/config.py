@@ -21,6 +21,25 @@ class ConfigError(Exception):
     """Raised when a configuration source holds an unknown key or a bad value."""
 
 
+OVERFLOW_POLICIES = ("reject", "drop-oldest")
+
+
+class QueueSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Per-queue overrides of the broker-wide defaults (TOML: `[queues.NAME]`)."""
+
+    max_deliveries: int | None = None
+    max_length: int | None = None
+    overflow: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_deliveries", "max_length"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} cannot be negative")
+        if self.overflow is not None and self.overflow not in OVERFLOW_POLICIES:
+            raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
+
+
 class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Where the ROUTER socket binds. Loopback by default: opening to the LAN is a choice.
     bind: str = "tcp://127.0.0.1:5555"
@@ -46,6 +65,41 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     batch_frames: int = 2_000
     #: On SIGTERM/SIGINT: seconds to wait for outstanding acks before exiting.
     grace_seconds: float = 5.0
+
+    # Liveness (docs/protocol.md §6.2). A peer that says HELLO with a heartbeat interval is
+    # dead after interval x liveness of silence; the broker heartbeats it when otherwise idle.
+    #: Interval the broker offers when a HELLO asks for heartbeats without naming one.
+    heartbeat_ms: int = 1_000
+    #: Range a peer's requested interval is clamped to.
+    min_heartbeat_ms: int = 50
+    max_heartbeat_ms: int = 60_000
+    #: Missed intervals before a peer counts as dead, when its HELLO does not say (2-10).
+    liveness: int = 3
+    #: How long a peer that does not heartbeat (a stock PHPMQ client) may hold a message before
+    #: it goes back to its queue: the ack timeout (beanstalkd's TTR). 0 = forever.
+    lease_ms: int = 60_000
+    #: The same limit for every peer, heartbeating or not. 0 = none.
+    max_in_flight_ms: int = 0
+    #: A peer that does not heartbeat, holds nothing and has been quiet this long is forgotten.
+    idle_peer_seconds: float = 300.0
+
+    # Limits (each refusal is an ERROR to extension peers, a counted log line for stock ones).
+    #: Deliveries after which a message goes to the dead-letter store (`max-deliveries`);
+    #: RabbitMQ's quorum queues default to 20 too. 0 = no limit.
+    max_deliveries: int = 20
+    #: Ready messages per queue. 0 = no limit.
+    max_queue_length: int = 1_000_000
+    #: What a send to a full queue does: "reject" it (429) or "drop-oldest" into dead letters.
+    overflow: str = "reject"
+    #: Consumers (windows) per queue.
+    max_consumers: int = 1_000
+    #: Queues in the broker.
+    max_queues: int = 10_000
+    #: Frames waiting for one peer that does not read them; past this the peer counts as gone
+    #: (its messages go back to their queues) instead of growing the broker's memory.
+    max_backlog_frames: int = 1_000
+    #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
+    queues: dict[str, QueueSettings] = {}
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -57,14 +111,29 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "send_hwm",
             "receive_hwm",
             "batch_frames",
+            "heartbeat_ms",
+            "min_heartbeat_ms",
+            "max_heartbeat_ms",
+            "max_consumers",
+            "max_queues",
+            "max_backlog_frames",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.dialect not in DIALECTS:
             raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}")
-        if self.grace_seconds < 0:
-            raise ValueError("grace_seconds cannot be negative")
+        for name in ("lease_ms", "max_in_flight_ms", "max_deliveries", "max_queue_length"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} cannot be negative")
+        if self.grace_seconds < 0 or self.idle_peer_seconds < 0:
+            raise ValueError("grace_seconds and idle_peer_seconds cannot be negative")
+        if not 2 <= self.liveness <= 10:
+            raise ValueError("liveness must be between 2 and 10")
+        if not self.min_heartbeat_ms <= self.heartbeat_ms <= self.max_heartbeat_ms:
+            raise ValueError("heartbeat_ms must lie between min_heartbeat_ms and max_heartbeat_ms")
+        if self.overflow not in OVERFLOW_POLICIES:
+            raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
 
 
 FIELDS = BrokerConfig.__struct_fields__

@@ -20,7 +20,7 @@ from typing import Any
 
 from broker.admin import run_admin
 from broker.clock import Clock
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, QueueSettings
 from broker.store import (
     GONE,
     IN_FLIGHT,
@@ -32,6 +32,7 @@ from broker.store import (
     Record,
     Window,
 )
+from broker.timers import HEARTBEAT, LEASE, PEER_EXPIRY, Timers
 from protocol import (
     EXTENSION_TYPES,
     Ack,
@@ -58,6 +59,11 @@ from protocol import (
 log = logging.getLogger("phpmq.broker")
 
 BROKER_NAME = "phpmq-zmq"
+BROKER_VERSION = "0.1.0"
+NS_PER_MS = 1_000_000
+UNKNOWN_PEER_REASON = (
+    "unknown peer: say HELLO again and re-consume (the broker restarted or gave up on you)"
+)
 FIRST_EXTENSION_TYPE = min(EXTENSION_TYPES)
 #: 005 and 006 exist only in the README (TTL) dialect: a peer that sends them speaks it.
 TTL_DIALECT_ONLY_TYPES = frozenset((MessageType.REQUEUE, MessageType.DEAD_LETTER))
@@ -68,20 +74,48 @@ MAX_QUEUE_NAME_BYTES = 255
 class Peer:
     """A client as the core knows it, keyed by its ZeroMQ routing id."""
 
-    __slots__ = ("closing", "extensions", "forgotten", "id", "name", "ttl_form", "windows")
+    __slots__ = (
+        "closing",
+        "expiry_ns",
+        "extensions",
+        "forgotten",
+        "heartbeat_ns",
+        "hello",
+        "id",
+        "last_seen",
+        "last_sent",
+        "name",
+        "role",
+        "expiry_armed",
+        "heartbeat_armed",
+        "ttl_form",
+        "windows",
+    )
 
-    def __init__(self, peer_id: bytes, ttl_form: bool) -> None:
+    def __init__(self, peer_id: bytes, ttl_form: bool, now: int) -> None:
         self.id = peer_id
         #: Dispatch in the TTL (README) form; switched on by any TTL-form or extension message.
         self.ttl_form = ttl_form
         #: Spoke an extension type: gets ERROR replies and delivery counts.
         self.extensions = False
+        #: Said HELLO: the broker knows who it is (a HEARTBEAT without it gets DISCONNECT).
+        self.hello = False
         self.windows: dict[str, Window] = {}
         self.name = ""
+        self.role = ""
         #: Sent DISCONNECT: gets no new work, may still ack what it holds.
         self.closing = False
-        #: Said KBAI: its state is gone; a later message from the same id starts afresh.
+        #: Said KBAI or was declared gone: a later message from the same id starts afresh.
         self.forgotten = False
+        #: Agreed heartbeat interval, and the silence after which it is dead (0: no heartbeats).
+        self.heartbeat_ns = 0
+        self.expiry_ns = 0
+        #: Monotonic ns of the last frame from it, and of the last frame to it.
+        self.last_seen = now
+        self.last_sent = now
+        #: Whether its expiry check and its heartbeat timer are armed (each at most once).
+        self.expiry_armed = False
+        self.heartbeat_armed = False
 
 
 class Core:
@@ -110,10 +144,21 @@ class Core:
                 "dead_lettered",
                 "expired",
                 "redelivered",
+                "lease_expired",
+                "peers_expired",
+                "max_deliveries",
+                "overflowed",
                 "errors",
             ),
             0,
         )
+        self.timers = Timers()
+        self._heartbeats_due: list[Peer] = []
+        self._timer_handlers: dict[int, Callable[[int, Any], None]] = {
+            PEER_EXPIRY: self._on_peer_expiry_due,
+            HEARTBEAT: self._on_heartbeat_due,
+            LEASE: self._on_lease_due,
+        }
         self._outbox: dict[bytes, list[bytes]] = {}
         self._dirty: dict[Queue, None] = {}
         #: (expires_at, tiebreak, queue, record) for READY records with a TTL.
@@ -149,6 +194,7 @@ class Core:
         """Process messages decoded from one peer (and the error that ended its input, if any);
         for transports that decode themselves."""
         peer = self._peer(peer_id)
+        peer.last_seen = self.now  # any message counts as a heartbeat
         handlers = self._handlers
         for message in messages:
             if peer.forgotten:  # a KBAI earlier in the same frame
@@ -177,12 +223,14 @@ class Core:
     def _peer(self, peer_id: bytes) -> Peer:
         peer = self.peers.get(peer_id)
         if peer is None:
-            peer = self.peers[peer_id] = Peer(peer_id, self.ttl_form_default)
+            peer = self.peers[peer_id] = Peer(peer_id, self.ttl_form_default, self.now)
         return peer
 
     def end_turn(self) -> list[tuple[bytes, bytes]]:
-        """Expire, dispatch, and return what to send: one frame per peer."""
+        """Expire, run due timers, dispatch, and return what to send: one frame per peer."""
         self._expire_due()
+        if self.timers.next_deadline() is not None:
+            self._run_timers()
         if self._dirty and not self.draining:
             dirty = self._dirty
             self._dirty = {}
@@ -190,32 +238,53 @@ class Core:
                 self._dispatch(queue)
         else:
             self._dirty.clear()
+        if self._heartbeats_due:
+            self._send_due_heartbeats()
         outbox = self._outbox
         if not outbox:
             return []
         self._outbox = {}
-        return [(peer_id, b"".join(chunks)) for peer_id, chunks in outbox.items()]
+        now = self.now
+        peers = self.peers
+        frames = []
+        for peer_id, chunks in outbox.items():
+            peer = peers.get(peer_id)
+            if peer is not None:
+                peer.last_sent = now
+            frames.append((peer_id, b"".join(chunks)))
+        return frames
 
     def next_deadline(self) -> int | None:
         """Monotonic ns of the next thing the core must do on its own: now, if a queue is
-        waiting for a dispatch pass, else the next TTL expiry, else None."""
+        waiting for a dispatch pass, else the earliest TTL expiry or timer, else None."""
         if self._dirty and not self.draining:
             return self.now
+        deadlines = [d for d in (self.timers.next_deadline(), self._expiry_deadline()) if d]
+        return min(deadlines) if deadlines else None
+
+    def _expiry_deadline(self) -> int | None:
         return self._expiry[0][0] if self._expiry else None
 
-    def peer_gone(self, peer_id: bytes) -> None:
-        """The transport says this peer is gone: its held messages return to their queues."""
+    def peer_gone(self, peer_id: bytes) -> int:
+        """The peer is gone (transport error, silence): its held messages return to the head
+        of their queues. Returns how many."""
         peer = self.peers.pop(peer_id, None)
-        if peer is not None:
-            self._release_all(peer)
+        if peer is None:
+            return 0
+        peer.forgotten = True
+        return self._release_all(peer)
 
     def mark_dirty(self, queue: Queue) -> None:
         """Ask for a dispatch pass over `queue` at the end of this turn."""
         self._dirty[queue] = None
 
     def start_drain(self) -> None:
-        """Stop taking sends and dispatching; acks of held messages still work."""
+        """Stop taking sends and dispatching; acks of held messages still work. Every peer
+        that speaks extensions is told to go elsewhere or come back later."""
         self.draining = True
+        for peer in self.peers.values():
+            if peer.extensions:
+                self._reply(peer, Disconnect("broker shutting down: reconnect later"))
 
     @property
     def in_flight(self) -> int:
@@ -237,6 +306,12 @@ class Core:
             return
         queue = self._queue(peer, message.queue)
         if queue is None:
+            return
+        if (
+            queue.max_length
+            and queue.ready_count >= queue.max_length
+            and not self._make_room(peer, queue)
+        ):
             return
         ttl = message.ttl or 0
         record = Record(
@@ -267,8 +342,20 @@ class Core:
             return
         window = peer.windows.get(queue.name)
         if window is None:
+            if len(queue.windows) >= self.config.max_consumers:
+                self._refuse(
+                    peer,
+                    ErrorCode.LIMIT_REACHED,
+                    f"queue {queue.name!r} has the maximum of {self.config.max_consumers}"
+                    " consumers",
+                    None,
+                    queue.name,
+                )
+                return
             window = peer.windows[queue.name] = Window(peer, queue, count)
             queue.windows.append(window)
+        if message.lease_ms is not None:
+            window.lease_ms = message.lease_ms
         window.limit = 0 if peer.closing else count
         self._close_window_if_idle(window)
         self._dirty[queue] = None
@@ -283,13 +370,8 @@ class Core:
         record = self._take_held(peer, message.queue, message.message_id, "requeue")
         if record is None:
             return
-        queue = self.queues[message.queue]
         record.expires_at = self.now + message.ttl * NS_PER_SECOND if message.ttl else 0
-        record.deliveries += 1
-        record.state = READY
-        queue.ready.append(record)
-        if record.expires_at:
-            self._watch_expiry(queue, record)
+        self._return(self.queues[message.queue], record, to_head=False)
         self.counters["requeued"] += 1
 
     def _on_dead_letter(self, peer: Peer, message: DeadLetter) -> None:
@@ -298,21 +380,44 @@ class Core:
             self._bury(self.queues[message.queue], record, message.reason or "rejected", True)
 
     def _on_hello(self, peer: Peer, message: Hello) -> None:
-        name = message.options.get("name")
-        peer.name = name if isinstance(name, str) else ""
+        """Agree on heartbeats (docs/protocol.md §6.2) and answer with the broker's terms."""
+        options = message.options
+        config = self.config
+        peer.hello = True
+        peer.name = _text_option(options, "name")
+        peer.role = _text_option(options, "role")
+        heartbeat_ms = options.get("heartbeat_ms")
+        liveness = 0
+        if type(heartbeat_ms) is int and heartbeat_ms > 0:
+            heartbeat_ms = min(max(heartbeat_ms, config.min_heartbeat_ms), config.max_heartbeat_ms)
+            liveness = options.get("liveness")
+            liveness = min(max(liveness, 2), 10) if type(liveness) is int else config.liveness
+            peer.heartbeat_ns = heartbeat_ms * NS_PER_MS
+            peer.expiry_ns = peer.heartbeat_ns * liveness
+        else:
+            heartbeat_ms = 0
+            peer.heartbeat_ns = peer.expiry_ns = 0
+        self._arm_peer_timers(peer)
         self._reply(
             peer,
             Hello(
                 {
                     "broker": BROKER_NAME,
-                    "max_content_bytes": self.config.max_content_bytes,
-                    "max_window": self.config.max_window,
+                    "version": BROKER_VERSION,
+                    "heartbeat_ms": heartbeat_ms,
+                    "liveness": liveness,
+                    "lease_ms": config.lease_ms,
+                    "max_content_bytes": config.max_content_bytes,
+                    "max_window": config.max_window,
                 }
             ),
         )
 
     def _on_heartbeat(self, peer: Peer, message: Heartbeat) -> None:
-        """Any message shows the peer is alive; this one says nothing else."""
+        """Any message shows the peer is alive. A heartbeat from a peer that never said HELLO
+        (the broker restarted, or declared it dead) asks it to start over."""
+        if not peer.hello:
+            self._reply(peer, Disconnect(UNKNOWN_PEER_REASON))
 
     def _on_disconnect(self, peer: Peer, message: Disconnect) -> None:
         """eMQP: answer KBAI, send no more work, let the peer finish (ack) what it holds."""
@@ -324,9 +429,7 @@ class Core:
 
     def _on_kbai(self, peer: Peer, message: Kbai) -> None:
         """Goodbye: whatever the peer still holds goes back to the head of its queue."""
-        self.peers.pop(peer.id, None)
-        self._release_all(peer)
-        peer.forgotten = True
+        self.peer_gone(peer.id)
 
     def _on_admin(self, peer: Peer, message: Admin) -> None:
         """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""
@@ -342,6 +445,90 @@ class Core:
     def _opt_in(self, peer: Peer) -> None:
         peer.extensions = True
         peer.ttl_form = True
+        self._arm_peer_timers(peer)
+
+    def _arm_peer_timers(self, peer: Peer) -> None:
+        """Once per peer: its timers re-arm themselves while they apply (broker/timers.py)."""
+        if not peer.expiry_armed:
+            peer.expiry_armed = True
+            self.timers.arm(self.now, PEER_EXPIRY, peer)
+        if peer.heartbeat_ns and not peer.heartbeat_armed:
+            peer.heartbeat_armed = True
+            self.timers.arm(self.now + peer.heartbeat_ns, HEARTBEAT, peer)
+
+    # ----------------------------------------------------------------- timers
+
+    def _run_timers(self) -> None:
+        handlers = self._timer_handlers
+        for when, kind, target in self.timers.due(self.now):
+            handlers[kind](when, target)
+
+    def _current(self, peer: Peer) -> bool:
+        return self.peers.get(peer.id) is peer
+
+    def _on_peer_expiry_due(self, when: int, peer: Peer) -> None:
+        """A heartbeating peer silent for interval x liveness is dead; an extension peer that
+        does not heartbeat is forgotten once it holds nothing and has been quiet too long."""
+        if not self._current(peer):
+            return
+        if peer.expiry_ns:
+            deadline = peer.last_seen + peer.expiry_ns
+        else:
+            deadline = peer.last_seen + int(self.config.idle_peer_seconds * NS_PER_SECOND)
+            if peer.windows:  # dispatch to a vanished peer fails and releases its messages
+                deadline = max(deadline, self.now + int(self.config.idle_peer_seconds * 1e9))
+        if deadline > self.now:
+            self.timers.arm(deadline, PEER_EXPIRY, peer)
+            return
+        returned = self.peer_gone(peer.id)
+        if peer.expiry_ns:
+            self.counters["peers_expired"] += 1
+            log.warning(
+                "peer %s %s silent for %.1fs (interval x liveness): gone; %d messages back"
+                " to their queues",
+                peer.id.hex(),
+                peer.name or "",
+                (self.now - peer.last_seen) / NS_PER_SECOND,
+                returned,
+            )
+
+    def _on_heartbeat_due(self, when: int, peer: Peer) -> None:
+        """A peer the broker may owe a heartbeat: decided after this turn's dispatch, which
+        may send it something anyway."""
+        if not self._current(peer) or not peer.heartbeat_ns:
+            peer.heartbeat_armed = False  # a later HELLO with heartbeats arms it again
+            return
+        due = peer.last_sent + peer.heartbeat_ns
+        if due > self.now:
+            self.timers.arm(due, HEARTBEAT, peer)
+        else:
+            self._heartbeats_due.append(peer)
+
+    def _send_due_heartbeats(self) -> None:
+        outbox = self._outbox
+        for peer in self._heartbeats_due:
+            if peer.id not in outbox:
+                self._reply(peer, Heartbeat())
+            self.timers.arm(self.now + peer.heartbeat_ns, HEARTBEAT, peer)
+        self._heartbeats_due.clear()
+
+    def _on_lease_due(self, when: int, target: tuple[Window, Record]) -> None:
+        """A message held past its lease goes back to the head of its queue."""
+        window, record = target
+        if record.lease_until != when or window.held.get(record.id) is not record:
+            return  # acked, released or dispatched again since
+        del window.held[record.id]
+        queue = window.queue
+        queue.in_flight -= 1
+        self.counters["lease_expired"] += 1
+        self._log_limited(
+            f"lease of {record.id} on {queue.name!r} ran out with peer"
+            f" {window.peer.id.hex()}: back to the queue",  # type: ignore[attr-defined]
+            "lease",
+        )
+        self._return(queue, record, to_head=True)
+        self._close_window_if_idle(window)
+        self._dirty[queue] = None
 
     def _queue(self, peer: Peer, name: str) -> Queue | None:
         queue = self.queues.get(name)
@@ -351,8 +538,46 @@ class Core:
         if reason is not None:
             self._refuse(peer, ErrorCode.INVALID_VALUE, reason)
             return None
-        queue = self.queues[name] = Queue(name, self.config.dead_letter_limit)
+        config = self.config
+        if len(self.queues) >= config.max_queues:
+            self._refuse(
+                peer,
+                ErrorCode.LIMIT_REACHED,
+                f"the broker has the maximum of {config.max_queues} queues",
+                None,
+                name,
+            )
+            return None
+        settings = config.queues.get(name) or QueueSettings()
+        queue = self.queues[name] = Queue(
+            name,
+            config.dead_letter_limit,
+            _setting(settings.max_deliveries, config.max_deliveries),
+            _setting(settings.max_length, config.max_queue_length),
+            settings.overflow or config.overflow,
+        )
         return queue
+
+    def _make_room(self, peer: Peer, queue: Queue) -> bool:
+        """A send to a full queue: refuse it, or bury the oldest ready message for it."""
+        self.counters["overflowed"] += 1
+        if queue.overflow == "reject":
+            self._refuse(
+                peer,
+                ErrorCode.LIMIT_REACHED,
+                f"queue {queue.name!r} is full ({queue.max_length} ready messages)",
+                None,
+                queue.name,
+            )
+            return False
+        ready = queue.ready
+        while ready:
+            oldest = ready.popleft()
+            if oldest.state == READY:
+                self._bury(queue, oldest, "overflow")
+                return True
+            queue.stale -= 1
+        return True
 
     def _take_held(self, peer: Peer, queue_name: str, message_id: str, verb: str) -> Record | None:
         """Remove a message from the peer's window, or refuse if the peer does not hold it."""
@@ -378,7 +603,8 @@ class Core:
             window.queue.windows.remove(window)
             del window.peer.windows[window.queue.name]  # type: ignore[attr-defined]
 
-    def _release_all(self, peer: Peer) -> None:
+    def _release_all(self, peer: Peer) -> int:
+        returned = 0
         for window in peer.windows.values():
             queue = window.queue
             records = list(window.held.values())
@@ -386,16 +612,30 @@ class Core:
             queue.in_flight -= len(records)
             # Back to the head, in the order they were dispatched.
             for record in reversed(records):
-                record.state = READY
-                record.deliveries += 1
-                queue.ready.appendleft(record)
-                if record.expires_at:
-                    self._watch_expiry(queue, record)
+                self._return(queue, record, to_head=True)
             self.counters["redelivered"] += len(records)
+            returned += len(records)
             if window in queue.windows:
                 queue.windows.remove(window)
             self._dirty[queue] = None
         peer.windows.clear()
+        return returned
+
+    def _return(self, queue: Queue, record: Record, to_head: bool) -> None:
+        """A message comes back from a consumer: that was one more delivery. Past the queue's
+        max-deliveries it is dead-lettered instead of being dispatched again."""
+        record.deliveries += 1
+        if queue.max_deliveries and record.deliveries > queue.max_deliveries:
+            self.counters["max_deliveries"] += 1
+            self._bury(queue, record, "max-deliveries")
+            return
+        record.state = READY
+        if to_head:
+            queue.ready.appendleft(record)
+        else:
+            queue.ready.append(record)
+        if record.expires_at:
+            self._watch_expiry(queue, record)
 
     def _dispatch(self, queue: Queue) -> None:
         ready = queue.ready
@@ -404,6 +644,8 @@ class Core:
         windows = [w for w in queue.windows if len(w.held) < w.limit]
         if not windows:
             return
+        leases = [self._lease_ns(window) for window in windows]
+        arm = self.timers.arm
         now = self.now
         count = len(windows)
         index = queue.turn % count
@@ -424,6 +666,9 @@ class Core:
             peer: Peer = window.peer  # type: ignore[assignment]
             record.state = IN_FLIGHT
             window.held[record.id] = record
+            if leases[index]:
+                record.lease_until = now + leases[index]
+                arm(record.lease_until, LEASE, (window, record))
             chunks = outbox.get(peer.id)
             if chunks is None:
                 chunks = outbox[peer.id] = []
@@ -439,6 +684,7 @@ class Core:
             dispatched += 1
             if len(window.held) >= window.limit:
                 del windows[index]
+                del leases[index]
                 count -= 1
                 if not count:
                     break
@@ -448,6 +694,24 @@ class Core:
                 index = index + 1 if index + 1 < count else 0
         queue.in_flight += dispatched
         self.counters["dispatched"] += dispatched
+
+    def _lease_ns(self, window: Window) -> int:
+        """How long a message dispatched into this window may stay unacked (0: forever).
+
+        The consumer's own lease if it set one on 002; else the broker's lease for peers that
+        do not heartbeat (the only sign they are alive is their acks), none for those that do;
+        `max_in_flight_ms` caps both.
+        """
+        if window.lease_ms is not None:
+            lease_ms = window.lease_ms
+        elif window.peer.heartbeat_ns:  # type: ignore[attr-defined]
+            lease_ms = 0
+        else:
+            lease_ms = self.config.lease_ms
+        cap = self.config.max_in_flight_ms
+        if cap and (not lease_ms or lease_ms > cap):
+            lease_ms = cap
+        return lease_ms * NS_PER_MS
 
     def _watch_expiry(self, queue: Queue, record: Record) -> None:
         self._expiry_seq += 1
@@ -504,6 +768,15 @@ class Core:
             self._last_log[key] = (self.now, 0)
         else:
             self._last_log[key] = (last_ns, held_back + 1)
+
+
+def _text_option(options: dict[str, Any], key: str) -> str:
+    value = options.get(key)
+    return value[:200] if isinstance(value, str) else ""
+
+
+def _setting(override: int | None, default: int) -> int:
+    return default if override is None else override
 
 
 def queue_name_problem(name: str) -> str | None:

@@ -35,6 +35,8 @@ class Record(msgspec.Struct, gc=False):
     #: Which delivery the next dispatch is: 1 the first time, +1 after each return.
     deliveries: int = 1
     state: int = READY
+    #: While in flight under a lease: monotonic ns when it comes back; else 0.
+    lease_until: int = 0
 
     def remaining_ttl(self, now: int) -> int:
         """Whole seconds left, rounded up so that a live message never reads 0 (= never)."""
@@ -56,13 +58,15 @@ class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
 class Window:
     """One consumer's credit on one queue: at most `limit` messages held unacked."""
 
-    __slots__ = ("held", "limit", "peer", "queue")
+    __slots__ = ("held", "lease_ms", "limit", "peer", "queue")
 
     def __init__(self, peer: object, queue: Queue, limit: int) -> None:
         self.peer = peer
         self.queue = queue
         self.limit = limit
         self.held: dict[str, Record] = {}
+        #: The consumer's own lease for this window (002's lease packet); None: the default.
+        self.lease_ms: int | None = None
 
 
 class Queue:
@@ -70,7 +74,10 @@ class Queue:
         "dead",
         "dead_dropped",
         "in_flight",
+        "max_deliveries",
+        "max_length",
         "name",
+        "overflow",
         "queue_packet",
         "ready",
         "stale",
@@ -78,8 +85,19 @@ class Queue:
         "windows",
     )
 
-    def __init__(self, name: str, dead_letter_limit: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        dead_letter_limit: int,
+        max_deliveries: int = 0,
+        max_length: int = 0,
+        overflow: str = "reject",
+    ) -> None:
         self.name = name
+        #: Settings (docs/protocol.md §8); 0 means no limit.
+        self.max_deliveries = max_deliveries
+        self.max_length = max_length
+        self.overflow = overflow
         self.queue_packet = queue_packet(name)
         self.ready: deque[Record] = deque()
         self.stale = 0

@@ -57,6 +57,8 @@ class PacketType(IntEnum):
     REASON = 11
     DELIVERY_COUNT = 12
     OPTIONS = 13
+    # 14 is reserved for publisher confirms.
+    LEASE_MS = 15
 
 
 class ErrorCode(IntEnum):

@@ -25,11 +25,16 @@ class Send(msgspec.Struct, frozen=True, gc=False):
 
 
 class Consume(msgspec.Struct, frozen=True, gc=False):
-    """002: a client asks for at most `count` unacked messages of `queue` at a time."""
+    """002: a client asks for at most `count` unacked messages of `queue` at a time.
+
+    `lease_ms` (extension packet) overrides how long the broker waits for each message's ack
+    before it takes the message back; 0 means never.
+    """
 
     TYPE: ClassVar[MessageType] = MessageType.CONSUME
     queue: str
     count: int
+    lease_ms: int | None = None
 
 
 class Dispatch(msgspec.Struct, frozen=True, gc=False):

@@ -52,6 +52,7 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.REASON: "reason",
     P.DELIVERY_COUNT: "delivery_count",
     P.OPTIONS: "options",
+    P.LEASE_MS: "lease_ms",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -59,7 +60,7 @@ SPECS: dict[MessageType, TypeSpec] = {
     for spec in (
         # 001: the stock client sends 2 packets (pre-TTL), the README form 3.
         TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL,)),
-        TypeSpec(m.Consume, (P.QUEUE, P.COUNT)),
+        TypeSpec(m.Consume, (P.QUEUE, P.COUNT), (P.LEASE_MS,)),
         # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
         TypeSpec(m.Dispatch, (P.QUEUE, P.CONTENT, P.MESSAGE_ID), (P.TTL, P.DELIVERY_COUNT)),
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
@@ -121,4 +122,5 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.REASON: _text,
     P.DELIVERY_COUNT: _integer,
     P.OPTIONS: _options,
+    P.LEASE_MS: _integer,
 }

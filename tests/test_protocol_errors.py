@@ -138,9 +138,9 @@ def test_unknown_message_type(type_code: bytes) -> None:
     ("header", "body", "reason"),
     [
         # TV-F: header count disagreeing with the type.
-        (b"H0100203", QUEUE + COUNT, "carries 2 packets, header says 3"),
-        (b"H0100201", QUEUE, "carries 2 packets, header says 1"),
-        (b"H0100200", b"", "carries 2 packets, header says 0"),
+        (b"H0100204", QUEUE + COUNT + pkt(15, b"1") * 2, "carries 2-3 packets, header says 4"),
+        (b"H0100201", QUEUE, "carries 2-3 packets, header says 1"),
+        (b"H0100200", b"", "carries 2-3 packets, header says 0"),
         (b"H0100101", QUEUE, "carries 2-3 packets, header says 1"),
         (b"H0100104", QUEUE + CONTENT + TTL + TTL, "carries 2-3 packets, header says 4"),
         (b"H0100302", QUEUE + CONTENT, "carries 3-5 packets, header says 2"),

@@ -75,7 +75,7 @@ json_values = st.recursive(
 options = st.dictionaries(texts, json_values, max_size=5)
 
 sends = st.builds(Send, texts, contents, optional_integers)
-consumes = st.builds(Consume, texts, integers)
+consumes = st.builds(Consume, texts, integers, optional_integers)
 dispatches = st.builds(Dispatch, texts, contents, texts, optional_integers, optional_integers)
 acks = st.builds(Ack, texts, texts)
 requeues = st.builds(Requeue, texts, texts, integers)
