@@ -143,8 +143,12 @@ class BrokerServer:
     def _send(self, outgoing: list[tuple[bytes, bytes]]) -> None:
         router = self.router
         for peer_id, frame in outgoing:
-            if peer_id in self._backlog:
-                self._backlog[peer_id].append(frame)
+            backlog = self._backlog.get(peer_id)
+            if backlog is not None:
+                if len(backlog) >= self.config.max_backlog_frames:
+                    self._unreadable(peer_id)
+                else:
+                    backlog.append(frame)
                 continue
             try:
                 router.send_multipart((peer_id, frame), zmq.NOBLOCK)
@@ -167,6 +171,19 @@ class BrokerServer:
                 frames.popleft()
             else:
                 del self._backlog[peer_id]
+
+    def _unreadable(self, peer_id: bytes) -> None:
+        """A peer that reads nothing while frames pile up for it is treated as gone: its
+        messages go to others instead of the broker's memory growing without bound."""
+        dropped = len(self._backlog.pop(peer_id, ()))
+        returned = self.core.peer_gone(peer_id)
+        log.warning(
+            "peer %s is not reading (%d frames waiting): treated as gone, %d messages back to"
+            " their queues",
+            peer_id.hex(),
+            dropped,
+            returned,
+        )
 
     def _unreachable(self, peer_id: bytes, exc: zmq.ZMQError) -> None:
         if exc.errno != errno.EHOSTUNREACH:

@@ -179,7 +179,9 @@ class CoreMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rules
 
-    @rule(sender=st.sampled_from(SENDERS), queue=queues, ttl_list=st.lists(ttls, min_size=1, max_size=5))
+    @rule(
+        sender=st.sampled_from(SENDERS), queue=queues, ttl_list=st.lists(ttls, min_size=1, max_size=5)
+    )
     def send_messages(self, sender: bytes, queue: str, ttl_list: list[int]) -> None:
         sends = []
         for ttl in ttl_list:

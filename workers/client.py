@@ -6,18 +6,28 @@
             handle(message.content)
             message.ack()
 
-Acks, requeues and dead letters are buffered and go out together, before the client next
-waits for the broker (or on `flush()`/`close()`), so a consumer acks in batches for free.
-The client says HELLO first, so the broker answers its mistakes with ERROR messages; they are
-logged and kept in `client.errors`.
+Acks, requeues and dead letters are buffered and go out together (once half the window is
+settled, or before the client next waits), so a consumer acks in batches for free. The client
+says HELLO first, so the broker answers its mistakes with ERROR messages; they are logged and
+kept in `client.errors`.
+
+Liveness (docs/protocol.md §6.2): the client agrees on a heartbeat interval in HELLO; a
+background thread heartbeats while the application is busy elsewhere, so a long handler does
+not look dead, but a frozen or killed process does. A broker silent for interval x liveness
+is lost: the client reconnects on a new socket with exponential backoff and jitter, says
+HELLO again and re-consumes every queue. The application sees an `on_event` callback and a
+log line, nothing else; messages it received before the loss are taken back by the broker,
+and settling them afterwards is a no-op.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import zmq
@@ -31,6 +41,7 @@ from protocol import (
     Disconnect,
     Dispatch,
     Error,
+    Heartbeat,
     Hello,
     Kbai,
     Requeue,
@@ -44,7 +55,7 @@ from protocol import (
 log = logging.getLogger("phpmq.client")
 
 DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
-#: Outgoing acks buffered before they are sent without waiting for the next receive.
+#: Outgoing settlements buffered before they are sent without waiting for the next receive.
 MAX_BUFFERED_OUT = 512
 #: Largest packet the client decodes from a broker that announced a smaller limit.
 TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
@@ -54,6 +65,19 @@ BATCH_BYTES = 256 * 1024
 #: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
 #: The broker answers KBAI, which also proves it read everything sent before.
 _GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
+_HEARTBEAT = encode(Heartbeat())
+#: Reconnect delays: the first retry is quick, then doubling (Paranoid Pirate), with jitter so
+#: that a pool of clients does not reconnect in lockstep.
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 5.0
+#: Longest the waiting application thread holds the socket before the heartbeat thread may.
+WAIT_SLICE_S = 0.05
+
+#: Events passed to `on_event(event, detail)`.
+BROKER_LOST = "broker-lost"  # silent for interval x liveness; reconnecting
+RECONNECTED = "reconnected"  # new socket, HELLO and consumes sent again
+REJOINED = "rejoined"  # the broker did not know us (it restarted); HELLO sent again
+BROKER_LEAVING = "broker-leaving"  # the broker said DISCONNECT (shutting down)
 
 
 class ClientError(Exception):
@@ -61,7 +85,7 @@ class ClientError(Exception):
 
 
 class BrokerRefused(ClientError):
-    """Raised when the broker answers a request with an ERROR message."""
+    """Raised when the broker refuses a request (ADMIN commands)."""
 
     def __init__(self, error: Error) -> None:
         super().__init__(f"broker refused: {error.code} {error.reason}")
@@ -71,10 +95,11 @@ class BrokerRefused(ClientError):
 class ReceivedMessage:
     """A dispatched message. Settle it exactly once: ack, requeue or dead_letter."""
 
-    __slots__ = ("_client", "content", "delivery_count", "id", "queue", "ttl")
+    __slots__ = ("_client", "_generation", "content", "delivery_count", "id", "queue", "ttl")
 
-    def __init__(self, client: Client, dispatch: Dispatch) -> None:
+    def __init__(self, client: Client, dispatch: Dispatch, generation: int) -> None:
         self._client = client
+        self._generation = generation
         self.queue = dispatch.queue
         self.content = dispatch.content
         self.id = dispatch.message_id
@@ -84,13 +109,14 @@ class ReceivedMessage:
         self.delivery_count = dispatch.delivery_count or 1
 
     def ack(self) -> None:
-        self._client._buffer_out(encode_ack(self._client._queue_packet(self.queue), self.id))
+        client = self._client
+        client._settle(encode_ack(client._queue_packet(self.queue), self.id), self._generation)
 
     def requeue(self, ttl: int = 0) -> None:
-        self._client._buffer_out(encode(Requeue(self.queue, self.id, ttl)))
+        self._client._settle(encode(Requeue(self.queue, self.id, ttl)), self._generation)
 
     def dead_letter(self, reason: str | None = None) -> None:
-        self._client._buffer_out(encode(DeadLetter(self.queue, self.id, reason)))
+        self._client._settle(encode(DeadLetter(self.queue, self.id, reason)), self._generation)
 
     def __repr__(self) -> str:
         return (
@@ -100,24 +126,39 @@ class ReceivedMessage:
 
 
 class Client:
+    """A connection to one broker. Thread-safe for one application thread plus the client's
+    own heartbeat thread; share it between application threads only with your own lock."""
+
     def __init__(
         self,
         address: str = DEFAULT_ADDRESS,
         *,
         name: str = "phpmq-python",
+        role: str = "client",
         send_timeout: float = 5.0,
         close_timeout: float = 5.0,
+        heartbeat_ms: int = 1000,
+        liveness: int = 3,
+        on_event: Callable[[str, str], None] | None = None,
     ) -> None:
         self.address = address
+        self.send_timeout = send_timeout
         self.close_timeout = close_timeout
-        self._socket = zmq.Context.instance().socket(zmq.DEALER)
-        self._socket.linger = 0
-        self._socket.sndtimeo = int(send_timeout * 1000)
-        self._socket.sndhwm = 10_000
-        # Queue only to a live connection: with no broker, send() blocks for send_timeout and
-        # raises instead of parking messages in a socket that may never connect.
-        self._socket.immediate = True
-        self._socket.connect(address)
+        self.on_event = on_event
+        self._hello = encode(
+            Hello(
+                {
+                    "name": name,
+                    "role": role,
+                    "heartbeat_ms": heartbeat_ms,
+                    "liveness": liveness,
+                    "version": "phpmq-zmq-python/0.1",
+                }
+            )
+        )
+        self._heartbeat_s = heartbeat_ms / 1000
+        self._expiry_s = self._heartbeat_s * liveness
+        self._lock = threading.RLock()
         self._queue_packets: dict[str, bytes] = {}
         self._out: list[bytes] = []
         self._inbox: deque[ReceivedMessage] = deque()
@@ -128,12 +169,26 @@ class Client:
         self._kbai = False
         self.closed = False
         self.broker_info: dict[str, Any] = {}
+        self.errors: deque[Error] = deque(maxlen=1000)
+        #: How often the connection was lost and made again.
+        self.reconnects = 0
+        #: Messages handed to the socket since the broker was last heard from: what a broker
+        #: crash could have taken with it (exact counts need confirms).
+        self.sent_since_heard = 0
         #: The broker is trusted: its packets are bounded by its own limit (it says which in
         #: its HELLO answer), so the client only guards against nonsense lengths.
         self._max_content_bytes = max(DEFAULT_MAX_CONTENT_BYTES, TRUSTED_PACKET_BYTES)
-        self.errors: deque[Error] = deque(maxlen=1000)
-        #: HELLO rides in front of the first frame, so constructing a client never blocks.
-        self._greeting: bytes | None = encode(Hello({"name": name, "role": "client"}))
+        self._generation = 0
+        self._reconnect_delay = RECONNECT_FIRST_S
+        self._reconnect_at: float | None = None
+        self._socket = self._new_socket()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if heartbeat_ms > 0:
+            self._thread = threading.Thread(
+                target=self._heartbeat_loop, name=f"phpmq-heartbeat {address}", daemon=True
+            )
+            self._thread.start()
 
     # ------------------------------------------------------------------ producing
 
@@ -141,9 +196,11 @@ class Client:
         """Hand one message to the socket.
 
         Raises:
-            ClientError: the socket did not take it within `send_timeout`.
+            ClientError: the socket did not take it within `send_timeout` (no broker).
         """
-        self._send_frame(encode_send(self._queue_packet(queue), _as_bytes(content), ttl))
+        with self._lock:
+            self._send_frame(encode_send(self._queue_packet(queue), _as_bytes(content), ttl))
+            self.sent_since_heard += 1
 
     def send_many(self, queue: str, contents: Iterable[bytes | str], ttl: int = 0) -> int:
         """Send many messages to one queue, packed several to a frame. Returns the count."""
@@ -156,39 +213,45 @@ class Client:
             batch.append(data)
             size += len(data)
             if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                self._send_frame(b"".join(batch))
-                sent += len(batch)
+                sent += self._send_batch(batch)
                 batch, size = [], 0
         if batch:
-            self._send_frame(b"".join(batch))
-            sent += len(batch)
+            sent += self._send_batch(batch)
         return sent
+
+    def _send_batch(self, batch: list[bytes]) -> int:
+        with self._lock:
+            self._send_frame(b"".join(batch))
+            self.sent_since_heard += len(batch)
+        return len(batch)
 
     # ------------------------------------------------------------------ consuming
 
     def subscribe(self, queue: str, window: int = 100) -> None:
-        """Ask for at most `window` unacked messages of `queue` at a time (0 stops)."""
-        self._windows[queue] = window
-        self._send_frame(encode(Consume(queue, window)))
-        # Send acks once half the smallest window is settled, so the broker refills the window
-        # while the rest is still being handled (the pipe benchmark: +10% msgs/s at window 100).
-        open_windows = [size for size in self._windows.values() if size > 0]
-        self._flush_at = max(
-            1, min(MAX_BUFFERED_OUT, min(open_windows, default=2 * MAX_BUFFERED_OUT) // 2)
-        )
+        """Ask for at most `window` unacked messages of `queue` at a time (0 stops). The
+        subscription is renewed by itself after a reconnect."""
+        with self._lock:
+            self._windows[queue] = window
+            self._send_frame(encode(Consume(queue, window)))
+            # Send acks once half the smallest window is settled, so the broker refills the
+            # window while the rest is still being handled (pipe benchmark: +10% msgs/s).
+            smallest = min((size for size in self._windows.values() if size > 0), default=0)
+            self._flush_at = min(MAX_BUFFERED_OUT, max(1, smallest // 2) if smallest else 512)
 
     def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
         """The next dispatched message, or None if none came within `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._inbox:
-            self.flush()
-            wait_ms = (
-                None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            )
-            if not self._socket.poll(wait_ms):
-                return None
-            self._read_available()
-        return self._inbox.popleft()
+        while True:
+            with self._lock:
+                if self._inbox:
+                    return self._inbox.popleft()
+                self._flush_quietly()
+                wait = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+                if wait <= 0:
+                    return None
+                if self._socket.poll(int(min(wait, WAIT_SLICE_S) * 1000) or 1):
+                    self._read_available()
+                self._tick()
 
     def consume(
         self, queue: str, window: int = 100, timeout: float | None = None
@@ -203,11 +266,16 @@ class Client:
             yield message
 
     def flush(self) -> None:
-        """Send buffered acks, requeues and dead letters now."""
-        if self._out:
-            frame = b"".join(self._out)
-            self._out.clear()
-            self._send_frame(frame)
+        """Send buffered acks, requeues and dead letters now.
+
+        Raises:
+            ClientError: the socket did not take them within `send_timeout`.
+        """
+        with self._lock:
+            if self._out:
+                frame = b"".join(self._out)
+                self._out.clear()
+                self._send_frame(frame)
 
     # ------------------------------------------------------------------ admin
 
@@ -218,17 +286,19 @@ class Client:
             BrokerRefused: the broker refused the command (bad command or options).
             ClientError: no answer within `timeout` seconds.
         """
-        self._send_frame(encode(Admin({"command": command, **options})))
         deadline = time.monotonic() + timeout
-        while not self._admin_replies:
-            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            if not self._socket.poll(wait_ms):
-                raise ClientError(
-                    f"no answer from the broker at {self.address} within {timeout}s"
-                    " (is it running?)"
-                )
-            self._read_available()
-        result = self._admin_replies.popleft().options
+        with self._lock:
+            self._send_frame(encode(Admin({"command": command, **options})))
+            while not self._admin_replies:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise ClientError(
+                        f"no answer from the broker at {self.address} within {timeout}s"
+                        " (is it running?)"
+                    )
+                if self._socket.poll(int(min(wait, WAIT_SLICE_S) * 1000) or 1):
+                    self._read_available()
+            result = self._admin_replies.popleft().options
         refusal = result.get("error")
         if isinstance(refusal, dict):
             raise BrokerRefused(Error(int(refusal.get("code", 0)), str(refusal.get("reason"))))
@@ -244,18 +314,22 @@ class Client:
         sender's connection closes, so without it the last sends could be lost. The broker's
         KBAI answer proves it has read every frame sent before it.
         """
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            if self._greeting is None:  # something was sent: make sure it all arrived
-                self._out.append(_GOODBYE)
-                self.flush()
-                self._await_kbai()
-        except ClientError as exc:
-            log.warning("closing %s: %s", self.address, exc)
-        finally:
-            self._socket.close(linger=int(self.close_timeout * 1000))
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                if self._greeting is None:  # something was sent: make sure it all arrived
+                    self._out.append(_GOODBYE)
+                    self.flush()
+                    self._await_kbai()
+            except ClientError as exc:
+                log.warning("closing %s: %s", self.address, exc)
+            finally:
+                self.closed = True
+                self._socket.close(linger=int(self.close_timeout * 1000))
 
     def _await_kbai(self) -> None:
         deadline = time.monotonic() + self.close_timeout
@@ -274,6 +348,83 @@ class Client:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    # ------------------------------------------------------------------ connection
+
+    def _new_socket(self) -> zmq.Socket:
+        """A fresh DEALER whose first frame will be HELLO and a consume per subscription."""
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.sndtimeo = int(self.send_timeout * 1000)
+        sock.sndhwm = 10_000
+        # Queue only to a live connection: with no broker, send() blocks for send_timeout and
+        # raises instead of parking messages in a socket that may never connect.
+        sock.immediate = True
+        sock.connect(self.address)
+        self._generation += 1
+        self._greeting: bytes | None = self._hello + b"".join(
+            encode(Consume(queue, window)) for queue, window in self._windows.items() if window
+        )
+        self._last_heard = self._last_sent = time.monotonic()
+        return sock
+
+    def _heartbeat_loop(self) -> None:
+        tick = min(max(self._heartbeat_s / 4, 0.01), 0.25)
+        while not self._stop.wait(tick):
+            with self._lock:
+                if self.closed:
+                    return
+                try:
+                    self._read_available()
+                    self._tick()
+                except zmq.ZMQError as exc:  # the socket was closed under us: we are done
+                    log.debug("heartbeat thread stops: %s", exc)
+                    return
+
+    def _tick(self) -> None:
+        """Liveness duties, run by whichever thread holds the socket: notice a silent broker,
+        reconnect when due, and heartbeat when nothing else was sent for an interval."""
+        if not self._heartbeat_s:
+            return
+        now = time.monotonic()
+        if self._reconnect_at is not None:
+            if now >= self._reconnect_at:
+                self._reconnect()
+            return
+        if self._greeting is not None:
+            # Not connected yet (or starting over): the broker's silence counts from HELLO.
+            self._try_send(b"")
+        elif now - self._last_heard > self._expiry_s:
+            self._lost(f"no word from the broker for {now - self._last_heard:.1f}s", now)
+        elif now - self._last_sent >= self._heartbeat_s:
+            self._try_send(_HEARTBEAT)
+
+    def _lost(self, why: str, now: float) -> None:
+        delay = self._reconnect_delay * random.uniform(0.5, 1.5)
+        self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
+        self._reconnect_at = now + delay
+        self._event(
+            BROKER_LOST,
+            f"{why}; reconnecting in {delay:.2f}s; {self.sent_since_heard} messages sent since"
+            " it was last heard may be lost",
+        )
+
+    def _reconnect(self) -> None:
+        self._reconnect_at = None
+        self._socket.close(linger=0)
+        self._inbox.clear()  # the broker takes these back; settling them is a no-op
+        self._out.clear()
+        self._socket = self._new_socket()
+        self.reconnects += 1
+        self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
+
+    def _event(self, event: str, detail: str) -> None:
+        log.warning("broker %s: %s: %s", self.address, event, detail)
+        if self.on_event is not None:
+            try:
+                self.on_event(event, detail)
+            except Exception:
+                log.exception("on_event callback failed")
+
     # ------------------------------------------------------------------ internals
 
     def _queue_packet(self, queue: str) -> bytes:
@@ -283,23 +434,48 @@ class Client:
         return packet
 
     def _send_frame(self, frame: bytes) -> None:
-        if self._socket.closed:
+        """Hand a frame to the socket, blocking up to `send_timeout`; HELLO goes first."""
+        if self.closed:
             raise ClientError("client is closed")
         greeting = self._greeting
         try:
             self._socket.send(frame if greeting is None else greeting + frame)
-            self._greeting = None
         except zmq.Again:
             raise ClientError(
                 f"could not hand the message to the broker at {self.address} within"
-                f" {self._socket.sndtimeo / 1000:g}s: it is not running, not reachable,"
-                " or not keeping up"
+                f" {self.send_timeout:g}s: it is not running, not reachable, or not keeping up"
             ) from None
+        self._sent(greeting)
 
-    def _buffer_out(self, data: bytes) -> None:
-        self._out.append(data)
-        if len(self._out) >= self._flush_at:
-            self.flush()
+    def _try_send(self, frame: bytes) -> bool:
+        """Send without blocking (heartbeats, greetings): False if the socket is not ready."""
+        greeting = self._greeting
+        try:
+            self._socket.send(frame if greeting is None else greeting + frame, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        self._sent(greeting)
+        return True
+
+    def _sent(self, greeting: bytes | None) -> None:
+        self._last_sent = time.monotonic()
+        if greeting is not None:
+            self._greeting = None
+            self._last_heard = self._last_sent  # the broker's silence counts from HELLO
+
+    def _settle(self, data: bytes, generation: int) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return  # received on a lost connection: the broker has taken it back
+            self._out.append(data)
+            if len(self._out) >= self._flush_at:
+                self._flush_quietly()
+
+    def _flush_quietly(self) -> None:
+        """Send settlements without blocking; keep them if the socket is not ready (a lost
+        broker takes the messages back anyway, so nothing waits on them)."""
+        if self._out and self._try_send(b"".join(self._out)):
+            self._out.clear()
 
     def _read_available(self) -> None:
         while True:
@@ -307,10 +483,13 @@ class Client:
                 frame = self._socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            self._last_heard = time.monotonic()
+            self.sent_since_heard = 0
             messages, error = decode_frame(frame, self._max_content_bytes)
+            generation = self._generation
             for message in messages:
                 if type(message) is Dispatch:
-                    self._inbox.append(ReceivedMessage(self, message))
+                    self._inbox.append(ReceivedMessage(self, message, generation))
                 else:
                     self._on_control(message)
             if error is not None:
@@ -324,13 +503,29 @@ class Client:
             self._admin_replies.append(message)
         elif isinstance(message, Hello):
             self.broker_info = message.options
+            self._reconnect_delay = RECONNECT_FIRST_S
             limit = message.options.get("max_content_bytes")
             if type(limit) is int and limit > self._max_content_bytes:
                 self._max_content_bytes = limit
         elif isinstance(message, Kbai):
             self._kbai = True
         elif isinstance(message, Disconnect):
-            log.warning("broker at %s is going away: %s", self.address, message.reason or "")
+            self._on_disconnect(message.reason or "")
+
+    def _on_disconnect(self, reason: str) -> None:
+        if reason.startswith("unknown peer"):
+            # The broker restarted (or declared us dead): same socket, start over.
+            self._greeting = self._hello + b"".join(
+                encode(Consume(queue, window)) for queue, window in self._windows.items() if window
+            )
+            self._generation += 1
+            self._inbox.clear()
+            self._out.clear()
+            self._event(REJOINED, reason)
+        else:
+            # Shutting down: keep settling what we hold while it drains; when it is gone,
+            # liveness notices and reconnects with backoff.
+            self._event(BROKER_LEAVING, reason)
 
 
 def _as_bytes(content: bytes | str) -> bytes:
