@@ -32,6 +32,11 @@ def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
             "in_flight": queue.in_flight,
             "consumers": len(queue.windows),
             "dead_letters": len(queue.dead),
+            "settings": {
+                "max_deliveries": queue.max_deliveries,
+                "max_length": queue.max_length,
+                "overflow": queue.overflow,
+            },
         }
         for name, queue in sorted(core.queues.items())
     }

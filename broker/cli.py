@@ -63,6 +63,24 @@ def main() -> None:
 @click.option("--max-window", type=int, help="Largest consume window a consumer may ask for.")
 @click.option("--dead-letter-limit", type=int, help="Dead letters kept per queue.")
 @click.option("--grace-seconds", type=float, help="On SIGTERM, how long to wait for acks.")
+@click.option(
+    "--heartbeat-ms", type=int, help="Heartbeat interval offered to peers that ask. [default: 1000]"
+)
+@click.option(
+    "--lease-ms",
+    type=int,
+    help="Ack timeout for peers that do not heartbeat (stock PHPMQ); 0 = never. [default: 60000]",
+)
+@click.option("--max-in-flight-ms", type=int, help="Ack timeout for every peer; 0 = none.")
+@click.option(
+    "--max-deliveries", type=int, help="Dead-letter a message after this many; 0 = no limit."
+)
+@click.option("--max-queue-length", type=int, help="Ready messages per queue; 0 = no limit.")
+@click.option(
+    "--overflow",
+    type=click.Choice(["reject", "drop-oldest"]),
+    help="A send to a full queue: refuse it, or dead-letter the oldest. [default: reject]",
+)
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def broker(config_path: str | None, **flags: Any) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.

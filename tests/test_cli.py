@@ -42,6 +42,7 @@ def test_send_consume_and_stats(broker: BrokerProcess) -> None:
         "in_flight": 0,
         "consumers": 0,
         "dead_letters": 0,
+        "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
 
 

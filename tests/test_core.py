@@ -396,6 +396,7 @@ def test_stats_reports_queues_and_counters(core: CoreHarness) -> None:
         "in_flight": 1,
         "consumers": 1,
         "dead_letters": 0,
+        "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
     assert stats["counters"]["received"] == 2
 
