@@ -61,6 +61,8 @@ log = logging.getLogger("phpmq.broker")
 BROKER_NAME = "phpmq-zmq"
 BROKER_VERSION = "0.1.0"
 NS_PER_MS = 1_000_000
+#: The TTL heap is compacted when it grows past twice its live entries, and never below this.
+EXPIRY_COMPACT_MIN = 65_536
 UNKNOWN_PEER_REASON = (
     "unknown peer: say HELLO again and re-consume (the broker restarted or gave up on you)"
 )
@@ -164,6 +166,7 @@ class Core:
         #: (expires_at, tiebreak, queue, record) for READY records with a TTL.
         self._expiry: list[tuple[int, int, Queue, Record]] = []
         self._expiry_seq = 0
+        self._expiry_compact_at = EXPIRY_COMPACT_MIN
         self._last_log: dict[str, tuple[int, int]] = {}
         self._handlers: dict[type, Callable[[Peer, Any], None]] = {
             Send: self._on_send,
@@ -512,23 +515,43 @@ class Core:
             self.timers.arm(self.now + peer.heartbeat_ns, HEARTBEAT, peer)
         self._heartbeats_due.clear()
 
-    def _on_lease_due(self, when: int, target: tuple[Window, Record]) -> None:
-        """A message held past its lease goes back to the head of its queue."""
-        window, record = target
-        if record.lease_until != when or window.held.get(record.id) is not record:
-            return  # acked, released or dispatched again since
-        del window.held[record.id]
+    def _on_lease_due(self, when: int, window: Window) -> None:
+        """Messages held past their lease go back to the head of their queue.
+
+        One timer per window, not per message: it is armed for the earliest lease the window
+        holds, and on firing takes back what ran out and re-arms for the next. Acks touch no
+        timer, so a busy stock consumer costs one heap entry however fast it goes.
+        """
+        window.lease_armed = False
         queue = window.queue
-        queue.in_flight -= 1
-        self.counters["lease_expired"] += 1
-        self._log_limited(
-            f"lease of {record.id} on {queue.name!r} ran out with peer"
-            f" {window.peer.id.hex()}: back to the queue",  # type: ignore[attr-defined]
-            "lease",
-        )
-        self._return(queue, record, to_head=True)
+        if window.peer.windows.get(queue.name) is not window:  # type: ignore[attr-defined]
+            return  # the window was closed or its peer released everything
+        now = self.now
+        held = window.held
+        expired = [r for r in held.values() if r.lease_until and r.lease_until <= now]
+        for record in expired:
+            del held[record.id]
+        queue.in_flight -= len(expired)
+        self.counters["lease_expired"] += len(expired)
+        for record in reversed(expired):  # back to the head, in dispatch order
+            self._return(queue, record, to_head=True)
+        if expired:
+            self._log_limited(
+                f"{len(expired)} leases on {queue.name!r} ran out with peer"
+                f" {window.peer.id.hex()}: back to the queue",  # type: ignore[attr-defined]
+                "lease",
+            )
+            self._dirty[queue] = None
+        self._arm_lease(window)
         self._close_window_if_idle(window)
-        self._dirty[queue] = None
+
+    def _arm_lease(self, window: Window) -> None:
+        deadlines = [r.lease_until for r in window.held.values() if r.lease_until]
+        if deadlines:
+            window.lease_armed = True
+            self.timers.arm(min(deadlines), LEASE, window)
+
+    # ----------------------------------------------------------------- queues and records
 
     def _queue(self, peer: Peer, name: str) -> Queue | None:
         queue = self.queues.get(name)
@@ -668,7 +691,11 @@ class Core:
             window.held[record.id] = record
             if leases[index]:
                 record.lease_until = now + leases[index]
-                arm(record.lease_until, LEASE, (window, record))
+                if not window.lease_armed:
+                    window.lease_armed = True
+                    arm(record.lease_until, LEASE, window)
+            else:
+                record.lease_until = 0
             chunks = outbox.get(peer.id)
             if chunks is None:
                 chunks = outbox[peer.id] = []
@@ -716,6 +743,16 @@ class Core:
     def _watch_expiry(self, queue: Queue, record: Record) -> None:
         self._expiry_seq += 1
         heapq.heappush(self._expiry, (record.expires_at, self._expiry_seq, queue, record))
+        if len(self._expiry) > self._expiry_compact_at:
+            self._compact_expiry()
+
+    def _compact_expiry(self) -> None:
+        """Drop entries of records acked or dispatched since they were watched: otherwise a
+        fast queue with long TTLs keeps one heap entry per message for the whole TTL."""
+        live = [e for e in self._expiry if e[3].state == READY and e[3].expires_at == e[0]]
+        heapq.heapify(live)
+        self._expiry = live
+        self._expiry_compact_at = max(EXPIRY_COMPACT_MIN, 2 * len(live))
 
     def _expire_due(self) -> None:
         heap = self._expiry

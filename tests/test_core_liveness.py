@@ -238,3 +238,25 @@ def test_ten_thousand_identities_leave_no_state_behind() -> None:
     core.turn()
     assert len(core.core.timers) == 0
     assert core.stats("jobs")["ready"] == 20_000
+
+
+def test_acked_messages_with_long_ttls_do_not_pile_up_in_the_expiry_heap() -> None:
+    core = CoreHarness()
+    core.send(CONSUMER, hello(60_000), p.Consume("jobs", 1000))
+    for _ in range(200):
+        out = core.turn((PRODUCER, [p.Send("jobs", b"x", 3600) for _ in range(1000)]))
+        acks = [p.Ack("jobs", d.message_id) for d in dispatches(out[CONSUMER])]
+        core.turn((CONSUMER, acks))
+    assert core.core.counters["acked"] == 200_000
+    assert len(core.core._expiry) <= 2 * 65_536
+
+
+def test_a_fast_stock_consumer_costs_one_lease_timer_per_window() -> None:
+    core = CoreHarness(lease_ms=60_000)
+    core.send(CONSUMER, p.Consume("jobs", 100))
+    for _ in range(100):
+        out = core.turn((PRODUCER, [p.Send("jobs", b"x") for _ in range(100)]))
+        acks = [p.Ack("jobs", d.message_id) for d in dispatches(out[CONSUMER])]
+        core.turn((CONSUMER, acks))
+    assert core.core.counters["acked"] == 10_000
+    assert len(core.core.timers) == 1
