@@ -64,7 +64,9 @@ def main() -> None:
 @click.option("--dead-letter-limit", type=int, help="Dead letters kept per queue.")
 @click.option("--grace-seconds", type=float, help="On SIGTERM, how long to wait for acks.")
 @click.option(
-    "--heartbeat-ms", type=int, help="Heartbeat interval offered to peers that ask. [default: 1000]"
+    "--heartbeat-ms",
+    type=int,
+    help="Heartbeat interval the broker suggests in HELLO. [default: 1000]",
 )
 @click.option(
     "--lease-ms",

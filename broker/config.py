@@ -68,7 +68,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     # Liveness (docs/protocol.md §6.2). A peer that says HELLO with a heartbeat interval is
     # dead after interval x liveness of silence; the broker heartbeats it when otherwise idle.
-    #: Interval the broker offers when a HELLO asks for heartbeats without naming one.
+    #: The broker's own interval, stated in its HELLO answer as the one it suggests; a peer's
+    #: requested interval is what is agreed (within the range below).
     heartbeat_ms: int = 1_000
     #: Range a peer's requested interval is clamped to.
     min_heartbeat_ms: int = 50
@@ -126,8 +127,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         for name in ("lease_ms", "max_in_flight_ms", "max_deliveries", "max_queue_length"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} cannot be negative")
-        if self.grace_seconds < 0 or self.idle_peer_seconds < 0:
-            raise ValueError("grace_seconds and idle_peer_seconds cannot be negative")
+        if self.grace_seconds < 0:
+            raise ValueError("grace_seconds cannot be negative")
+        if self.idle_peer_seconds <= 0:
+            raise ValueError("idle_peer_seconds must be positive")
         if not 2 <= self.liveness <= 10:
             raise ValueError("liveness must be between 2 and 10")
         if not self.min_heartbeat_ms <= self.heartbeat_ms <= self.max_heartbeat_ms:
@@ -139,11 +142,15 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 FIELDS = BrokerConfig.__struct_fields__
 
 
+#: Settings that are tables, not scalars: only the TOML file can give them.
+TABLE_FIELDS = frozenset({"queues"})
+
+
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     return {
         name: environ[ENV_PREFIX + name.upper()]
         for name in FIELDS
-        if ENV_PREFIX + name.upper() in environ
+        if ENV_PREFIX + name.upper() in environ and name not in TABLE_FIELDS
     }
 
 

@@ -88,8 +88,8 @@ class Peer:
         "last_sent",
         "name",
         "role",
-        "expiry_armed",
-        "heartbeat_armed",
+        "expiry_due",
+        "heartbeat_due",
         "ttl_form",
         "windows",
     )
@@ -115,9 +115,11 @@ class Peer:
         #: Monotonic ns of the last frame from it, and of the last frame to it.
         self.last_seen = now
         self.last_sent = now
-        #: Whether its expiry check and its heartbeat timer are armed (each at most once).
-        self.expiry_armed = False
-        self.heartbeat_armed = False
+        #: When its liveness check and its next heartbeat are due (0: not armed). A timer
+        #: entry acts only if its time is still the one recorded here, so re-arming earlier
+        #: (a new HELLO) makes older entries moot.
+        self.expiry_due = 0
+        self.heartbeat_due = 0
 
 
 class Core:
@@ -218,7 +220,11 @@ class Core:
             if peer.forgotten:
                 peer = self._peer(peer_id)
             self._refuse(peer, error.code, error.reason)
-        if not (peer.windows or peer.extensions or peer.ttl_form != self.ttl_form_default):
+        if peer.extensions:
+            if not peer.expiry_due and not peer.forgotten:
+                # Remembered, so bound how long: HELLO arms its own check; others idle out.
+                self._arm_expiry(peer, self.now + self._idle_ns)
+        elif not (peer.windows or peer.ttl_form != self.ttl_form_default):
             # Nothing to remember about a stock producer; forgetting it keeps memory flat
             # however many identities come and go.
             self.peers.pop(peer_id, None)
@@ -400,16 +406,21 @@ class Core:
         else:
             heartbeat_ms = 0
             peer.heartbeat_ns = peer.expiry_ns = 0
-        self._arm_peer_timers(peer)
+        self._arm_expiry(peer, self.now + (peer.expiry_ns or self._idle_ns))
+        if peer.heartbeat_ns:
+            self._arm_heartbeat(peer, self.now + peer.heartbeat_ns)
+        else:
+            peer.heartbeat_due = 0
         self._reply(
             peer,
             Hello(
                 {
                     "broker": BROKER_NAME,
                     "version": BROKER_VERSION,
+                    "broker_heartbeat_ms": config.heartbeat_ms,
                     "heartbeat_ms": heartbeat_ms,
                     "liveness": liveness,
-                    "lease_ms": config.lease_ms,
+                    "lease_ms": self._peer_lease_ms(peer),
                     "max_content_bytes": config.max_content_bytes,
                     "max_window": config.max_window,
                 }
@@ -448,16 +459,14 @@ class Core:
     def _opt_in(self, peer: Peer) -> None:
         peer.extensions = True
         peer.ttl_form = True
-        self._arm_peer_timers(peer)
 
-    def _arm_peer_timers(self, peer: Peer) -> None:
-        """Once per peer: its timers re-arm themselves while they apply (broker/timers.py)."""
-        if not peer.expiry_armed:
-            peer.expiry_armed = True
-            self.timers.arm(self.now, PEER_EXPIRY, peer)
-        if peer.heartbeat_ns and not peer.heartbeat_armed:
-            peer.heartbeat_armed = True
-            self.timers.arm(self.now + peer.heartbeat_ns, HEARTBEAT, peer)
+    def _arm_expiry(self, peer: Peer, when: int) -> None:
+        peer.expiry_due = when
+        self.timers.arm(when, PEER_EXPIRY, peer)
+
+    def _arm_heartbeat(self, peer: Peer, when: int) -> None:
+        peer.heartbeat_due = when
+        self.timers.arm(when, HEARTBEAT, peer)
 
     # ----------------------------------------------------------------- timers
 
@@ -472,16 +481,16 @@ class Core:
     def _on_peer_expiry_due(self, when: int, peer: Peer) -> None:
         """A heartbeating peer silent for interval x liveness is dead; an extension peer that
         does not heartbeat is forgotten once it holds nothing and has been quiet too long."""
-        if not self._current(peer):
+        if when != peer.expiry_due or not self._current(peer):
             return
         if peer.expiry_ns:
             deadline = peer.last_seen + peer.expiry_ns
         else:
-            deadline = peer.last_seen + int(self.config.idle_peer_seconds * NS_PER_SECOND)
+            deadline = peer.last_seen + self._idle_ns
             if peer.windows:  # dispatch to a vanished peer fails and releases its messages
-                deadline = max(deadline, self.now + int(self.config.idle_peer_seconds * 1e9))
+                deadline = max(deadline, self.now + self._idle_ns)
         if deadline > self.now:
-            self.timers.arm(deadline, PEER_EXPIRY, peer)
+            self._arm_expiry(peer, deadline)
             return
         returned = self.peer_gone(peer.id)
         if peer.expiry_ns:
@@ -498,21 +507,22 @@ class Core:
     def _on_heartbeat_due(self, when: int, peer: Peer) -> None:
         """A peer the broker may owe a heartbeat: decided after this turn's dispatch, which
         may send it something anyway."""
-        if not self._current(peer) or not peer.heartbeat_ns:
-            peer.heartbeat_armed = False  # a later HELLO with heartbeats arms it again
+        if when != peer.heartbeat_due or not self._current(peer) or not peer.heartbeat_ns:
             return
         due = peer.last_sent + peer.heartbeat_ns
         if due > self.now:
-            self.timers.arm(due, HEARTBEAT, peer)
+            self._arm_heartbeat(peer, due)
         else:
             self._heartbeats_due.append(peer)
 
     def _send_due_heartbeats(self) -> None:
         outbox = self._outbox
         for peer in self._heartbeats_due:
+            if not self._current(peer):
+                continue  # declared gone in this turn
             if peer.id not in outbox:
                 self._reply(peer, Heartbeat())
-            self.timers.arm(self.now + peer.heartbeat_ns, HEARTBEAT, peer)
+            self._arm_heartbeat(peer, self.now + peer.heartbeat_ns)
         self._heartbeats_due.clear()
 
     def _on_lease_due(self, when: int, window: Window) -> None:
@@ -522,7 +532,9 @@ class Core:
         holds, and on firing takes back what ran out and re-arms for the next. Acks touch no
         timer, so a busy stock consumer costs one heap entry however fast it goes.
         """
-        window.lease_armed = False
+        if when != window.lease_due:
+            return  # superseded by an earlier lease
+        window.lease_due = 0
         queue = window.queue
         if window.peer.windows.get(queue.name) is not window:  # type: ignore[attr-defined]
             return  # the window was closed or its peer released everything
@@ -548,8 +560,8 @@ class Core:
     def _arm_lease(self, window: Window) -> None:
         deadlines = [r.lease_until for r in window.held.values() if r.lease_until]
         if deadlines:
-            window.lease_armed = True
-            self.timers.arm(min(deadlines), LEASE, window)
+            window.lease_due = min(deadlines)
+            self.timers.arm(window.lease_due, LEASE, window)
 
     # ----------------------------------------------------------------- queues and records
 
@@ -691,8 +703,8 @@ class Core:
             window.held[record.id] = record
             if leases[index]:
                 record.lease_until = now + leases[index]
-                if not window.lease_armed:
-                    window.lease_armed = True
+                if not window.lease_due or record.lease_until < window.lease_due:
+                    window.lease_due = record.lease_until
                     arm(record.lease_until, LEASE, window)
             else:
                 record.lease_until = 0
@@ -722,6 +734,16 @@ class Core:
         queue.in_flight += dispatched
         self.counters["dispatched"] += dispatched
 
+    @property
+    def _idle_ns(self) -> int:
+        return int(self.config.idle_peer_seconds * NS_PER_SECOND)
+
+    def _peer_lease_ms(self, peer: Peer) -> int:
+        """The lease a window of this peer gets unless its 002 names one."""
+        lease_ms = 0 if peer.heartbeat_ns else self.config.lease_ms
+        cap = self.config.max_in_flight_ms
+        return cap if cap and (not lease_ms or lease_ms > cap) else lease_ms
+
     def _lease_ns(self, window: Window) -> int:
         """How long a message dispatched into this window may stay unacked (0: forever).
 
@@ -729,12 +751,9 @@ class Core:
         do not heartbeat (the only sign they are alive is their acks), none for those that do;
         `max_in_flight_ms` caps both.
         """
-        if window.lease_ms is not None:
-            lease_ms = window.lease_ms
-        elif window.peer.heartbeat_ns:  # type: ignore[attr-defined]
-            lease_ms = 0
-        else:
-            lease_ms = self.config.lease_ms
+        if window.lease_ms is None:
+            return self._peer_lease_ms(window.peer) * NS_PER_MS  # type: ignore[arg-type]
+        lease_ms = window.lease_ms
         cap = self.config.max_in_flight_ms
         if cap and (not lease_ms or lease_ms > cap):
             lease_ms = cap

@@ -24,6 +24,8 @@ log = logging.getLogger("phpmq.broker")
 
 #: Longest poll, so that signal flags are seen promptly (pyzmq resumes an interrupted poll).
 MAX_POLL_MS = 250
+#: How long frames already queued may still leave once the broker exits.
+CLOSE_LINGER_MS = 500
 #: Poll timeout while libzmq refuses frames for a slow peer (its high-water mark is reached).
 BACKLOG_RETRY_MS = 5
 
@@ -91,7 +93,9 @@ class BrokerServer:
                     break
                 if self._stop_requests == 1 and drain_deadline is None:
                     drain_deadline = time.monotonic() + self.config.grace_seconds
+                    self.core.begin_turn()
                     self.core.start_drain()
+                    self._send(self.core.end_turn())  # the DISCONNECTs go out now
                     log.info(
                         "stopping: no new sends; waiting up to %.1fs for %d unacked messages",
                         self.config.grace_seconds,
@@ -104,7 +108,8 @@ class BrokerServer:
                 self._turn(poller)
         finally:
             self._report_losses()
-            self.router.close()
+            # A moment for the last frames (DISCONNECTs, final acks' effects) to leave.
+            self.router.close(linger=CLOSE_LINGER_MS)
             self._context.term()
 
     def _turn(self, poller: zmq.Poller) -> None:

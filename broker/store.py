@@ -58,7 +58,7 @@ class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
 class Window:
     """One consumer's credit on one queue: at most `limit` messages held unacked."""
 
-    __slots__ = ("held", "lease_armed", "lease_ms", "limit", "peer", "queue")
+    __slots__ = ("held", "lease_due", "lease_ms", "limit", "peer", "queue")
 
     def __init__(self, peer: object, queue: Queue, limit: int) -> None:
         self.peer = peer
@@ -67,8 +67,8 @@ class Window:
         self.held: dict[str, Record] = {}
         #: The consumer's own lease for this window (002's lease packet); None: the default.
         self.lease_ms: int | None = None
-        #: A lease timer is pending for this window (there is at most one).
-        self.lease_armed = False
+        #: When the window's lease timer is due (0: none armed); older timer entries are moot.
+        self.lease_due = 0
 
 
 class Queue:

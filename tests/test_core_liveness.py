@@ -260,3 +260,41 @@ def test_a_fast_stock_consumer_costs_one_lease_timer_per_window() -> None:
         core.turn((CONSUMER, acks))
     assert core.core.counters["acked"] == 10_000
     assert len(core.core.timers) == 1
+
+
+def test_a_hello_after_other_traffic_still_arms_the_heartbeat_expiry() -> None:
+    """The reference client's rejoin: HEARTBEAT, DISCONNECT 'unknown peer', then HELLO."""
+    core = CoreHarness()
+    [answer] = core.send(CONSUMER, p.Heartbeat())
+    assert isinstance(answer, p.Disconnect)
+    core.send(CONSUMER, hello(100, 3), p.Consume("jobs", 1))
+    core.send(PRODUCER, p.Send("jobs", b"x"))
+    core.advance(0.31)
+    core.turn()
+    assert CONSUMER not in core.core.peers
+    assert core.stats("jobs") == {"ready": 1, "in_flight": 0, "dead": 0}
+
+
+def test_a_shorter_lease_set_later_is_enforced_on_time() -> None:
+    core = CoreHarness(lease_ms=60_000)
+    core.send(PRODUCER, p.Send("jobs", b"a"), p.Send("jobs", b"b"))
+    core.send(CONSUMER, p.Consume("jobs", 1))
+    core.send(CONSUMER, p.Consume("jobs", 2, lease_ms=1000))
+    core.advance(1)
+    core.turn()
+    assert core.core.counters["lease_expired"] == 1  # b, under the 1 s lease
+    core.advance(59)
+    core.turn()
+    assert core.core.counters["lease_expired"] >= 2  # a, under the 60 s one
+
+
+def test_the_hello_answer_states_the_lease_this_peer_gets() -> None:
+    core = CoreHarness(lease_ms=30_000, max_in_flight_ms=10_000, heartbeat_ms=2000)
+    [stock_like] = core.send(CONSUMER, p.Hello({}))
+    [heartbeating] = core.send(OTHER, hello(100))
+    assert stock_like.options["lease_ms"] == 10_000
+    assert heartbeating.options["lease_ms"] == 10_000
+    assert heartbeating.options["broker_heartbeat_ms"] == 2000
+    plain = CoreHarness(lease_ms=30_000)
+    [answer] = plain.send(OTHER, hello(100))
+    assert answer.options["lease_ms"] == 0

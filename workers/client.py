@@ -504,6 +504,7 @@ class Client:
         elif isinstance(message, Hello):
             self.broker_info = message.options
             self._reconnect_delay = RECONNECT_FIRST_S
+            self._adopt_terms(message.options)
             limit = message.options.get("max_content_bytes")
             if type(limit) is int and limit > self._max_content_bytes:
                 self._max_content_bytes = limit
@@ -511,6 +512,14 @@ class Client:
             self._kbai = True
         elif isinstance(message, Disconnect):
             self._on_disconnect(message.reason or "")
+
+    def _adopt_terms(self, options: dict[str, Any]) -> None:
+        """Heartbeat by the interval and liveness the broker agreed to, not the ones asked."""
+        heartbeat_ms, liveness = options.get("heartbeat_ms"), options.get("liveness")
+        agreed = type(heartbeat_ms) is int and type(liveness) is int
+        if self._heartbeat_s and agreed and heartbeat_ms > 0 and liveness > 0:
+            self._heartbeat_s = heartbeat_ms / 1000
+            self._expiry_s = self._heartbeat_s * liveness
 
     def _on_disconnect(self, reason: str) -> None:
         if reason.startswith("unknown peer"):
