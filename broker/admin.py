@@ -30,6 +30,7 @@ def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
         name: {
             "ready": queue.ready_count,
             "in_flight": queue.in_flight,
+            "delayed": queue.delayed,
             "consumers": len(queue.windows),
             "dead_letters": len(queue.dead),
             "settings": {

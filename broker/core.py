@@ -22,6 +22,7 @@ from broker.admin import run_admin
 from broker.clock import Clock
 from broker.config import BrokerConfig, QueueSettings
 from broker.store import (
+    DELAYED,
     GONE,
     IN_FLIGHT,
     NS_PER_SECOND,
@@ -32,7 +33,7 @@ from broker.store import (
     Record,
     Window,
 )
-from broker.timers import HEARTBEAT, LEASE, PEER_EXPIRY, Timers
+from broker.timers import DELAY_OVER, HEARTBEAT, LEASE, PEER_EXPIRY, Timers
 from protocol import (
     EXTENSION_TYPES,
     Ack,
@@ -162,6 +163,7 @@ class Core:
             PEER_EXPIRY: self._on_peer_expiry_due,
             HEARTBEAT: self._on_heartbeat_due,
             LEASE: self._on_lease_due,
+            DELAY_OVER: self._on_delay_over,
         }
         self._outbox: dict[bytes, list[bytes]] = {}
         self._dirty: dict[Queue, None] = {}
@@ -301,7 +303,8 @@ class Core:
 
     @property
     def ready(self) -> int:
-        return sum(queue.ready_count for queue in self.queues.values())
+        """Messages waiting for a consumer, including delayed requeues."""
+        return sum(queue.ready_count + queue.delayed for queue in self.queues.values())
 
     # ----------------------------------------------------------------- message handlers
 
@@ -380,7 +383,11 @@ class Core:
         if record is None:
             return
         record.expires_at = self.now + message.ttl * NS_PER_SECOND if message.ttl else 0
-        self._return(self.queues[message.queue], record, to_head=False)
+        queue = self.queues[message.queue]
+        if message.delay_ms:
+            self._delay(queue, record, message.delay_ms)
+        else:
+            self._return(queue, record, to_head=False)
         self.counters["requeued"] += 1
 
     def _on_dead_letter(self, peer: Peer, message: DeadLetter) -> None:
@@ -655,6 +662,28 @@ class Core:
             self._dirty[queue] = None
         peer.windows.clear()
         return returned
+
+    def _delay(self, queue: Queue, record: Record, delay_ms: int) -> None:
+        """A requeue with a backoff: counted as a delivery now, queued when the delay ends."""
+        record.deliveries += 1
+        if queue.max_deliveries and record.deliveries > queue.max_deliveries:
+            self.counters["max_deliveries"] += 1
+            self._bury(queue, record, "max-deliveries")
+            return
+        record.state = DELAYED
+        queue.delayed += 1
+        self.timers.arm(self.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
+
+    def _on_delay_over(self, when: int, target: tuple[Queue, Record]) -> None:
+        queue, record = target
+        if record.state != DELAYED:
+            return
+        queue.delayed -= 1
+        record.state = READY
+        queue.ready.append(record)
+        if record.expires_at:
+            self._watch_expiry(queue, record)
+        self._dirty[queue] = None
 
     def _return(self, queue: Queue, record: Record, to_head: bool) -> None:
         """A message comes back from a consumer: that was one more delivery. Past the queue's

@@ -18,6 +18,7 @@ from protocol import queue_packet
 READY = 0
 IN_FLIGHT = 1
 GONE = 2
+DELAYED = 3  # requeued with a delay: back in the queue when the delay is over
 
 NS_PER_SECOND = 1_000_000_000
 
@@ -75,6 +76,7 @@ class Queue:
     __slots__ = (
         "dead",
         "dead_dropped",
+        "delayed",
         "in_flight",
         "max_deliveries",
         "max_length",
@@ -107,6 +109,8 @@ class Queue:
         #: Round-robin offset, so that no consumer is always served first.
         self.turn = 0
         self.in_flight = 0
+        #: Requeued with a delay and not yet back.
+        self.delayed = 0
         self.dead: deque[DeadLetterEntry] = deque(maxlen=dead_letter_limit)
         self.dead_dropped = 0
 

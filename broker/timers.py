@@ -15,7 +15,8 @@ from typing import Any
 #: Timer kinds.
 PEER_EXPIRY = 0  # target: the Peer; silent past its expiry (or, without heartbeats, idle)?
 HEARTBEAT = 1  # target: the Peer; has the broker been silent towards it for an interval?
-LEASE = 2  # target: (Window, Record); is the record still held under this lease?
+LEASE = 2  # target: the Window; has its earliest lease run out?
+DELAY_OVER = 3  # target: (Queue, Record); a delayed requeue goes back into its queue
 
 
 class Timers:

@@ -59,6 +59,7 @@ class PacketType(IntEnum):
     OPTIONS = 13
     # 14 is reserved for publisher confirms.
     LEASE_MS = 15
+    DELAY_MS = 16
 
 
 class ErrorCode(IntEnum):

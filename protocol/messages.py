@@ -57,12 +57,16 @@ class Ack(msgspec.Struct, frozen=True, gc=False):
 
 
 class Requeue(msgspec.Struct, frozen=True, gc=False):
-    """005: a client puts a message back at the tail of its queue with a new TTL."""
+    """005: a client puts a message back at the tail of its queue with a new TTL.
+
+    `delay_ms` (extension packet) keeps it out of the queue that long first: a retry backoff.
+    """
 
     TYPE: ClassVar[MessageType] = MessageType.REQUEUE
     queue: str
     message_id: str
     ttl: int
+    delay_ms: int | None = None
 
 
 class DeadLetter(msgspec.Struct, frozen=True, gc=False):

@@ -53,6 +53,7 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.DELIVERY_COUNT: "delivery_count",
     P.OPTIONS: "options",
     P.LEASE_MS: "lease_ms",
+    P.DELAY_MS: "delay_ms",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -64,7 +65,7 @@ SPECS: dict[MessageType, TypeSpec] = {
         # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
         TypeSpec(m.Dispatch, (P.QUEUE, P.CONTENT, P.MESSAGE_ID), (P.TTL, P.DELIVERY_COUNT)),
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
-        TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL)),
+        TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
         TypeSpec(m.DeadLetter, (P.QUEUE, P.MESSAGE_ID), (P.REASON,)),
         TypeSpec(m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE)),
         TypeSpec(m.Hello, (), (P.OPTIONS,)),
@@ -123,4 +124,5 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.DELIVERY_COUNT: _integer,
     P.OPTIONS: _options,
     P.LEASE_MS: _integer,
+    P.DELAY_MS: _integer,
 }

@@ -39,6 +39,7 @@ def test_messages_move_from_a_producer_to_a_consumer(broker: BrokerProcess) -> N
     assert stats["queues"]["emails"] == {
         "ready": 0,
         "in_flight": 0,
+        "delayed": 0,
         "consumers": 0,
         "dead_letters": 0,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},

@@ -40,6 +40,7 @@ def test_send_consume_and_stats(broker: BrokerProcess) -> None:
     assert json.loads(phpmq("stats", *address, "--json").stdout)["queues"]["emails"] == {
         "ready": 0,
         "in_flight": 0,
+        "delayed": 0,
         "consumers": 0,
         "dead_letters": 0,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},

@@ -394,6 +394,7 @@ def test_stats_reports_queues_and_counters(core: CoreHarness) -> None:
     assert stats["queues"]["jobs"] == {
         "ready": 1,
         "in_flight": 1,
+        "delayed": 0,
         "consumers": 1,
         "dead_letters": 0,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},

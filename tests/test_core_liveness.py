@@ -298,3 +298,29 @@ def test_the_hello_answer_states_the_lease_this_peer_gets() -> None:
     plain = CoreHarness(lease_ms=30_000)
     [answer] = plain.send(OTHER, hello(100))
     assert answer.options["lease_ms"] == 0
+
+
+def test_a_delayed_requeue_stays_out_of_the_queue_until_the_delay_is_over() -> None:
+    core = CoreHarness()
+    core.send(PRODUCER, p.Send("jobs", b"retry me", 0), p.Send("jobs", b"next", 0))
+    [first] = dispatches(core.send(CONSUMER, hello(60_000), p.Consume("jobs", 1))[1:])
+    [second] = dispatches(core.send(CONSUMER, p.Requeue("jobs", first.message_id, 0, 500)))
+    assert second.content == b"next"
+    assert core.stats("jobs") == {"ready": 0, "in_flight": 1, "dead": 0}
+    assert core.core.queues["jobs"].delayed == 1
+    core.send(CONSUMER, p.Ack("jobs", second.message_id))
+    core.advance(0.49)
+    assert dispatches(core.turn().get(CONSUMER, [])) == []
+    core.advance(0.01)
+    [again] = dispatches(core.turn()[CONSUMER])
+    assert (again.message_id, again.delivery_count) == (first.message_id, 2)
+    assert core.core.queues["jobs"].delayed == 0
+
+
+def test_a_delayed_requeue_counts_towards_max_deliveries() -> None:
+    core = CoreHarness(max_deliveries=1)
+    core.send(PRODUCER, p.Send("jobs", b"x", 0))
+    [first] = dispatches(core.send(CONSUMER, p.Consume("jobs", 1)))
+    core.send(CONSUMER, p.Requeue("jobs", first.message_id, 0, 1000))
+    assert core.core.queues["jobs"].dead[0].reason == "max-deliveries"
+    assert core.core.queues["jobs"].delayed == 0

@@ -112,8 +112,11 @@ class ReceivedMessage:
         client = self._client
         client._settle(encode_ack(client._queue_packet(self.queue), self.id), self._generation)
 
-    def requeue(self, ttl: int = 0) -> None:
-        self._client._settle(encode(Requeue(self.queue, self.id, ttl)), self._generation)
+    def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
+        """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
+        seconds out of it (a retry backoff)."""
+        delay_ms = round(delay * 1000) or None
+        self._client._settle(encode(Requeue(self.queue, self.id, ttl, delay_ms)), self._generation)
 
     def dead_letter(self, reason: str | None = None) -> None:
         self._client._settle(encode(DeadLetter(self.queue, self.id, reason)), self._generation)
