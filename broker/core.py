@@ -18,6 +18,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from broker.admin import run_admin
 from broker.clock import Clock
 from broker.config import BrokerConfig, QueueSettings
@@ -58,6 +60,7 @@ from protocol import (
 )
 
 log = logging.getLogger("phpmq.broker")
+_json = msgspec.json.Encoder()
 
 BROKER_NAME = "phpmq-zmq"
 BROKER_VERSION = "0.1.0"
@@ -309,7 +312,7 @@ class Core:
     # ----------------------------------------------------------------- message handlers
 
     def _on_send(self, peer: Peer, message: Send) -> None:
-        if message.ttl is not None:
+        if message.ttl is not None or message.headers is not None:
             peer.ttl_form = True
         if self.draining:
             self._refuse(
@@ -330,6 +333,8 @@ class Core:
             self.new_id(), message.content, self.now + ttl * NS_PER_SECOND if ttl else 0
         )
         queue.ready.append(record)
+        if message.headers:
+            record.headers = _json.encode(message.headers)
         if ttl:
             self._watch_expiry(queue, record)
         if queue.windows:
@@ -747,6 +752,7 @@ class Core:
                     record.id,
                     record.remaining_ttl(now) if peer.ttl_form else None,
                     record.deliveries if peer.extensions else None,
+                    record.headers,
                 )
             )
             dispatched += 1

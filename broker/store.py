@@ -38,6 +38,8 @@ class Record(msgspec.Struct, gc=False):
     state: int = READY
     #: While in flight under a lease: monotonic ns when it comes back; else 0.
     lease_until: int = 0
+    #: The producer's HEADERS packet (JSON), passed on to extension consumers.
+    headers: bytes = b""
 
     def remaining_ttl(self, now: int) -> int:
         """Whole seconds left, rounded up so that a live message never reads 0 (= never)."""

@@ -60,6 +60,7 @@ class PacketType(IntEnum):
     # 14 is reserved for publisher confirms.
     LEASE_MS = 15
     DELAY_MS = 16
+    HEADERS = 17
 
 
 class ErrorCode(IntEnum):

@@ -22,6 +22,9 @@ class Send(msgspec.Struct, frozen=True, gc=False):
     queue: str
     content: bytes
     ttl: int | None = None
+    #: Extension packet: a JSON object the broker keeps with the message and hands to
+    #: extension consumers (e.g. a worker's per-message timeout).
+    headers: dict[str, Any] | None = None
 
 
 class Consume(msgspec.Struct, frozen=True, gc=False):
@@ -46,6 +49,7 @@ class Dispatch(msgspec.Struct, frozen=True, gc=False):
     message_id: str
     ttl: int | None = None
     delivery_count: int | None = None
+    headers: dict[str, Any] | None = None
 
 
 class Ack(msgspec.Struct, frozen=True, gc=False):

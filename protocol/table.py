@@ -54,16 +54,21 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.OPTIONS: "options",
     P.LEASE_MS: "lease_ms",
     P.DELAY_MS: "delay_ms",
+    P.HEADERS: "headers",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
     spec.type: spec
     for spec in (
         # 001: the stock client sends 2 packets (pre-TTL), the README form 3.
-        TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL,)),
+        TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL, P.HEADERS)),
         TypeSpec(m.Consume, (P.QUEUE, P.COUNT), (P.LEASE_MS,)),
         # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
-        TypeSpec(m.Dispatch, (P.QUEUE, P.CONTENT, P.MESSAGE_ID), (P.TTL, P.DELIVERY_COUNT)),
+        TypeSpec(
+            m.Dispatch,
+            (P.QUEUE, P.CONTENT, P.MESSAGE_ID),
+            (P.TTL, P.DELIVERY_COUNT, P.HEADERS),
+        ),
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
         TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
         TypeSpec(m.DeadLetter, (P.QUEUE, P.MESSAGE_ID), (P.REASON,)),
@@ -125,4 +130,5 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.OPTIONS: _options,
     P.LEASE_MS: _integer,
     P.DELAY_MS: _integer,
+    P.HEADERS: _options,
 }

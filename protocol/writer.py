@@ -94,6 +94,27 @@ _DISPATCH_5 = (
 )
 
 
+_DISPATCH_6 = (
+    message_header(MessageType.DISPATCH, 6)
+    + b"%b"
+    + b"%b".join(
+        (
+            _CONTENT_PACKET,
+            _ID_PACKET,
+            _TTL_PACKET,
+            b"P%02d%%029d" % PacketType.DELIVERY_COUNT,
+            b"P%02d%%029d" % PacketType.HEADERS,
+            b"",
+        )
+    )
+)
+
+
+def _number_packet(value: int) -> tuple[int, bytes]:
+    digits = b"%d" % value
+    return len(digits), digits
+
+
 def queue_packet(queue: str) -> bytes:
     """The queue packet, which the broker caches per queue."""
     return packet(PacketType.QUEUE, queue.encode())
@@ -105,9 +126,23 @@ def encode_dispatch(
     message_id: str,
     ttl: int | None,
     delivery_count: int | None,
+    headers: bytes = b"",
 ) -> bytes:
     """003 in the form the receiving peer speaks: `ttl=None` is the pre-TTL 3-packet form,
-    a `delivery_count` adds the extension packet (only for peers that opted in)."""
+    a `delivery_count` adds the extension packet (only for peers that opted in), and so do
+    `headers` (JSON bytes as the producer's HEADERS packet carried them)."""
+    if headers and delivery_count is not None and ttl is not None:
+        return _DISPATCH_6 % (
+            queue_packet,
+            len(content),
+            content,
+            len(message_id),
+            message_id.encode(),
+            *_number_packet(ttl),
+            *_number_packet(delivery_count),
+            len(headers),
+            headers,
+        )
     id_bytes = message_id.encode()
     if ttl is None:
         return _DISPATCH_3 % (queue_packet, len(content), content, len(id_bytes), id_bytes)

@@ -324,3 +324,12 @@ def test_a_delayed_requeue_counts_towards_max_deliveries() -> None:
     core.send(CONSUMER, p.Requeue("jobs", first.message_id, 0, 1000))
     assert core.core.queues["jobs"].dead[0].reason == "max-deliveries"
     assert core.core.queues["jobs"].delayed == 0
+
+
+def test_headers_travel_to_extension_consumers_only() -> None:
+    core = CoreHarness()
+    core.send(PRODUCER, p.Send("jobs", b"a", 0, {"timeout": 3}), p.Send("jobs", b"b", 0, {"x": 1}))
+    [with_headers] = dispatches(core.send(CONSUMER, hello(60_000), p.Consume("jobs", 1))[1:])
+    assert with_headers.headers == {"timeout": 3}
+    [stock] = dispatches(core.send(OTHER, p.Consume("jobs", 1)))
+    assert stock.headers is None and stock.content == b"b"

@@ -74,9 +74,11 @@ json_values = st.recursive(
 )
 options = st.dictionaries(texts, json_values, max_size=5)
 
-sends = st.builds(Send, texts, contents, optional_integers)
+sends = st.builds(Send, texts, contents, optional_integers, st.none() | options)
 consumes = st.builds(Consume, texts, integers, optional_integers)
-dispatches = st.builds(Dispatch, texts, contents, texts, optional_integers, optional_integers)
+dispatches = st.builds(
+    Dispatch, texts, contents, texts, optional_integers, optional_integers, st.none() | options
+)
 acks = st.builds(Ack, texts, texts)
 requeues = st.builds(Requeue, texts, texts, integers, optional_integers)
 dead_letters = st.builds(DeadLetter, texts, texts, st.none() | texts)

@@ -45,6 +45,7 @@ from protocol import (
     Hello,
     Kbai,
     Requeue,
+    Send,
     decode_frame,
     encode,
     encode_ack,
@@ -95,7 +96,16 @@ class BrokerRefused(ClientError):
 class ReceivedMessage:
     """A dispatched message. Settle it exactly once: ack, requeue or dead_letter."""
 
-    __slots__ = ("_client", "_generation", "content", "delivery_count", "id", "queue", "ttl")
+    __slots__ = (
+        "_client",
+        "_generation",
+        "content",
+        "delivery_count",
+        "headers",
+        "id",
+        "queue",
+        "ttl",
+    )
 
     def __init__(self, client: Client, dispatch: Dispatch, generation: int) -> None:
         self._client = client
@@ -107,6 +117,8 @@ class ReceivedMessage:
         self.ttl = dispatch.ttl or 0
         #: 1 on the first delivery, more after redeliveries.
         self.delivery_count = dispatch.delivery_count or 1
+        #: What the producer attached (`send(..., headers=...)`); empty if nothing.
+        self.headers = dispatch.headers or {}
 
     def ack(self) -> None:
         client = self._client
@@ -195,14 +207,25 @@ class Client:
 
     # ------------------------------------------------------------------ producing
 
-    def send(self, queue: str, content: bytes | str, ttl: int = 0) -> None:
-        """Hand one message to the socket.
+    def send(
+        self,
+        queue: str,
+        content: bytes | str,
+        ttl: int = 0,
+        headers: dict[str, Any] | None = None,
+    ) -> None:
+        """Hand one message to the socket. `headers` (JSON-able) travel with the message to
+        consumers that speak the extensions (e.g. `{"timeout": 30}` for a worker pool).
 
         Raises:
             ClientError: the socket did not take it within `send_timeout` (no broker).
         """
+        if headers:
+            frame = encode(Send(queue, _as_bytes(content), ttl, headers))
+        else:
+            frame = encode_send(self._queue_packet(queue), _as_bytes(content), ttl)
         with self._lock:
-            self._send_frame(encode_send(self._queue_packet(queue), _as_bytes(content), ttl))
+            self._send_frame(frame)
             self.sent_since_heard += 1
 
     def send_many(self, queue: str, contents: Iterable[bytes | str], ttl: int = 0) -> int:
