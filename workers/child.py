@@ -1,0 +1,273 @@
+"""One worker process of a pool: its own DEALER connection, a weighted pick among its queues,
+and the handler called for one message at a time.
+
+It reports to the supervisor over a pipe (`("start", id, queue, timeout)` before each job,
+`("done", id, outcome)` after) so the supervisor can enforce timeouts by killing it, and it
+takes notes from the supervisor (`("note", id, reason)`: this message killed or outlasted a
+worker) so that such a message is retried with backoff or dead-lettered with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import importlib
+import inspect
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgspec
+
+from workers.client import Client, ClientError, ReceivedMessage
+from workers.outcome import Reject, Retry
+
+log = logging.getLogger("phpmq.worker")
+
+#: Outcomes reported to the supervisor.
+ACKED, RETRIED, DEAD = "acked", "retried", "dead"
+#: Notes kept about messages that killed or outlasted a worker.
+MAX_NOTES = 10_000
+PR_SET_PDEATHSIG = 1
+
+
+class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
+    broker: str
+    handler: str
+    queues: tuple[tuple[str, int], ...]
+    prefetch: int = 1
+    timeout: float = 0.0
+    max_retries: int = 3
+    retry_delay: float = 1.0
+    max_retry_delay: float = 300.0
+    max_jobs: int = 0
+    heartbeat_ms: int = 1000
+    liveness: int = 3
+    pool: str = "pool"
+    index: int = 0
+
+
+def load_handler(path: str) -> Callable[[ReceivedMessage], Any]:
+    """`package.module:function` -> the function.
+
+    Raises:
+        ValueError: the path is malformed, or names nothing callable.
+    """
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"handler must be 'module:function', got {path!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ValueError(f"{module_name!r} has no {attribute!r}")
+    if not callable(target):
+        raise ValueError(f"{path!r} is not callable")
+    return target
+
+
+def window_sizes(queues: tuple[tuple[str, int], ...], prefetch: int) -> dict[str, int]:
+    """Each queue's share of the prefetch, by weight, at least 1."""
+    total = sum(weight for _, weight in queues)
+    return {name: max(1, round(prefetch * weight / total)) for name, weight in queues}
+
+
+class WeightedPick:
+    """Stride scheduling over the queues that have a message waiting: when every queue is
+    busy, each gets a share of the jobs proportional to its weight (docs/workers.md)."""
+
+    def __init__(self, queues: tuple[tuple[str, int], ...]) -> None:
+        self.waiting: dict[str, deque[ReceivedMessage]] = {name: deque() for name, _ in queues}
+        self._stride = {name: 1.0 / weight for name, weight in queues}
+        self._pass = dict.fromkeys(self.waiting, 0.0)
+
+    def add(self, message: ReceivedMessage) -> None:
+        self.waiting.setdefault(message.queue, deque()).append(message)
+
+    def __len__(self) -> int:
+        return sum(len(waiting) for waiting in self.waiting.values())
+
+    def pick(self) -> ReceivedMessage | None:
+        ready = [name for name, waiting in self.waiting.items() if waiting]
+        if not ready:
+            return None
+        name = min(ready, key=self._pass.__getitem__)
+        # A queue that was idle does not bank credit: it starts level with the busy ones.
+        floor = min(self._pass[other] for other in ready)
+        self._pass[name] = max(self._pass[name], floor) + self._stride.get(name, 1.0)
+        return self.waiting[name].popleft()
+
+
+class Child:
+    def __init__(
+        self, spec: ChildSpec, conn: Connection, notes: dict[str, tuple[int, str]]
+    ) -> None:
+        self.spec = spec
+        self.conn = conn
+        #: message id -> (delivery count of the run that died, why it died)
+        self.notes: dict[str, tuple[int, str]] = dict(notes)
+        self.stopping = False
+        self.handler = load_handler(spec.handler)
+        self.is_async = inspect.iscoroutinefunction(self.handler)
+        self.loop = asyncio.new_event_loop() if self.is_async else None
+        self.picker = WeightedPick(spec.queues)
+        self.client = Client(
+            spec.broker,
+            name=f"{spec.pool}/{spec.index}",
+            role="worker",
+            heartbeat_ms=spec.heartbeat_ms,
+            liveness=spec.liveness,
+        )
+
+    def run(self) -> str:
+        """Work until stopped, recycled or orphaned; returns why it ended."""
+        parent = os.getppid()
+        for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
+            self.client.subscribe(queue, window)
+        jobs = 0
+        try:
+            while not self.stopping:
+                self._read_supervisor()
+                if os.getppid() != parent:
+                    return "supervisor gone"
+                message = self._next_message()
+                if message is None:
+                    continue
+                self._handle(message)
+                jobs += 1
+                if self.spec.max_jobs and jobs >= self.spec.max_jobs:
+                    return f"recycled after {jobs} jobs"
+            return "stopped"
+        finally:
+            self._leave()
+
+    def _next_message(self) -> ReceivedMessage | None:
+        message = self.client.receive(timeout=0 if len(self.picker) else 0.1)
+        while message is not None:
+            self.picker.add(message)
+            message = self.client.receive(timeout=0)
+        return self.picker.pick()
+
+    def _read_supervisor(self) -> None:
+        while self.conn.poll():
+            command = self.conn.recv()
+            if command[0] == "note":
+                if len(self.notes) >= MAX_NOTES:
+                    self.notes.pop(next(iter(self.notes)))
+                self.notes[command[1]] = (command[2], command[3])
+            elif command[0] == "stop":
+                self.stopping = True
+
+    def _handle(self, message: ReceivedMessage) -> None:
+        note = self.notes.get(message.id)
+        if note is not None and note[0] + 1 == message.delivery_count:
+            # The redelivery right after this message killed or outlasted a worker: that run
+            # was a failed attempt. Out of retries: dead-letter it with that reason; else
+            # this delivery is the retry.
+            failed_run, why = note
+            if failed_run > self.spec.max_retries:
+                message.dead_letter(f"{why} (after {failed_run} deliveries)")
+                self._report("done", message.id, DEAD)
+                return
+        timeout = _message_timeout(message, self.spec.timeout)
+        self._report("start", message.id, message.queue, timeout, message.delivery_count)
+        outcome = self._run_handler(message)
+        self._report("done", message.id, outcome)
+
+    def _run_handler(self, message: ReceivedMessage) -> str:
+        try:
+            if self.loop is not None:
+                self.loop.run_until_complete(self.handler(message))
+            else:
+                self.handler(message)
+        except Reject as exc:
+            message.dead_letter(_reason(exc))
+            log.info("%s dead-lettered by the handler: %s", message.id, _reason(exc))
+            return DEAD
+        except Retry as exc:
+            return self._retry_or_bury(message, _reason(exc), exc.delay)
+        except Exception as exc:
+            log.warning(
+                "%s failed (delivery %d): %s", message.id, message.delivery_count, _reason(exc)
+            )
+            return self._retry_or_bury(message, _reason(exc), None)
+        message.ack()
+        return ACKED
+
+    def _retry_or_bury(self, message: ReceivedMessage, reason: str, delay: float | None) -> str:
+        spec = self.spec
+        if message.delivery_count > spec.max_retries:
+            message.dead_letter(f"{reason} (after {message.delivery_count} deliveries)")
+            return DEAD
+        if delay is None:
+            delay = min(spec.retry_delay * 2 ** (message.delivery_count - 1), spec.max_retry_delay)
+        message.requeue(ttl=message.ttl, delay=delay)
+        return RETRIED
+
+    def _report(self, *event: Any) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(event)
+
+    def _leave(self) -> None:
+        """Stop taking work and say goodbye: what was prefetched but not started goes back
+        to the head of its queue at once."""
+        with contextlib.suppress(ClientError):
+            self.client.flush()
+        self.client.close()
+        if self.loop is not None:
+            self.loop.close()
+
+
+def _message_timeout(message: ReceivedMessage, default: float) -> float:
+    value = message.headers.get("timeout")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return default
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def child_main(
+    spec: ChildSpec, conn: Connection, notes: dict[str, tuple[int, str]], log_json: bool
+) -> None:
+    """Entry point of a worker process (multiprocessing, spawn)."""
+    from workers.logs import configure_logging
+
+    configure_logging(log_json, f"{spec.pool}/{spec.index}")
+    _die_with_parent()
+    stop = {"flag": False}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; Ctrl-C reaches us too
+    try:
+        child = Child(spec, conn, notes)
+    except (ValueError, ClientError) as exc:
+        log.error("cannot start: %s", exc)
+        conn.send(("fatal", str(exc)))
+        raise SystemExit(3) from None
+
+    def on_term(*_: object) -> None:
+        stop["flag"] = True
+        child.stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    conn.send(("ready", os.getpid()))
+    why = child.run()
+    conn.send(("exit", why))
+    log.debug("worker exits: %s", why)
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the supervisor dies, even by kill -9 (no orphans)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
