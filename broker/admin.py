@@ -43,11 +43,30 @@ def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     }
     return {
         "queues": queues,
+        "pools": _pools(core),
         "peers": len(core.peers),
         "counters": dict(core.counters),
         "uptime_seconds": round((core.now - core.started_ns) / 1e9, 3),
         "draining": core.draining,
     }
+
+
+def _pools(core: Core) -> dict[str, Any]:
+    """Worker pools as their workers' HELLOs name them (`POOL/INDEX`, role `worker`): per
+    queue, how many workers consume it and how many hold a message (busy)."""
+    pools: dict[str, Any] = {}
+    for peer in core.peers.values():
+        if peer.role != "worker":
+            continue
+        pool_name = peer.name.rpartition("/")[0] or peer.name
+        pool = pools.setdefault(pool_name, {"workers": 0, "queues": {}})
+        pool["workers"] += 1
+        for queue_name, window in peer.windows.items():
+            entry = pool["queues"].setdefault(queue_name, {"workers": 0, "busy": 0, "held": 0})
+            entry["workers"] += 1
+            entry["held"] += len(window.held)
+            entry["busy"] += bool(window.held)
+    return dict(sorted(pools.items()))
 
 
 def _dead_queue(core: Core, options: dict[str, Any]):

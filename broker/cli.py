@@ -212,6 +212,22 @@ def stats(address: str, as_json: bool) -> None:
         )
     console = Console()
     console.print(table)
+    if result.get("pools"):
+        pools = Table(title="worker pools")
+        for column in ("pool", "queue", "workers", "busy", "idle", "held"):
+            pools.add_column(column, justify="left" if column in ("pool", "queue") else "right")
+        for pool_name, pool in result["pools"].items():
+            for queue_name, q in pool["queues"].items():
+                idle = q["workers"] - q["busy"]
+                pools.add_row(
+                    pool_name,
+                    queue_name,
+                    str(q["workers"]),
+                    str(q["busy"]),
+                    str(idle),
+                    str(q["held"]),
+                )
+        console.print(pools)
     counters = ", ".join(f"{k} {v}" for k, v in result["counters"].items())
     console.print(f"peers {result['peers']}, up {result['uptime_seconds']:.0f}s; {counters}")
 

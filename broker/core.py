@@ -65,6 +65,8 @@ _json = msgspec.json.Encoder()
 BROKER_NAME = "phpmq-zmq"
 BROKER_VERSION = "0.1.0"
 NS_PER_MS = 1_000_000
+#: Peers declared gone without a goodbye that are remembered as extension peers.
+MAX_DEPARTED_PEERS = 10_000
 #: The TTL heap is compacted when it grows past twice its live entries, and never below this.
 EXPIRY_COMPACT_MIN = 65_536
 UNKNOWN_PEER_REASON = (
@@ -162,6 +164,8 @@ class Core:
         )
         self.timers = Timers()
         self._heartbeats_due: list[Peer] = []
+        #: Extension peers declared gone without a goodbye, most recent last (bounded).
+        self._departed: dict[bytes, None] = {}
         self._timer_handlers: dict[int, Callable[[int, Any], None]] = {
             PEER_EXPIRY: self._on_peer_expiry_due,
             HEARTBEAT: self._on_heartbeat_due,
@@ -238,6 +242,8 @@ class Core:
         peer = self.peers.get(peer_id)
         if peer is None:
             peer = self.peers[peer_id] = Peer(peer_id, self.ttl_form_default, self.now)
+            if self._departed.pop(peer_id, False) is None:
+                self._opt_in(peer)  # a peer given up on comes back: it speaks extensions
         return peer
 
     def end_turn(self) -> list[tuple[bytes, bytes]]:
@@ -279,13 +285,22 @@ class Core:
     def _expiry_deadline(self) -> int | None:
         return self._expiry[0][0] if self._expiry else None
 
-    def peer_gone(self, peer_id: bytes) -> int:
-        """The peer is gone (transport error, silence): its held messages return to the head
-        of their queues. Returns how many."""
+    def peer_gone(self, peer_id: bytes, said_goodbye: bool = False) -> int:
+        """The peer is gone (KBAI, transport error, silence): its held messages return to the
+        head of their queues. Returns how many.
+
+        An extension peer that did not say goodbye is remembered for a while: if it was only
+        frozen, what it sends later (late acks) is refused with ERRORs and its next
+        heartbeat is told to say HELLO again, instead of being taken for a stock peer.
+        """
         peer = self.peers.pop(peer_id, None)
         if peer is None:
             return 0
         peer.forgotten = True
+        if peer.extensions and not said_goodbye:
+            self._departed[peer_id] = None
+            if len(self._departed) > MAX_DEPARTED_PEERS:
+                del self._departed[next(iter(self._departed))]
         return self._release_all(peer)
 
     def mark_dirty(self, queue: Queue) -> None:
@@ -455,7 +470,7 @@ class Core:
 
     def _on_kbai(self, peer: Peer, message: Kbai) -> None:
         """Goodbye: whatever the peer still holds goes back to the head of its queue."""
-        self.peer_gone(peer.id)
+        self.peer_gone(peer.id, said_goodbye=True)
 
     def _on_admin(self, peer: Peer, message: Admin) -> None:
         """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""

@@ -333,3 +333,18 @@ def test_headers_travel_to_extension_consumers_only() -> None:
     assert with_headers.headers == {"timeout": 3}
     [stock] = dispatches(core.send(OTHER, p.Consume("jobs", 1)))
     assert stock.headers is None and stock.content == b"b"
+
+
+def test_late_acks_of_a_peer_declared_dead_are_refused_with_errors() -> None:
+    """SIGSTOP then SIGCONT: the broker gave up on the consumer; what it says next gets
+    ERRORs (not the silence a stock peer gets), and its heartbeat is told to start over."""
+    core = CoreHarness()
+    core.send(PRODUCER, p.Send("jobs", b"a", 0))
+    [held] = dispatches(core.send(CONSUMER, hello(100, 3), p.Consume("jobs", 1))[1:])
+    core.advance(0.31)
+    core.turn()
+    [error] = errors(core.send(CONSUMER, p.Ack("jobs", held.message_id)))
+    assert error.code == p.ErrorCode.UNKNOWN_MESSAGE
+    [answer] = core.send(CONSUMER, p.Heartbeat())
+    assert isinstance(answer, p.Disconnect) and answer.reason.startswith("unknown peer")
+    assert core.stats("jobs") == {"ready": 1, "in_flight": 0, "dead": 0}
