@@ -1,0 +1,7 @@
+"""A handler that does nothing: the worker pool benchmark measures the pool, not the work."""
+
+from workers.client import ReceivedMessage
+
+
+def handle(message: ReceivedMessage) -> None:
+    return None
