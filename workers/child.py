@@ -17,6 +17,7 @@ import inspect
 import logging
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -26,6 +27,7 @@ import msgspec
 
 from workers.client import Client, ClientError, ReceivedMessage
 from workers.outcome import Reject, Retry
+from workers.slot import JobSlot
 
 log = logging.getLogger("phpmq.worker")
 
@@ -108,10 +110,15 @@ class WeightedPick:
 
 class Child:
     def __init__(
-        self, spec: ChildSpec, conn: Connection, notes: dict[str, tuple[int, str]]
+        self,
+        spec: ChildSpec,
+        conn: Connection,
+        slot: JobSlot,
+        notes: dict[str, tuple[int, str]],
     ) -> None:
         self.spec = spec
         self.conn = conn
+        self.slot = slot
         #: message id -> (delivery count of the run that died, why it died)
         self.notes: dict[str, tuple[int, str]] = dict(notes)
         self.stopping = False
@@ -175,12 +182,14 @@ class Child:
             failed_run, why = note
             if failed_run > self.spec.max_retries:
                 message.dead_letter(f"{why} (after {failed_run} deliveries)")
-                self._report("done", message.id, DEAD)
+                self.slot.end(DEAD)
                 return
         timeout = _message_timeout(message, self.spec.timeout)
-        self._report("start", message.id, message.queue, timeout, message.delivery_count)
-        outcome = self._run_handler(message)
-        self._report("done", message.id, outcome)
+        started = time.monotonic()
+        self.slot.begin(
+            message.id, message.delivery_count, started + timeout if timeout else 0.0, started
+        )
+        self.slot.end(self._run_handler(message))
 
     def _run_handler(self, message: ReceivedMessage) -> str:
         try:
@@ -212,10 +221,6 @@ class Child:
         message.requeue(ttl=message.ttl, delay=delay)
         return RETRIED
 
-    def _report(self, *event: Any) -> None:
-        with contextlib.suppress(OSError):
-            self.conn.send(event)
-
     def _leave(self) -> None:
         """Stop taking work and say goodbye: what was prefetched but not started goes back
         to the head of its queue at once."""
@@ -239,7 +244,11 @@ def _reason(exc: BaseException) -> str:
 
 
 def child_main(
-    spec: ChildSpec, conn: Connection, notes: dict[str, tuple[int, str]], log_json: bool
+    spec: ChildSpec,
+    conn: Connection,
+    slot: JobSlot,
+    notes: dict[str, tuple[int, str]],
+    log_json: bool,
 ) -> None:
     """Entry point of a worker process (multiprocessing, spawn)."""
     from workers.logs import configure_logging
@@ -249,7 +258,7 @@ def child_main(
     stop = {"flag": False}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; Ctrl-C reaches us too
     try:
-        child = Child(spec, conn, notes)
+        child = Child(spec, conn, slot, notes)
     except (ValueError, ClientError) as exc:
         log.error("cannot start: %s", exc)
         conn.send(("fatal", str(exc)))

@@ -25,7 +25,8 @@ from multiprocessing.process import BaseProcess
 
 import msgspec
 
-from workers.child import ACKED, DEAD, RETRIED, ChildSpec, child_main
+from workers.child import ChildSpec, child_main
+from workers.slot import ACKED, DEAD, DEADLINE, DELIVERIES, MESSAGE_ID, RETRIED, STARTED, JobSlot
 
 log = logging.getLogger("phpmq.pool")
 
@@ -55,10 +56,12 @@ class Worker:
     index: int
     process: BaseProcess
     conn: Connection
+    slot: JobSlot
     started: float
     #: (message id, delivery count, deadline or 0, started at) of the job it runs now.
     job: tuple[str, int, float, float] | None = None
-    jobs: int = 0
+    #: Outcome counts (acked, retried, dead) as last read from its slot.
+    seen: tuple[int, int, int] = (0, 0, 0)
     stopping: bool = False
     killed_for: str = ""
 
@@ -120,6 +123,8 @@ class Pool:
         now = time.monotonic()
         for conn in ready or ():
             self._read(conn, now)
+        for worker in self.workers.values():
+            self._read_slot(worker)
         self._enforce_timeouts(now)
         self._reap(now)
         self._restart_due(now)
@@ -137,14 +142,15 @@ class Pool:
     def _start(self, index: int) -> None:
         parent_conn, child_conn = self._context.Pipe()
         child = msgspec.structs.replace(self.spec.child, index=index)
+        slot = JobSlot(self._context)
         process = self._context.Process(
             target=child_main,
-            args=(child, child_conn, dict(self.notes), self.spec.log_json),
+            args=(child, child_conn, slot, dict(self.notes), self.spec.log_json),
             name=f"{self.spec.child.pool}/{index}",
         )
         process.start()
         child_conn.close()
-        self.workers[index] = Worker(index, process, parent_conn, time.monotonic())
+        self.workers[index] = Worker(index, process, parent_conn, slot, time.monotonic())
 
     def _read(self, conn: Connection, now: float) -> None:
         worker = next((w for w in self.workers.values() if w.conn is conn), None)
@@ -156,24 +162,26 @@ class Pool:
         except (EOFError, OSError):
             pass  # it died; _reap deals with it
 
+    def _read_slot(self, worker: Worker) -> None:
+        record = worker.slot.read()
+        message_id = record[MESSAGE_ID].rstrip(b"\0").decode()
+        worker.job = (
+            (message_id, record[DELIVERIES], record[DEADLINE], record[STARTED])
+            if message_id
+            else None
+        )
+        seen = (record[ACKED], record[RETRIED], record[DEAD])
+        acked, retried, dead = (new - old for new, old in zip(seen, worker.seen, strict=True))
+        worker.seen = seen
+        counters = self.counters
+        counters.done += acked
+        counters.retried += retried
+        counters.dead += dead
+        counters.failed += retried + dead
+
     def _on_event(self, worker: Worker, event: tuple, now: float) -> None:
         kind = event[0]
-        if kind == "start":
-            _, message_id, _queue, timeout, deliveries = event
-            worker.job = (message_id, deliveries, now + timeout if timeout else 0.0, now)
-        elif kind == "done":
-            worker.job = None
-            worker.jobs += 1
-            outcome = event[2]
-            if outcome == ACKED:
-                self.counters.done += 1
-            elif outcome == RETRIED:
-                self.counters.failed += 1
-                self.counters.retried += 1
-            elif outcome == DEAD:
-                self.counters.failed += 1
-                self.counters.dead += 1
-        elif kind == "fatal":
+        if kind == "fatal":
             log.error("worker %d cannot start: %s", worker.index, event[1])
         elif kind == "exit":
             log.debug("worker %d exits: %s", worker.index, event[1])
@@ -202,6 +210,7 @@ class Pool:
             if worker.process.exitcode is None:
                 continue
             self._read(worker.conn, now)  # its last words
+            self._read_slot(worker)  # what it ran when it died, and its last outcomes
             worker.conn.close()
             del self.workers[index]
             self._after_exit(worker, now)
