@@ -46,6 +46,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: The form of 003 sent to a peer until it speaks the TTL form itself: "ttl" (the
     #: README's 4-packet dispatch) or "pre-ttl" (the stock php-mq client's 3 packets).
     dialect: str = "ttl"
+    #: The raw-TCP endpoint for stock PHPMQ clients (plain sockets, no ZeroMQ), e.g.
+    #: "tcp://0.0.0.0:5556"; empty: off.
+    tcp_bind: str = ""
+    #: The form of 003 on that endpoint until a peer speaks the TTL form: the stock client's.
+    tcp_dialect: str = "pre-ttl"
     #: Largest packet content accepted (bytes); bigger sends get a 413 error.
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     #: Largest ZeroMQ frame accepted (bytes); libzmq drops the connection of a peer that sends
@@ -122,8 +127,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.dialect not in DIALECTS:
-            raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}")
+        if self.dialect not in DIALECTS or self.tcp_dialect not in DIALECTS:
+            raise ValueError(f"dialect and tcp_dialect must be one of {', '.join(DIALECTS)}")
         for name in ("lease_ms", "max_in_flight_ms", "max_deliveries", "max_queue_length"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} cannot be negative")

@@ -77,6 +77,10 @@ FIRST_EXTENSION_TYPE = min(EXTENSION_TYPES)
 TTL_DIALECT_ONLY_TYPES = frozenset((MessageType.REQUEUE, MessageType.DEAD_LETTER))
 #: Queue names: 1-255 bytes of UTF-8, no whitespace or control characters (docs/protocol.md).
 MAX_QUEUE_NAME_BYTES = 255
+#: Peer ids of raw-TCP connections: the STREAM routing id behind two zero bytes, a prefix no
+#: ROUTER identity has (libzmq refuses custom identities starting with a zero byte, and its
+#: own are 5 bytes long).
+TCP_PEER_PREFIX = b"\x00\x00tcp:"
 
 
 class Peer:
@@ -135,11 +139,13 @@ class Core:
         clock: Clock,
         new_id: Callable[[], str] | None = None,
         ttl_form_default: bool = True,
+        tcp_ttl_form_default: bool = False,
     ) -> None:
         self.config = config
         self.clock = clock
         self.new_id = new_id or IdSource()
         self.ttl_form_default = ttl_form_default
+        self.tcp_ttl_form_default = tcp_ttl_form_default
         self.now = clock.monotonic_ns()
         self.started_ns = self.now
         self.queues: dict[str, Queue] = {}
@@ -233,7 +239,7 @@ class Core:
             if not peer.expiry_due and not peer.forgotten:
                 # Remembered, so bound how long: HELLO arms its own check; others idle out.
                 self._arm_expiry(peer, self.now + self._idle_ns)
-        elif not (peer.windows or peer.ttl_form != self.ttl_form_default):
+        elif not (peer.windows or peer.ttl_form != self._default_form(peer_id)):
             # Nothing to remember about a stock producer; forgetting it keeps memory flat
             # however many identities come and go.
             self.peers.pop(peer_id, None)
@@ -241,10 +247,15 @@ class Core:
     def _peer(self, peer_id: bytes) -> Peer:
         peer = self.peers.get(peer_id)
         if peer is None:
-            peer = self.peers[peer_id] = Peer(peer_id, self.ttl_form_default, self.now)
+            peer = self.peers[peer_id] = Peer(peer_id, self._default_form(peer_id), self.now)
             if self._departed.pop(peer_id, False) is None:
                 self._opt_in(peer)  # a peer given up on comes back: it speaks extensions
         return peer
+
+    def _default_form(self, peer_id: bytes) -> bool:
+        if peer_id.startswith(TCP_PEER_PREFIX):
+            return self.tcp_ttl_form_default
+        return self.ttl_form_default
 
     def end_turn(self) -> list[tuple[bytes, bytes]]:
         """Expire, run due timers, dispatch, and return what to send: one frame per peer."""

@@ -18,6 +18,7 @@ import zmq
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig
 from broker.core import Core
+from broker.tcp import TcpEndpoint
 from protocol import RemoteProtocolError
 
 log = logging.getLogger("phpmq.broker")
@@ -44,7 +45,12 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.core = Core(config, self.clock, ttl_form_default=config.dialect == "ttl")
+        self.core = Core(
+            config,
+            self.clock,
+            ttl_form_default=config.dialect == "ttl",
+            tcp_ttl_form_default=config.tcp_dialect == "ttl",
+        )
         self._stop_requests = 0
         self._context = zmq.Context()
         self.router = self._context.socket(zmq.ROUTER)
@@ -60,6 +66,14 @@ class BrokerServer:
             self._context.term()
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
         self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.tcp: TcpEndpoint | None = None
+        if config.tcp_bind:
+            try:
+                self.tcp = TcpEndpoint(self._context, config.tcp_bind, config.max_content_bytes)
+            except zmq.ZMQError as exc:
+                self.router.close()
+                self._context.term()
+                raise BrokerError(f"cannot bind {config.tcp_bind}: {exc}") from None
         #: Frames libzmq would not take yet, per peer, sent in order before anything newer.
         self._backlog: dict[bytes, deque[bytes]] = {}
 
@@ -83,8 +97,12 @@ class BrokerServer:
         )
         if on_ready is not None:
             on_ready(self.endpoint)
+        if self.tcp is not None:
+            log.info("raw TCP endpoint for stock PHPMQ clients on %s", self.tcp.endpoint)
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
+        if self.tcp is not None:
+            poller.register(self.tcp.socket, zmq.POLLIN)
         drain_deadline: float | None = None
         try:
             while True:
@@ -110,14 +128,17 @@ class BrokerServer:
             self._report_losses()
             # A moment for the last frames (DISCONNECTs, final acks' effects) to leave.
             self.router.close(linger=CLOSE_LINGER_MS)
+            if self.tcp is not None:
+                self.tcp.shutdown()
             self._context.term()
 
     def _turn(self, poller: zmq.Poller) -> None:
-        if poller.poll(self._poll_timeout_ms()):
-            self.core.begin_turn()
+        readable = poller.poll(self._poll_timeout_ms())
+        self.core.begin_turn()
+        if readable:
             self._receive()
-        else:
-            self.core.begin_turn()
+            if self.tcp is not None:
+                self.tcp.receive(self.core, self.config.batch_frames)
         self._send(self.core.end_turn())
         if self._backlog:
             self._flush_backlog()
@@ -146,7 +167,6 @@ class BrokerServer:
                 self.core.handle_messages(frames[0], [], MULTIPART_ERROR)
 
     def _send(self, outgoing: list[tuple[bytes, bytes]]) -> None:
-        router = self.router
         for peer_id, frame in outgoing:
             backlog = self._backlog.get(peer_id)
             if backlog is not None:
@@ -156,7 +176,7 @@ class BrokerServer:
                     backlog.append(frame)
                 continue
             try:
-                router.send_multipart((peer_id, frame), zmq.NOBLOCK)
+                self._send_one(peer_id, frame)
             except zmq.Again:
                 self._backlog[peer_id] = deque([frame])
             except zmq.ZMQError as exc:
@@ -167,7 +187,7 @@ class BrokerServer:
             frames = self._backlog[peer_id]
             while frames:
                 try:
-                    self.router.send_multipart((peer_id, frames[0]), zmq.NOBLOCK)
+                    self._send_one(peer_id, frames[0])
                 except zmq.Again:
                     break
                 except zmq.ZMQError as exc:
@@ -176,6 +196,12 @@ class BrokerServer:
                 frames.popleft()
             else:
                 del self._backlog[peer_id]
+
+    def _send_one(self, peer_id: bytes, frame: bytes) -> None:
+        if self.tcp is not None and self.tcp.owns(peer_id):
+            self.tcp.send(peer_id, frame, zmq.NOBLOCK)
+        else:
+            self.router.send_multipart((peer_id, frame), zmq.NOBLOCK)
 
     def _unreadable(self, peer_id: bytes) -> None:
         """A peer that reads nothing while frames pile up for it is treated as gone: its

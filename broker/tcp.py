@@ -1,0 +1,101 @@
+"""The raw-TCP endpoint for stock PHPMQ clients: a ZeroMQ STREAM socket in the broker's
+poller, feeding the same core as the ROUTER.
+
+A TCP connection is a byte stream, so each one gets an incremental decoder: messages may
+arrive split at any byte, several in one read. A connection's peer id in the core is the
+STREAM routing id behind a prefix no ROUTER identity can have, so the two endpoints never mix
+up their peers. Closing the connection is a consumer's death: its messages go back to their
+queues at once. A malformed stream closes the connection with a log line naming the peer and
+the reason; nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import zmq
+
+from broker.core import TCP_PEER_PREFIX, Core
+from protocol import ProtocolError, StreamDecoder
+
+log = logging.getLogger("phpmq.broker")
+
+
+class TcpEndpoint:
+    def __init__(self, context: zmq.Context, address: str, max_content_bytes: int) -> None:
+        self.socket = context.socket(zmq.STREAM)
+        self.socket.linger = 0
+        self.max_content_bytes = max_content_bytes
+        self.socket.bind(address)
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        #: routing id -> (decoder, remote address) for each open connection.
+        self._connections: dict[bytes, tuple[StreamDecoder, str]] = {}
+
+    @staticmethod
+    def owns(peer_id: bytes) -> bool:
+        return peer_id.startswith(TCP_PEER_PREFIX)
+
+    def receive(self, core: Core, batch: int) -> None:
+        """Read up to `batch` chunks and hand what decodes to the core."""
+        sock = self.socket
+        for _ in range(batch):
+            try:
+                routing_id, chunk = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._on_chunk(core, routing_id.bytes, chunk)
+
+    def _on_chunk(self, core: Core, routing_id: bytes, chunk: zmq.Frame) -> None:
+        data = chunk.bytes
+        connection = self._connections.get(routing_id)
+        if connection is None:
+            if not data:  # a new connection
+                self._connections[routing_id] = (
+                    StreamDecoder(self.max_content_bytes),
+                    _peer_address(chunk),
+                )
+            return
+        peer_id = TCP_PEER_PREFIX + routing_id
+        if not data:  # the client closed the connection: a consumer's death
+            del self._connections[routing_id]
+            core.peer_gone(peer_id)
+            return
+        decoder, address = connection
+        decoder.receive_data(data)
+        messages = []
+        error: ProtocolError | None = None
+        try:
+            while (message := decoder.next_message()) is not None:
+                messages.append(message)
+        except ProtocolError as exc:
+            error = exc
+        if messages:
+            core.handle_messages(peer_id, messages)
+        if error is not None:
+            log.warning("closing TCP connection from %s: %s", address, error.reason)
+            self.close(routing_id)
+            core.peer_gone(peer_id)
+
+    def send(self, peer_id: bytes, frame: bytes, flags: int = 0) -> None:
+        """Write a frame (every message in it whole) to a connection.
+
+        Raises:
+            zmq.ZMQError: the connection is gone (EHOSTUNREACH) or full (Again).
+        """
+        self.socket.send_multipart((peer_id[len(TCP_PEER_PREFIX) :], frame), flags)
+
+    def close(self, routing_id: bytes) -> None:
+        self._connections.pop(routing_id, None)
+        with contextlib.suppress(zmq.ZMQError):  # already gone
+            self.socket.send_multipart((routing_id, b""), zmq.NOBLOCK)
+
+    def shutdown(self) -> None:
+        self.socket.close(linger=0)
+
+
+def _peer_address(frame: zmq.Frame) -> str:
+    try:
+        return frame.get("Peer-Address")
+    except (zmq.ZMQError, AttributeError):
+        return "an unknown address"
