@@ -10,19 +10,32 @@ from typing import TYPE_CHECKING, Any
 from broker.store import READY, Record
 
 if TYPE_CHECKING:
-    from broker.core import Core
+    from broker.core import Core, Peer
 
 DEFAULT_LIST_LIMIT = 100
+MAX_REPORT_KEYS = 50
 #: JSON keys, ID, numbers and punctuation of one listed dead letter, rounded up.
 ENTRY_OVERHEAD_BYTES = 200
 
 
-def run_admin(core: Core, options: dict[str, Any]) -> dict[str, Any]:
+def run_admin(core: Core, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
     command = options.get("command")
+    if command == "report":
+        return _report(peer, options)
     handler = COMMANDS.get(command) if isinstance(command, str) else None
     if handler is None:
-        raise ValueError(f"unknown admin command {command!r}; known: {', '.join(COMMANDS)}")
+        known = ", ".join([*COMMANDS, "report"])
+        raise ValueError(f"unknown admin command {command!r}; known: {known}")
     return handler(core, options)
+
+
+def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:
+    """A bridge (or any client) states its counters; `stats` lists them under `bridges`."""
+    counters = options.get("counters")
+    if peer is None or not isinstance(counters, dict) or len(counters) > MAX_REPORT_KEYS:
+        raise ValueError(f"'counters' must be an object of at most {MAX_REPORT_KEYS} entries")
+    peer.report = {"kind": str(options.get("kind", ""))[:50], "counters": counters}
+    return {"reported": len(counters)}
 
 
 def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
@@ -44,6 +57,11 @@ def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     return {
         "queues": queues,
         "pools": _pools(core),
+        "bridges": {
+            peer.name or peer.id.hex(): peer.report
+            for peer in core.peers.values()
+            if peer.report is not None
+        },
         "peers": len(core.peers),
         "counters": dict(core.counters),
         "uptime_seconds": round((core.now - core.started_ns) / 1e9, 3),

@@ -97,6 +97,7 @@ class Peer:
         "last_seen",
         "last_sent",
         "name",
+        "report",
         "role",
         "expiry_due",
         "heartbeat_due",
@@ -115,6 +116,8 @@ class Peer:
         self.windows: dict[str, Window] = {}
         self.name = ""
         self.role = ""
+        #: What a bridge last reported about itself (ADMIN `report`), shown by `stats`.
+        self.report: dict[str, Any] | None = None
         #: Sent DISCONNECT: gets no new work, may still ack what it holds.
         self.closing = False
         #: Said KBAI or was declared gone: a later message from the same id starts afresh.
@@ -486,7 +489,7 @@ class Core:
     def _on_admin(self, peer: Peer, message: Admin) -> None:
         """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""
         try:
-            result = run_admin(self, message.options)
+            result = run_admin(self, message.options, peer)
         except ValueError as exc:
             self.counters["errors"] += 1
             result = {"error": {"code": int(ErrorCode.INVALID_VALUE), "reason": str(exc)}}
