@@ -140,7 +140,7 @@ def _dlq_replay(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     replayed = 0
     for entry in queue.dead:
         if wanted is None or entry.id in wanted:
-            record = Record(entry.id, entry.content, 0, entry.deliveries + 1)
+            record = Record(entry.id, entry.content, 0, entry.deliveries + 1, headers=entry.headers)
             record.state = READY
             queue.ready.append(record)
             replayed += 1

@@ -854,7 +854,9 @@ class Core:
         record.state = GONE
         delivered = record.deliveries if in_flight else record.deliveries - 1
         queue.add_dead(
-            DeadLetterEntry(record.id, record.content, reason, delivered, self.clock.wall())
+            DeadLetterEntry(
+                record.id, record.content, reason, delivered, self.clock.wall(), record.headers
+            )
         )
         self.counters["dead_lettered"] += 1
 

@@ -56,6 +56,8 @@ class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
     reason: str
     deliveries: int
     dead_at: float  # wall-clock seconds
+    #: The producer's HEADERS packet, kept so that a replay restores it.
+    headers: bytes = b""
 
 
 class Window:
