@@ -7,8 +7,6 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from broker.store import READY, Record
-
 if TYPE_CHECKING:
     from broker.core import Core, Peer
 
@@ -65,6 +63,7 @@ def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
         "peers": len(core.peers),
         "counters": dict(core.counters),
         "uptime_seconds": round((core.now - core.started_ns) / 1e9, 3),
+        "storage": core.storage_stats() if core.storage_stats else {"mode": "memory"},
         "draining": core.draining,
     }
 
@@ -140,9 +139,7 @@ def _dlq_replay(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     replayed = 0
     for entry in queue.dead:
         if wanted is None or entry.id in wanted:
-            record = Record(entry.id, entry.content, 0, entry.deliveries + 1, headers=entry.headers)
-            record.state = READY
-            queue.ready.append(record)
+            core.replay_dead(queue, entry)
             replayed += 1
         else:
             keep.append(entry)
@@ -154,9 +151,7 @@ def _dlq_replay(core: Core, options: dict[str, Any]) -> dict[str, Any]:
 
 def _dlq_purge(core: Core, options: dict[str, Any]) -> dict[str, Any]:
     queue = _dead_queue(core, options)
-    purged = len(queue.dead)
-    queue.dead.clear()
-    return {"queue": queue.name, "purged": purged}
+    return {"queue": queue.name, "purged": core.purge_dead(queue)}
 
 
 COMMANDS = {

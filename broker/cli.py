@@ -55,6 +55,11 @@ def main() -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
 @click.option("--bind", help="ROUTER address to bind. [default: tcp://127.0.0.1:5555]")
 @click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    help="Keep messages in this directory (SQLite, fsync per loop turn). [default: in memory]",
+)
+@click.option(
     "--tcp-bind",
     help="Also listen for stock PHPMQ clients on plain TCP (e.g. tcp://0.0.0.0:5556)."
     " [default: off]",

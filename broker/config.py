@@ -46,6 +46,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: The form of 003 sent to a peer until it speaks the TTL form itself: "ttl" (the
     #: README's 4-packet dispatch) or "pre-ttl" (the stock php-mq client's 3 packets).
     dialect: str = "ttl"
+    #: Durability: a directory for the message store (SQLite, fsync per loop turn). Empty: the
+    #: broker keeps everything in memory and a restart loses it (it says so at start).
+    data_dir: str = ""
     #: The raw-TCP endpoint for stock PHPMQ clients (plain sockets, no ZeroMQ), e.g.
     #: "tcp://0.0.0.0:5556"; empty: off.
     tcp_bind: str = ""

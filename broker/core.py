@@ -23,6 +23,7 @@ import msgspec
 from broker.admin import run_admin
 from broker.clock import Clock
 from broker.config import BrokerConfig, QueueSettings
+from broker.durable import BACK, DEAD, DROP, FLY, PURGE, PUT, UNDEAD
 from broker.store import (
     DELAYED,
     GONE,
@@ -172,6 +173,15 @@ class Core:
             0,
         )
         self.timers = Timers()
+        #: Durable mode: every change of a message's fate, for the store (broker/durable.py);
+        #: None in memory mode, where nothing is journaled.
+        self.journal: list[tuple] | None = None
+        #: Set while the store cannot write: sends are refused with this reason.
+        self.storage_problem: str | None = None
+        self._tail_seq = 0
+        self._head_seq = 0
+        #: The durable store's `stats()`, for the stats command (None in memory mode).
+        self.storage_stats: Callable[[], dict[str, Any]] | None = None
         self._heartbeats_due: list[Peer] = []
         #: Extension peers declared gone without a goodbye, most recent last (bounded).
         self._departed: dict[bytes, None] = {}
@@ -317,6 +327,64 @@ class Core:
                 del self._departed[next(iter(self._departed))]
         return self._release_all(peer)
 
+    def replay_dead(self, queue: Queue, entry: DeadLetterEntry) -> None:
+        """A dead letter back at the tail of its queue, same ID, no TTL (dlq-replay)."""
+        record = Record(entry.id, entry.content, 0, entry.deliveries + 1, headers=entry.headers)
+        self._place(queue, record, to_head=False)
+        if self.journal is not None:
+            self.journal.append((UNDEAD, queue.name, entry.id))
+            self._journal_put(queue, record)
+        self._dirty[queue] = None
+
+    def purge_dead(self, queue: Queue) -> int:
+        purged = len(queue.dead)
+        queue.dead.clear()
+        if self.journal is not None:
+            self.journal.append((PURGE, queue.name))
+        return purged
+
+    def restore(self, messages: list, dead_letters: list) -> tuple[int, int, int]:
+        """Rebuild the queues from the durable store at start: messages in their order, TTLs
+        from their wall-clock deadlines (expired ones are dead-lettered), those that were in
+        flight back as ready with delivery count +1. Returns (ready, were in flight, dead)."""
+        wall = self.clock.wall()
+        were_in_flight = 0
+        for stored in messages:
+            queue = self.queues.get(stored.queue) or self._new_queue(stored.queue)
+            expires_at = 0
+            if stored.expires_wall:
+                expires_at = self.now + int((stored.expires_wall - wall) * NS_PER_SECOND)
+            record = Record(
+                stored.id, stored.content, expires_at, stored.deliveries, headers=stored.headers
+            )
+            self._tail_seq = max(self._tail_seq, stored.seq)
+            self._head_seq = min(self._head_seq, stored.seq)
+            record.seq = stored.seq
+            if stored.in_flight:  # back as ready, in its place, with one more delivery
+                were_in_flight += 1
+                record.deliveries += 1
+                if queue.max_deliveries and record.deliveries > queue.max_deliveries:
+                    self._bury(queue, record, "max-deliveries")
+                    continue
+                if self.journal is not None:
+                    self._journal_back(record)
+            queue.ready.append(record)
+            if expires_at:
+                self._watch_expiry(queue, record)
+        for stored in dead_letters:
+            queue = self.queues.get(stored.queue) or self._new_queue(stored.queue)
+            queue.add_dead(
+                DeadLetterEntry(
+                    stored.id,
+                    stored.content,
+                    stored.reason,
+                    stored.deliveries,
+                    stored.dead_at,
+                    stored.headers,
+                )
+            )
+        return self.ready, were_in_flight, sum(len(q.dead) for q in self.queues.values())
+
     def mark_dirty(self, queue: Queue) -> None:
         """Ask for a dispatch pass over `queue` at the end of this turn."""
         self._dirty[queue] = None
@@ -348,6 +416,11 @@ class Core:
                 peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, message.queue
             )
             return
+        if self.storage_problem is not None:
+            self._refuse(
+                peer, ErrorCode.INSUFFICIENT_STORAGE, self.storage_problem, None, message.queue
+            )
+            return
         queue = self._queue(peer, message.queue)
         if queue is None:
             return
@@ -361,9 +434,11 @@ class Core:
         record = Record(
             self.new_id(), message.content, self.now + ttl * NS_PER_SECOND if ttl else 0
         )
-        queue.ready.append(record)
         if message.headers:
             record.headers = _json.encode(message.headers)
+        self._place(queue, record, to_head=False)
+        if self.journal is not None:
+            self._journal_put(queue, record)
         if ttl:
             self._watch_expiry(queue, record)
         if queue.windows:
@@ -411,6 +486,8 @@ class Core:
         if record is not None:
             record.state = GONE
             self.counters["acked"] += 1
+            if self.journal is not None:
+                self.journal.append((DROP, record.id))
 
     def _on_requeue(self, peer: Peer, message: Requeue) -> None:
         record = self._take_held(peer, message.queue, message.message_id, "requeue")
@@ -624,6 +701,10 @@ class Core:
                 name,
             )
             return None
+        return self._new_queue(name)
+
+    def _new_queue(self, name: str) -> Queue:
+        config = self.config
         settings = config.queues.get(name) or QueueSettings()
         queue = self.queues[name] = Queue(
             name,
@@ -714,7 +795,9 @@ class Core:
             return
         queue.delayed -= 1
         record.state = READY
-        queue.ready.append(record)
+        self._place(queue, record, to_head=False)
+        if self.journal is not None:
+            self._journal_back(record)
         if record.expires_at:
             self._watch_expiry(queue, record)
         self._dirty[queue] = None
@@ -728,12 +811,46 @@ class Core:
             self._bury(queue, record, "max-deliveries")
             return
         record.state = READY
-        if to_head:
-            queue.ready.appendleft(record)
-        else:
-            queue.ready.append(record)
+        self._place(queue, record, to_head)
+        if self.journal is not None:
+            self._journal_back(record)
         if record.expires_at:
             self._watch_expiry(queue, record)
+
+    def _place(self, queue: Queue, record: Record, to_head: bool) -> None:
+        """Into the queue's ready deque; `seq` records the place for the durable store."""
+        if to_head:
+            self._head_seq -= 1
+            record.seq = self._head_seq
+            queue.ready.appendleft(record)
+        else:
+            self._tail_seq += 1
+            record.seq = self._tail_seq
+            queue.ready.append(record)
+
+    def _wall_expiry(self, record: Record) -> float:
+        if not record.expires_at:
+            return 0.0
+        return self.clock.wall() + (record.expires_at - self.now) / NS_PER_SECOND
+
+    def _journal_put(self, queue: Queue, record: Record) -> None:
+        self.journal.append(  # type: ignore[union-attr]
+            (
+                PUT,
+                record.id,
+                queue.name,
+                record.seq,
+                record.content,
+                record.headers,
+                self._wall_expiry(record),
+                record.deliveries,
+            )
+        )
+
+    def _journal_back(self, record: Record) -> None:
+        self.journal.append(  # type: ignore[union-attr]
+            (BACK, record.id, record.seq, self._wall_expiry(record), record.deliveries)
+        )
 
     def _dispatch(self, queue: Queue) -> None:
         ready = queue.ready
@@ -744,6 +861,7 @@ class Core:
             return
         leases = [self._lease_ns(window) for window in windows]
         arm = self.timers.arm
+        journal = self.journal
         now = self.now
         count = len(windows)
         index = queue.turn % count
@@ -764,6 +882,8 @@ class Core:
             peer: Peer = window.peer  # type: ignore[assignment]
             record.state = IN_FLIGHT
             window.held[record.id] = record
+            if journal is not None:
+                journal.append((FLY, record.id))
             if leases[index]:
                 record.lease_until = now + leases[index]
                 if not window.lease_due or record.lease_until < window.lease_due:
@@ -853,11 +973,23 @@ class Core:
         """Move a record to the dead-letter store; the entry counts the deliveries made."""
         record.state = GONE
         delivered = record.deliveries if in_flight else record.deliveries - 1
-        queue.add_dead(
-            DeadLetterEntry(
-                record.id, record.content, reason, delivered, self.clock.wall(), record.headers
-            )
+        entry = DeadLetterEntry(
+            record.id, record.content, reason, delivered, self.clock.wall(), record.headers
         )
+        queue.add_dead(entry)
+        if self.journal is not None:
+            self.journal.append(
+                (
+                    DEAD,
+                    queue.name,
+                    entry.id,
+                    entry.content,
+                    entry.reason,
+                    entry.deliveries,
+                    entry.dead_at,
+                    entry.headers,
+                )
+            )
         self.counters["dead_lettered"] += 1
 
     def _reply(self, peer: Peer, message: Message) -> None:

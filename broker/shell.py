@@ -18,6 +18,7 @@ import zmq
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig
 from broker.core import Core
+from broker.durable import DurableStore, StorageError
 from broker.tcp import TcpEndpoint
 from protocol import RemoteProtocolError
 
@@ -66,6 +67,11 @@ class BrokerServer:
             self._context.term()
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
         self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.store: DurableStore | None = None
+        #: Journal operations a failed commit could not write; retried first next turn.
+        self._unwritten: list[tuple] = []
+        if config.data_dir:
+            self._open_store(config.data_dir)
         self.tcp: TcpEndpoint | None = None
         if config.tcp_bind:
             try:
@@ -76,6 +82,53 @@ class BrokerServer:
                 raise BrokerError(f"cannot bind {config.tcp_bind}: {exc}") from None
         #: Frames libzmq would not take yet, per peer, sent in order before anything newer.
         self._backlog: dict[bytes, deque[bytes]] = {}
+
+    def _open_store(self, data_dir: str) -> None:
+        started = time.monotonic()
+        try:
+            self.store = DurableStore(data_dir)
+            messages, dead = self.store.load()
+        except StorageError as exc:
+            self.router.close()
+            self._context.term()
+            raise BrokerError(str(exc)) from None
+        core = self.core
+        core.journal = []
+        core.storage_stats = self.store.stats
+        ready, were_in_flight, dead_count = core.restore(messages, dead)
+        self._commit()
+        log.info(
+            "recovered %d messages (%d were in flight: back as ready, delivery count +1) and"
+            " %d dead letters in %d queues from %s in %.0f ms",
+            ready,
+            were_in_flight,
+            dead_count,
+            len(core.queues),
+            data_dir,
+            (time.monotonic() - started) * 1000,
+        )
+
+    def _commit(self) -> None:
+        """One transaction and one fsync for everything the turn changed (group commit).
+        While the store cannot write, sends are refused (507) and the operations are kept to
+        be written when it can again; consumers are served meanwhile."""
+        core = self.core
+        if self.store is None or not (core.journal or self._unwritten):
+            return
+        operations = self._unwritten + core.journal  # type: ignore[operator]
+        core.journal = []
+        try:
+            self.store.commit(operations)
+        except StorageError as exc:
+            if core.storage_problem is None:
+                log.error("storage write failed, refusing sends until it recovers: %s", exc)
+            core.storage_problem = f"storage unavailable: {exc}"
+            self._unwritten = operations
+            return
+        if core.storage_problem is not None:
+            log.warning("storage writes again (%d pending operations written)", len(operations))
+            core.storage_problem = None
+        self._unwritten = []
 
     # ------------------------------------------------------------------ control
 
@@ -91,10 +144,14 @@ class BrokerServer:
     # ------------------------------------------------------------------ loop
 
     def run(self, on_ready: Callable[[str], None] | None = None) -> None:
-        log.info(
-            "phpmq broker listening on %s (in memory: queued messages do not survive a restart)",
-            self.endpoint,
-        )
+        if self.store is None:
+            log.info(
+                "phpmq broker listening on %s (in memory: queued messages do not survive a"
+                " restart; --data-dir keeps them)",
+                self.endpoint,
+            )
+        else:
+            log.info("phpmq broker listening on %s (durable: %s)", self.endpoint, self.store.path)
         if on_ready is not None:
             on_ready(self.endpoint)
         if self.tcp is not None:
@@ -113,7 +170,9 @@ class BrokerServer:
                     drain_deadline = time.monotonic() + self.config.grace_seconds
                     self.core.begin_turn()
                     self.core.start_drain()
-                    self._send(self.core.end_turn())  # the DISCONNECTs go out now
+                    outgoing = self.core.end_turn()
+                    self._commit()
+                    self._send(outgoing)  # the DISCONNECTs go out now
                     log.info(
                         "stopping: no new sends; waiting up to %.1fs for %d unacked messages",
                         self.config.grace_seconds,
@@ -139,7 +198,9 @@ class BrokerServer:
             self._receive()
             if self.tcp is not None:
                 self.tcp.receive(self.core, self.config.batch_frames)
-        self._send(self.core.end_turn())
+        outgoing = self.core.end_turn()
+        self._commit()  # before anything leaves: what is sent out is on disk
+        self._send(outgoing)
         if self._backlog:
             self._flush_backlog()
 
@@ -225,6 +286,20 @@ class BrokerServer:
 
     def _report_losses(self) -> None:
         ready, in_flight = self.core.ready, self.core.in_flight
+        if self.store is not None:
+            self._commit()
+            if self._unwritten:
+                log.error(
+                    "exiting with %d operations the store could not write", len(self._unwritten)
+                )
+            log.info(
+                "exiting: %d ready and %d unacked messages are kept in %s",
+                ready,
+                in_flight,
+                self.store.directory,
+            )
+            self.store.close()
+            return
         if ready or in_flight:
             log.warning(
                 "exiting with %d ready and %d unacked messages in memory: they are lost",

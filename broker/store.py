@@ -40,6 +40,8 @@ class Record(msgspec.Struct, gc=False):
     lease_until: int = 0
     #: The producer's HEADERS packet (JSON), passed on to extension consumers.
     headers: bytes = b""
+    #: Its position for the durable store: queue order is seq order (broker/durable.py).
+    seq: int = 0
 
     def remaining_ttl(self, now: int) -> int:
         """Whole seconds left, rounded up so that a live message never reads 0 (= never)."""

@@ -74,4 +74,5 @@ class ErrorCode(IntEnum):
     LIMIT_REACHED = 429  # a broker limit (queue length, consumers) refuses the request
     INTERNAL = 500  # the broker failed; the request may be retried
     SHUTTING_DOWN = 503  # the broker is draining and takes no new sends
+    INSUFFICIENT_STORAGE = 507  # durable mode: the store cannot write (disk full, I/O error)
     UNSUPPORTED_VERSION = 505  # a protocol version other than 01

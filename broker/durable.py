@@ -1,0 +1,187 @@
+"""Durability: the core's journal of changes, written to SQLite in WAL mode, one transaction
+and one fsync per loop turn (group commit), and read back at start.
+
+The core appends an operation for every change of a message's fate (sent, dispatched, acked,
+returned, dead-lettered) to its journal; the shell hands the turn's journal to `commit`. A
+message's place in its queue is its `seq`: the tail grows upwards, returns to the head take
+numbers below the smallest, so reading by `seq` rebuilds every queue in order. TTLs are kept
+as wall-clock deadlines, since monotonic time does not survive a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+log = logging.getLogger("phpmq.broker")
+
+DB_NAME = "phpmq.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+    id TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    content BLOB NOT NULL,
+    headers BLOB NOT NULL,
+    expires_wall REAL NOT NULL,
+    deliveries INTEGER NOT NULL,
+    in_flight INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_position ON messages (queue, seq);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    position INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    id TEXT NOT NULL,
+    content BLOB NOT NULL,
+    reason TEXT NOT NULL,
+    deliveries INTEGER NOT NULL,
+    dead_at REAL NOT NULL,
+    headers BLOB NOT NULL
+);
+"""
+
+# Journal operations (tuples; the first item names the operation).
+PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries
+FLY = "fly"  # id: dispatched
+BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
+DROP = "drop"  # id: acked
+DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers
+UNDEAD = "undead"  # queue, id: replayed out of the dead-letter store
+PURGE = "purge"  # queue: dead letters deleted
+
+_STATEMENTS = {
+    PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+    FLY: "UPDATE messages SET in_flight = 1 WHERE id = ?",
+    BACK: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 0"
+    " WHERE id = ?1",
+    DROP: "DELETE FROM messages WHERE id = ?",
+    UNDEAD: "DELETE FROM dead_letters WHERE queue = ? AND id = ?",
+    PURGE: "DELETE FROM dead_letters WHERE queue = ?",
+}
+
+
+class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
+    id: str
+    queue: str
+    seq: int
+    content: bytes
+    headers: bytes
+    expires_wall: float
+    deliveries: int
+    in_flight: bool
+
+
+class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
+    queue: str
+    id: str
+    content: bytes
+    reason: str
+    deliveries: int
+    dead_at: float
+    headers: bytes
+
+
+class StorageError(Exception):
+    """The store could not write (disk full, I/O error): nothing of the turn was committed."""
+
+
+class DurableStore:
+    def __init__(self, data_dir: str | Path) -> None:
+        self.directory = Path(data_dir)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.path = self.directory / DB_NAME
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # FULL: the WAL is fsynced at every commit, so a commit is on disk when it returns.
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageError(f"cannot open the data directory {data_dir}: {exc}") from None
+        self.commits = 0
+        self.last_commit_ms = 0.0
+        self.started = time.monotonic()
+
+    # ------------------------------------------------------------------ reading
+
+    def load(self) -> tuple[list[StoredMessage], list[StoredDeadLetter]]:
+        """Every message in queue order, and every dead letter oldest first."""
+        messages = [
+            StoredMessage(*row)
+            for row in self._db.execute(
+                "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight"
+                " FROM messages ORDER BY queue, seq"
+            )
+        ]
+        dead = [
+            StoredDeadLetter(*row)
+            for row in self._db.execute(
+                "SELECT queue, id, content, reason, deliveries, dead_at, headers"
+                " FROM dead_letters ORDER BY position"
+            )
+        ]
+        return messages, dead
+
+    # ------------------------------------------------------------------ writing
+
+    def commit(self, operations: Iterable[tuple]) -> None:
+        """Apply a turn's operations in one transaction and fsync it.
+
+        Raises:
+            StorageError: nothing was written (the transaction was rolled back).
+        """
+        started = time.perf_counter()
+        db = self._db
+        try:
+            db.execute("BEGIN")
+            for operation in operations:
+                self._apply(db, operation)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise StorageError(str(exc)) from None
+        self.commits += 1
+        self.last_commit_ms = (time.perf_counter() - started) * 1000
+
+    @staticmethod
+    def _apply(db: sqlite3.Connection, operation: tuple) -> None:
+        kind = operation[0]
+        if kind == DEAD:
+            db.execute("DELETE FROM messages WHERE id = ?", (operation[2],))
+            db.execute(
+                "INSERT INTO dead_letters (queue, id, content, reason, deliveries, dead_at,"
+                " headers) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                operation[1:],
+            )
+        else:
+            db.execute(_STATEMENTS[kind], operation[1:])
+
+    # ------------------------------------------------------------------ reporting
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                total += Path(f"{self.path}{suffix}").stat().st_size
+        return total
+
+    def stats(self) -> dict[str, float | int | str]:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {
+            "data_dir": str(self.directory),
+            "size_bytes": self.size_bytes(),
+            "commits": self.commits,
+            "fsyncs_per_s": round(self.commits / elapsed, 1),
+            "last_commit_ms": round(self.last_commit_ms, 3),
+        }
+
+    def close(self) -> None:
+        self._db.close()
