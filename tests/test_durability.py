@@ -1,0 +1,171 @@
+"""Durability (--data-dir): a broker killed with SIGKILL comes back with what it held."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+import protocol as p
+from broker.clock import FakeClock
+from broker.config import BrokerConfig
+from broker.core import Core
+from broker.durable import DurableStore, StorageError
+from harness import BrokerProcess, dispatches, free_port
+
+
+def kill(broker: BrokerProcess) -> None:
+    broker.process.send_signal(signal.SIGKILL)
+    broker.process.wait(10)
+    broker.stop()
+
+
+def test_a_killed_broker_recovers_order_ttl_delivery_counts_and_dead_letters(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    address = f"tcp://127.0.0.1:{free_port()}"
+    first = BrokerProcess(tmp_path / "1.log", "--data-dir", str(data), address=address)
+    try:
+        with first.client() as client:
+            client.send_many("jobs", [b"m%d" % i for i in range(100)])
+            client.send("jobs", b"short-lived", ttl=1)
+            client.send("jobs", b"long-lived", ttl=3600)
+            stream = client.consume("jobs", window=2, timeout=5)
+            held = [next(stream) for _ in range(2)]
+            held[0].ack()  # acked: must not come back
+            held[1].dead_letter("bad input")
+            client.flush()
+            time.sleep(0.3)  # settled; m2 and m3 went to this client and return when it closes
+        consumer = first.client()
+        assert next(consumer.consume("jobs", window=2, timeout=5)).content == b"m2"
+        time.sleep(0.3)  # m2 and m3 are in flight (delivery 2) when the broker is killed
+        kill(first)
+        consumer.close()
+        time.sleep(1.1)  # the short-lived message expires while the broker is down
+        second = BrokerProcess(tmp_path / "2.log", "--data-dir", str(data), address=address)
+        try:
+            log = second.log()
+            assert "recovered" in log and "were in flight" in log
+            with second.client() as client:
+                got = []
+                for message in client.consume("jobs", window=200, timeout=1):
+                    got.append(message)
+                    message.ack()
+                dead = client.admin("dlq-list", queue="jobs")
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+    contents = [m.content for m in got]
+    # m0 acked; m1 dead-lettered; m2 and m3 were in flight at the kill: back, in their order,
+    # with one more delivery.
+    assert contents[:3] == [b"m2", b"m3", b"m4"]
+    assert contents[-1] == b"long-lived" and b"short-lived" not in contents
+    assert len(contents) == 99
+    counts = {m.content: m.delivery_count for m in got}
+    assert (counts[b"m2"], counts[b"m3"], counts[b"m4"]) == (3, 3, 1)
+    long_lived = next(m for m in got if m.content == b"long-lived")
+    assert 3590 <= long_lived.ttl < 3600
+    reasons = {entry["reason"] for entry in dead["entries"]}
+    assert reasons == {"bad input", "expired"}
+
+
+def test_the_broker_states_its_mode_at_start(broker: BrokerProcess, tmp_path: Path) -> None:
+    assert "in memory" in broker.log()
+    assert broker.stats()["storage"] == {"mode": "memory"}
+    durable = BrokerProcess(tmp_path / "d.log", "--data-dir", str(tmp_path / "d"))
+    try:
+        storage = durable.stats()["storage"]
+        assert storage["data_dir"] == str(tmp_path / "d")
+        assert storage["size_bytes"] > 0
+        assert {"fsyncs_per_s", "last_commit_ms", "commits"} <= set(storage)
+    finally:
+        durable.stop()
+
+
+class BrokenStore(DurableStore):
+    """The store with a failure seam: commits fail while `full` is set (a full disk)."""
+
+    full = False
+
+    def commit(self, operations):  # type: ignore[no-untyped-def]
+        if self.full:
+            raise StorageError("database or disk is full")
+        super().commit(operations)
+
+
+def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) -> None:
+    from broker.shell import BrokerServer
+
+    server = BrokerServer(
+        BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
+    )
+    try:
+        store = BrokenStore(tmp_path / "d")
+        server.store = store
+        core = server.core
+        core.storage_stats = store.stats
+        hello = p.encode(p.Hello({}))
+        core.begin_turn()
+        core.handle_frame(b"c", hello + p.encode(p.Consume("q", 10)))
+        core.handle_frame(b"p", hello + p.encode(p.Send("q", b"before", 0)))
+        core.end_turn()
+        server._commit()
+        store.full = True
+        core.begin_turn()
+        core.handle_frame(b"p", p.encode(p.Send("q", b"while full 1", 0)))
+        out = dict(core.end_turn())
+        server._commit()  # fails: sends are refused from now on
+        core.begin_turn()
+        core.handle_frame(b"p", p.encode(p.Send("q", b"while full 2", 0)))
+        out = dict(core.end_turn())
+        [refusal] = p.decode_frame(out[b"p"])[0]
+        assert refusal.code == p.ErrorCode.INSUFFICIENT_STORAGE and "full" in refusal.reason
+        store.full = False
+        server._commit()
+        assert core.storage_problem is None
+        with sqlite3.connect(store.path) as db:
+            stored = {row[0] for row in db.execute("SELECT content FROM messages")}
+        assert stored == {b"before", b"while full 1"}
+    finally:
+        server.router.close(linger=0)
+        server._context.term()
+
+
+def test_the_store_rebuilds_a_core_exactly(tmp_path: Path) -> None:
+    """Journal -> SQLite -> a fresh core: same queues, order, counts, dead letters."""
+    clock = FakeClock()
+    core = Core(BrokerConfig(), clock)
+    core.journal = []
+    store = DurableStore(tmp_path)
+    core.begin_turn()
+    core.handle_frame(b"p", p.encode_all([p.Send("a", b"%d" % i, 0) for i in range(5)]))
+    core.handle_frame(b"c", p.encode_all([p.Hello({}), p.Consume("a", 2)]))
+    out = dict(core.end_turn())
+    first, second = dispatches(p.decode_frame(out[b"c"])[0])
+    core.begin_turn()
+    settle = [p.Ack("a", first.message_id), p.Requeue("a", second.message_id, 0)]
+    core.handle_frame(b"c", p.encode_all(settle))
+    core.end_turn()
+    store.commit(core.journal)
+    messages, dead = store.load()
+    fresh = Core(BrokerConfig(), FakeClock())
+    fresh.restore(messages, dead)
+    original = [(r.content, r.deliveries) for r in core.queues["a"].ready if r.state == 0]
+    rebuilt = [(r.content, r.deliveries) for r in fresh.queues["a"].ready]
+    held = [r for window in core.queues["a"].windows for r in window.held.values()]
+    in_flight = [(r.content, r.deliveries + 1) for r in held]
+    assert sorted(rebuilt) == sorted(original + in_flight)
+    assert [c for c, _ in rebuilt][-1] == second.content  # requeued to the tail
+    store.close()
+
+
+def test_an_unusable_data_dir_stops_the_broker_with_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(RuntimeError, match="cannot open the data directory"):
+        BrokerProcess(tmp_path / "b.log", "--data-dir", str(blocker / "sub")).stop()
