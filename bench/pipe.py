@@ -165,18 +165,50 @@ def _wait_for_broker(address: str, process: subprocess.Popen) -> None:
     raise RuntimeError("the broker did not answer within 20 s")
 
 
-def run_broker_pipe(messages: int, size: int, window: int) -> dict:
+def run_broker_pipe(messages: int, size: int, window: int, data_dir: str | None = None) -> dict:
+    """The pipe through a real broker process; with `data_dir`, a durable one."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
+    durable = ["--data-dir", data_dir] if data_dir else []
     broker = subprocess.Popen(
-        [sys.executable, "-m", "broker.cli", "broker", "--bind", address, "--log-level", "WARNING"]
+        [
+            sys.executable,
+            "-m",
+            "broker.cli",
+            "broker",
+            "--bind",
+            address,
+            "--log-level",
+            "WARNING",
+            *durable,
+        ]
     )
     try:
         _wait_for_broker(address, broker)
-        return _run(address, _consume_broker, messages, size, window)
+        result = _run(address, _consume_broker, messages, size, window)
+        if data_dir:
+            with Client(address) as client:
+                result["storage"] = client.admin("stats")["storage"]
+        return result
     finally:
         broker.terminate()
         broker.wait(10)
+
+
+def run_durable_pipe(messages: int = 200_000, size: int = 100, window: int = 100) -> dict:
+    """The `durable` workload without confirms (they come next): pipe with --data-dir."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="phpmq-bench-") as data_dir:
+        result = run_broker_pipe(messages, size, window, data_dir)
+    storage = result["storage"]
+    Console().print(
+        f"durable pipe (fsync per loop turn): {result['msgs_per_s']:,.0f} msgs/s,"
+        f" p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms;"
+        f" {storage['fsyncs_per_s']:,.0f} fsyncs/s,"
+        f" last commit {storage['last_commit_ms']:.2f} ms"
+    )
+    return result
 
 
 def run_relay_pipe(messages: int, size: int, window: int) -> dict:

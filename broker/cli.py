@@ -694,12 +694,17 @@ def workers(
 @click.option("--window", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--codec", is_flag=True, help="Also run the encode+decode micro-benchmark.")
 @click.option(
+    "--durable",
+    is_flag=True,
+    help="Also run the pipe against a broker with --data-dir (fsync per loop turn).",
+)
+@click.option(
     "--pool",
     "pool",
     is_flag=True,
     help="Also run the worker pool benchmark (no-op handler, 1/2/4 processes).",
 )
-def bench(messages: int, size: int, window: int, codec: bool, pool: bool) -> None:
+def bench(messages: int, size: int, window: int, codec: bool, durable: bool, pool: bool) -> None:
     """Benchmark the `pipe` workload against a bare pyzmq relay on loopback.
 
     Starts its own broker, producer and consumer processes on free loopback ports, and prints
@@ -712,6 +717,10 @@ def bench(messages: int, size: int, window: int, codec: bool, pool: bool) -> Non
 
         run_codec_benchmark()
     run_pipe_benchmark(messages=messages, size=size, window=window)
+    if durable:
+        from bench.pipe import run_durable_pipe
+
+        run_durable_pipe(messages=messages, size=size, window=window)
     if pool:
         from bench.pool import run_pool_benchmark
 

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -88,6 +88,21 @@ class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
     headers: bytes
 
 
+def _runs(operations: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:
+    """Consecutive operations of one kind, as (kind, their arguments): one executemany each
+    keeps the order that matters (an insert before its update) and the per-row cost low."""
+    kind = None
+    rows: list[tuple] = []
+    for operation in operations:
+        if operation[0] != kind:
+            if rows:
+                yield kind, rows  # type: ignore[misc]
+            kind, rows = operation[0], []
+        rows.append(operation[1:])
+    if rows:
+        yield kind, rows  # type: ignore[misc]
+
+
 class StorageError(Exception):
     """The store could not write (disk full, I/O error): nothing of the turn was committed."""
 
@@ -141,8 +156,12 @@ class DurableStore:
         db = self._db
         try:
             db.execute("BEGIN")
-            for operation in operations:
-                self._apply(db, operation)
+            for kind, rows in _runs(operations):
+                if kind == DEAD:
+                    for row in rows:
+                        self._apply(db, (DEAD, *row))
+                else:
+                    db.executemany(_STATEMENTS[kind], rows)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             if db.in_transaction:
