@@ -646,13 +646,15 @@ def workers(
     gracefully (a second signal kills), SIGHUP reloads the handler code worker by worker.
     """
     from workers.child import ChildSpec, load_handler
+    from workers.client import check_address
     from workers.logs import configure_logging
     from workers.pool import Pool, PoolSpec
 
     configure_logging(log_json, "supervisor")
     try:
         load_handler(handler)  # fail here, once, rather than in every worker
-    except ValueError as exc:
+        check_address(address)
+    except (ValueError, ClientError) as exc:
         _fail(str(exc))
     try:
         parsed = tuple(_queue_weight(queue) for queue in queues)

@@ -17,6 +17,7 @@ import inspect
 import logging
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,6 +37,8 @@ ACKED, RETRIED, DEAD = "acked", "retried", "dead"
 #: Notes kept about messages that killed or outlasted a worker.
 MAX_NOTES = 10_000
 PR_SET_PDEATHSIG = 1
+#: How long an orphaned worker may go on with its current job before it exits.
+ORPHAN_GRACE_S = 2.0
 
 
 class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,7 +68,7 @@ def load_handler(path: str) -> Callable[[ReceivedMessage], Any]:
         raise ValueError(f"handler must be 'module:function', got {path!r}")
     try:
         target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, TypeError, ValueError) as exc:  # TypeError: a relative name
         raise ValueError(f"cannot import {module_name!r}: {exc}") from None
     for part in attribute.split("."):
         target = getattr(target, part, None)
@@ -261,18 +264,30 @@ def child_main(
         child = Child(spec, conn, slot, notes)
     except (ValueError, ClientError) as exc:
         log.error("cannot start: %s", exc)
-        conn.send(("fatal", str(exc)))
+        _tell(conn, ("fatal", str(exc)))
         raise SystemExit(3) from None
+
+    supervisor = os.getppid()
 
     def on_term(*_: object) -> None:
         stop["flag"] = True
         child.stopping = True
+        if os.getppid() != supervisor:
+            # Orphaned (the supervisor was killed): finish the job briefly, then go; nobody
+            # is left to enforce its timeout, and no worker may outlive its pool.
+            threading.Timer(ORPHAN_GRACE_S, os._exit, (1,)).start()
 
     signal.signal(signal.SIGTERM, on_term)
-    conn.send(("ready", os.getpid()))
+    _tell(conn, ("ready", os.getpid()))
     why = child.run()
-    conn.send(("exit", why))
+    _tell(conn, ("exit", why))
     log.debug("worker exits: %s", why)
+
+
+def _tell(conn: Connection, event: tuple) -> None:
+    """A word to the supervisor, who may be gone (then there is no one to tell)."""
+    with contextlib.suppress(OSError):
+        conn.send(event)
 
 
 def _die_with_parent() -> None:

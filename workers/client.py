@@ -385,7 +385,11 @@ class Client:
         # Queue only to a live connection: with no broker, send() blocks for send_timeout and
         # raises instead of parking messages in a socket that may never connect.
         sock.immediate = True
-        sock.connect(self.address)
+        try:
+            sock.connect(self.address)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            raise ClientError(f"invalid broker address {self.address!r}: {exc}") from None
         self._generation += 1
         self._greeting: bytes | None = self._hello + b"".join(
             encode(Consume(queue, window)) for queue, window in self._windows.items() if window
@@ -561,6 +565,18 @@ class Client:
             # Shutting down: keep settling what we hold while it drains; when it is gone,
             # liveness notices and reconnects with backoff.
             self._event(BROKER_LEAVING, reason)
+
+
+def check_address(address: str) -> None:
+    """Raise ClientError if ZeroMQ cannot use `address` (checked before starting processes
+    that would each fail on it)."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        sock.connect(address)
+    except zmq.ZMQError as exc:
+        raise ClientError(f"invalid broker address {address!r}: {exc}") from None
+    finally:
+        sock.close(linger=0)
 
 
 def _as_bytes(content: bytes | str) -> bytes:

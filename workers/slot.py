@@ -20,6 +20,8 @@ _SEQ = struct.Struct("<q")
 _TAIL = struct.Struct("<qqqqdd32s")
 SEQ, DELIVERIES, ACKED, RETRIED, DEAD, DEADLINE, STARTED, MESSAGE_ID = range(8)
 OUTCOME_FIELDS = {"acked": ACKED, "retried": RETRIED, "dead": DEAD}
+#: Reads of a record being written before the reader gives up waiting for the writer.
+READ_ATTEMPTS = 1000
 
 
 class JobSlot:
@@ -65,7 +67,10 @@ class JobSlot:
         """A consistent copy of the record: (seq, deliveries, acked, retried, dead, deadline,
         started, message id); message id b"" when the worker runs nothing."""
         view = memoryview(self._memory).cast("B")
-        while True:
+        for _ in range(READ_ATTEMPTS):
             record = _LAYOUT.unpack_from(view)
             if record[SEQ] % 2 == 0 and _LAYOUT.unpack_from(view)[SEQ] == record[SEQ]:
                 return record
+        # Still odd: the worker died between its writes (SIGKILL). Nobody will finish the
+        # record; take it as it is rather than wait forever.
+        return record
