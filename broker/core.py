@@ -180,6 +180,8 @@ class Core:
         self.storage_problem: str | None = None
         self._tail_seq = 0
         self._head_seq = 0
+        #: Raw-TCP peers given up on: the shell closes their connections (the core has none).
+        self.tcp_to_close: list[bytes] = []
         #: The durable store's `stats()`, for the stats command (None in memory mode).
         self.storage_stats: Callable[[], dict[str, Any]] | None = None
         self._heartbeats_due: list[Peer] = []
@@ -321,6 +323,8 @@ class Core:
         if peer is None:
             return 0
         peer.forgotten = True
+        if peer_id.startswith(TCP_PEER_PREFIX) and not said_goodbye:
+            self.tcp_to_close.append(peer_id)
         if peer.extensions and not said_goodbye:
             self._departed[peer_id] = None
             if len(self._departed) > MAX_DEPARTED_PEERS:

@@ -201,6 +201,7 @@ class BrokerServer:
         outgoing = self.core.end_turn()
         self._commit()  # before anything leaves: what is sent out is on disk
         self._send(outgoing)
+        self._close_abandoned_connections()
         if self._backlog:
             self._flush_backlog()
 
@@ -263,6 +264,17 @@ class BrokerServer:
             self.tcp.send(peer_id, frame, zmq.NOBLOCK)
         else:
             self.router.send_multipart((peer_id, frame), zmq.NOBLOCK)
+
+    def _close_abandoned_connections(self) -> None:
+        """A TCP peer the broker gave up on (not reading, silent) loses its connection too,
+        or it would later read dispatches of messages already taken back."""
+        if self.tcp is None:
+            return
+        to_close = self.core.tcp_to_close
+        for peer_id in to_close:
+            self.tcp.close_peer(peer_id)
+        to_close.clear()
+        self.tcp.retry_closes()
 
     def _unreadable(self, peer_id: bytes) -> None:
         """A peer that reads nothing while frames pile up for it is treated as gone: its

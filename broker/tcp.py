@@ -11,7 +11,6 @@ the reason; nothing else is affected.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import zmq
@@ -31,6 +30,7 @@ class TcpEndpoint:
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         #: routing id -> (decoder, remote address) for each open connection.
         self._connections: dict[bytes, tuple[StreamDecoder, str]] = {}
+        self._pending_closes: set[bytes] = set()
 
     @staticmethod
     def owns(peer_id: bytes) -> bool:
@@ -85,10 +85,25 @@ class TcpEndpoint:
         """
         self.socket.send_multipart((peer_id[len(TCP_PEER_PREFIX) :], frame), flags)
 
+    def close_peer(self, peer_id: bytes) -> None:
+        """Close the connection of a core peer id (one the broker gave up on)."""
+        self.close(peer_id[len(TCP_PEER_PREFIX) :])
+
     def close(self, routing_id: bytes) -> None:
+        """Close a connection. Behind a full send buffer the close waits its turn: it is
+        retried (`retry_closes`) until the frames before it have left."""
         self._connections.pop(routing_id, None)
-        with contextlib.suppress(zmq.ZMQError):  # already gone
+        try:
             self.socket.send_multipart((routing_id, b""), zmq.NOBLOCK)
+        except zmq.Again:
+            self._pending_closes.add(routing_id)
+        except zmq.ZMQError:
+            pass  # already gone
+
+    def retry_closes(self) -> None:
+        pending, self._pending_closes = self._pending_closes, set()
+        for routing_id in pending:
+            self.close(routing_id)
 
     def shutdown(self) -> None:
         self.socket.close(linger=0)

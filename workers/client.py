@@ -71,6 +71,8 @@ _HEARTBEAT = encode(Heartbeat())
 #: that a pool of clients does not reconnect in lockstep.
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
+#: How long a replaced socket may still deliver what was handed to it.
+RECONNECT_LINGER_S = 30.0
 #: Longest the waiting application thread holds the socket before the heartbeat thread may.
 WAIT_SLICE_S = 0.05
 
@@ -440,7 +442,9 @@ class Client:
 
     def _reconnect(self) -> None:
         self._reconnect_at = None
-        self._socket.close(linger=0)
+        # Linger: frames already handed to the old socket still leave if its connection
+        # comes back (a broker that was only frozen), instead of being thrown away.
+        self._socket.close(linger=int(RECONNECT_LINGER_S * 1000))
         self._inbox.clear()  # the broker takes these back; settling them is a no-op
         self._out.clear()
         self._socket = self._new_socket()
