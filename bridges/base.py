@@ -68,6 +68,9 @@ class Bridge:
 
     def report(self) -> None:
         self._next_report = time.monotonic() + self.report_seconds
+        # Refusals (full queue, draining, storage down, bad queue name) arrive as ERRORs:
+        # without publisher confirms they are counted here, not retried.
+        self.counters["broker_errors"] = self.client.error_count
         log.info(
             "%s %s: %s",
             self.kind,

@@ -15,7 +15,7 @@ import time
 import zmq
 
 from bridges.base import POLL_MS, Bridge, open_socket
-from workers.client import ClientError
+from workers.client import PartialSend
 
 log = logging.getLogger("phpmq.bridge")
 
@@ -57,12 +57,15 @@ class Inbound(Bridge):
         for queue, content in batch:
             by_queue.setdefault(queue, []).append(content)
         for queue, contents in by_queue.items():
-            while True:
+            while contents:
                 try:
                     self.client.send_many(queue, contents)
                     self.counters["sent"] += len(contents)
                     break
-                except ClientError as exc:
+                except PartialSend as exc:
+                    # Frames before the one refused went out: resend only the rest.
+                    self.counters["sent"] += exc.sent
+                    contents = contents[exc.sent :]
                     # Backpressure or no broker: keep the batch, read nothing more meanwhile.
                     if self.stopping:
                         log.error(

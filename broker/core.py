@@ -250,11 +250,11 @@ class Core:
             if peer.forgotten:
                 peer = self._peer(peer_id)
             self._refuse(peer, error.code, error.reason)
-        if peer.extensions:
+        if peer.extensions or peer.ttl_form != self._default_form(peer_id):
             if not peer.expiry_due and not peer.forgotten:
                 # Remembered, so bound how long: HELLO arms its own check; others idle out.
                 self._arm_expiry(peer, self.now + self._idle_ns)
-        elif not (peer.windows or peer.ttl_form != self._default_form(peer_id)):
+        elif not peer.windows:
             # Nothing to remember about a stock producer; forgetting it keeps memory flat
             # however many identities come and go.
             self.peers.pop(peer_id, None)
@@ -792,6 +792,11 @@ class Core:
         record.state = DELAYED
         queue.delayed += 1
         self.timers.arm(self.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
+        if self.journal is not None:
+            # On disk it is ready at the tail: after a restart the delay is not kept.
+            self._tail_seq += 1
+            record.seq = self._tail_seq
+            self._journal_back(record)
 
     def _on_delay_over(self, when: int, target: tuple[Queue, Record]) -> None:
         queue, record = target
@@ -980,6 +985,8 @@ class Core:
         entry = DeadLetterEntry(
             record.id, record.content, reason, delivered, self.clock.wall(), record.headers
         )
+        if self.journal is not None and len(queue.dead) == queue.dead.maxlen:
+            self.journal.append((UNDEAD, queue.name, queue.dead[0].id))  # evicted by the bound
         queue.add_dead(entry)
         if self.journal is not None:
             self.journal.append(

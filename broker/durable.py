@@ -164,8 +164,9 @@ class DurableStore:
                     db.executemany(_STATEMENTS[kind], rows)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves it to SQLite
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
             raise StorageError(str(exc)) from None
         self.commits += 1
         self.last_commit_ms = (time.perf_counter() - started) * 1000

@@ -576,9 +576,15 @@ def test_stats_json_lists_every_running_bridge(broker: Broker, start_bridge, con
     bridges = listed()
     assert bridges["in-bridge"] == {
         "kind": "pull-in",
-        "counters": {"received": 50, "sent": 50, "send_retries": 0, "refused": 0},
+        "counters": {
+            "received": 50,
+            "sent": 50,
+            "send_retries": 0,
+            "refused": 0,
+            "broker_errors": 0,
+        },
     }
     assert bridges["out-bridge"] == {
         "kind": "push-out",
-        "counters": {"received": 50, "acked": 50, "pushed": 50},
+        "counters": {"received": 50, "acked": 50, "pushed": 50, "broker_errors": 0},
     }

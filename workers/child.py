@@ -80,9 +80,10 @@ def load_handler(path: str) -> Callable[[ReceivedMessage], Any]:
 
 
 def window_sizes(queues: tuple[tuple[str, int], ...], prefetch: int) -> dict[str, int]:
-    """Each queue's share of the prefetch, by weight, at least 1."""
+    """Each queue's share of the prefetch, by weight, and at least its weight: the picker can
+    only honour weights among messages that are there to pick."""
     total = sum(weight for _, weight in queues)
-    return {name: max(1, round(prefetch * weight / total)) for name, weight in queues}
+    return {name: max(weight, round(prefetch * weight / total)) for name, weight in queues}
 
 
 class WeightedPick:
@@ -220,7 +221,8 @@ class Child:
             message.dead_letter(f"{reason} (after {message.delivery_count} deliveries)")
             return DEAD
         if delay is None:
-            delay = min(spec.retry_delay * 2 ** (message.delivery_count - 1), spec.max_retry_delay)
+            delay = spec.retry_delay * 2 ** (message.delivery_count - 1)
+        delay = min(max(delay, 0.0), spec.max_retry_delay)
         message.requeue(ttl=message.ttl, delay=delay)
         return RETRIED
 

@@ -87,6 +87,15 @@ class ClientError(Exception):
     """Raised when the client cannot do what was asked (send timed out, broker refused...)."""
 
 
+class PartialSend(ClientError):
+    """Raised by send_many when some frames were handed to the socket and then one was not:
+    `sent` messages (the first ones) went out, the rest did not."""
+
+    def __init__(self, message: str, sent: int) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
 class BrokerRefused(ClientError):
     """Raised when the broker refuses a request (ADMIN commands)."""
 
@@ -187,6 +196,8 @@ class Client:
         self.closed = False
         self.broker_info: dict[str, Any] = {}
         self.errors: deque[Error] = deque(maxlen=1000)
+        #: ERRORs received in all (the deque keeps the last 1000).
+        self.error_count = 0
         #: How often the connection was lost and made again.
         self.reconnects = 0
         #: Messages handed to the socket since the broker was last heard from: what a broker
@@ -231,20 +242,27 @@ class Client:
             self.sent_since_heard += 1
 
     def send_many(self, queue: str, contents: Iterable[bytes | str], ttl: int = 0) -> int:
-        """Send many messages to one queue, packed several to a frame. Returns the count."""
+        """Send many messages to one queue, packed several to a frame. Returns the count.
+
+        Raises:
+            PartialSend: a frame was not taken; its `sent` says how many went before it.
+        """
         packet = self._queue_packet(queue)
         batch: list[bytes] = []
         size = 0
         sent = 0
-        for content in contents:
-            data = encode_send(packet, _as_bytes(content), ttl)
-            batch.append(data)
-            size += len(data)
-            if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+        try:
+            for content in contents:
+                data = encode_send(packet, _as_bytes(content), ttl)
+                batch.append(data)
+                size += len(data)
+                if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
+                    sent += self._send_batch(batch)
+                    batch, size = [], 0
+            if batch:
                 sent += self._send_batch(batch)
-                batch, size = [], 0
-        if batch:
-            sent += self._send_batch(batch)
+        except ClientError as exc:
+            raise PartialSend(str(exc), sent) from None
         return sent
 
     def _send_batch(self, batch: list[bytes]) -> int:
@@ -275,11 +293,11 @@ class Client:
                     return self._inbox.popleft()
                 self._flush_quietly()
                 wait = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-                if wait <= 0:
-                    return None
-                if self._socket.poll(int(min(wait, WAIT_SLICE_S) * 1000) or 1):
+                if self._socket.poll(int(min(wait, WAIT_SLICE_S) * 1000) if wait > 0 else 0):
                     self._read_available()
                 self._tick()
+                if wait <= 0:
+                    return self._inbox.popleft() if self._inbox else None
 
     def consume(
         self, queue: str, window: int = 100, timeout: float | None = None
@@ -316,6 +334,8 @@ class Client:
         """
         deadline = time.monotonic() + timeout
         with self._lock:
+            self._read_available()
+            self._admin_replies.clear()  # late answers to earlier calls that timed out
             self._send_frame(encode(Admin({"command": command, **options})))
             while not self._admin_replies:
                 wait = deadline - time.monotonic()
@@ -326,6 +346,7 @@ class Client:
                     )
                 if self._socket.poll(int(min(wait, WAIT_SLICE_S) * 1000) or 1):
                     self._read_available()
+                self._tick()
             result = self._admin_replies.popleft().options
         refusal = result.get("error")
         if isinstance(refusal, dict):
@@ -532,6 +553,7 @@ class Client:
     def _on_control(self, message: object) -> None:
         if isinstance(message, Error):
             self.errors.append(message)
+            self.error_count += 1
             log.warning("broker error %d: %s", message.code, message.reason)
         elif isinstance(message, AdminReply):
             self._admin_replies.append(message)
