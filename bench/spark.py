@@ -42,7 +42,7 @@ def run_spark_benchmark(messages: int = 100_000, size: int = 100) -> list[dict]:
     """Run both workloads and print a table; returns its rows."""
     from pipeline.session import local_session
 
-    console = Console()
+    console = Console(width=max(Console().width, 90))
     console.print(
         f"spark: {messages:,} messages of {size} bytes, local[2], loopback broker; availableNow"
     )
@@ -93,7 +93,7 @@ def _source_to_parquet(
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     in_batches = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
     rows = spark.read.parquet(str(target)).count()
-    return _result(f"source -> Parquet, {batch:,} rows/batch", rows, wall, in_batches, progress)
+    return _result(f"source -> Parquet ({batch:,}/batch)", rows, wall, in_batches, progress)
 
 
 def _sink(spark: SparkSession, address: str, messages: int, size: int) -> dict:
@@ -109,7 +109,7 @@ def _sink(spark: SparkSession, address: str, messages: int, size: int) -> dict:
     frame.unpersist()
     with Client(address, name="bench-spark-check") as client:
         landed = client.admin("stats")["queues"][queue]["ready"]
-    return _result("DataFrame -> sink (df.write)", landed, wall, None, [])
+    return _result("DataFrame -> sink", landed, wall, None, [])
 
 
 def _result(path: str, rows: int, wall: float, in_batches: float | None, progress: list) -> dict:
@@ -125,7 +125,7 @@ def _result(path: str, rows: int, wall: float, in_batches: float | None, progres
 
 def _table(results: list[dict]) -> Table:
     table = Table()
-    for column in ("path", "rows", "batches", "wall s", "rows/s (wall)", "rows/s (in batches)"):
+    for column in ("path", "rows", "batches", "wall s", "rows/s", "in batches"):
         table.add_column(column, justify="left" if column == "path" else "right")
     for result in results:
         in_batches = result["batch_rows_per_s"]
