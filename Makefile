@@ -1,21 +1,28 @@
 # The two set-up commands (see README.md): `make broker` and `make test`.
-# Both create .venv with the project's own Python dependencies on first use.
+# Both create .venv on first use: `make broker` with the broker's own dependencies only,
+# `make test` adds the test tools and the optional Spark pipeline (pyspark, ~460 MB).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: broker test lint bench
 
-$(BIN)/phpmq: pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+
+$(VENV)/.core: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
 	touch $@
 
-broker: $(BIN)/phpmq
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test,spark]'
+	touch $@
+
+broker: $(VENV)/.core
 	$(BIN)/phpmq broker $(ARGS)
 
-test: $(BIN)/phpmq
+test: $(VENV)/.test
 	@# php-cli for the stock-client end-to-end test; in CI a missing php fails that test.
 	@if [ -n "$$CI" ] && ! command -v php >/dev/null 2>&1; then \
 	  apt-get install -y -q php-cli >/dev/null 2>&1 \
@@ -25,5 +32,5 @@ test: $(BIN)/phpmq
 	$(BIN)/python -m pytest $(ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 
-bench: $(BIN)/phpmq
+bench: $(VENV)/.core
 	$(BIN)/phpmq bench $(ARGS)

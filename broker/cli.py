@@ -729,5 +729,14 @@ def bench(messages: int, size: int, window: int, codec: bool, durable: bool, poo
         run_pool_benchmark()
 
 
+def _add_pipeline() -> None:
+    # pipeline.cli imports click and the client only: pyspark loads when a command runs.
+    from pipeline.cli import pipeline
+
+    main.add_command(pipeline)
+
+
+_add_pipeline()
+
 if __name__ == "__main__":
     main()

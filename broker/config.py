@@ -60,7 +60,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: more (ZMQ_MAXMSGSIZE), so a frame of garbage cannot make us allocate without bound.
     max_frame_bytes: int = 64 * 1024 * 1024
     #: Largest consume window (count in 002) a consumer may ask for.
-    max_window: int = 10_000
+    max_window: int = 100_000
     #: Dead letters kept per queue; beyond it the oldest is dropped (and counted).
     dead_letter_limit: int = 10_000
     #: Frames queued per peer in libzmq before a send reports EAGAIN (then the broker keeps
