@@ -73,8 +73,10 @@ threading.Event().wait()
 """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
+    """One Spark for this file; stopped after it, JVM included, so that it takes no CPU or
+    memory from the test files that run later."""
     try:
         session = local_session("phpmq-tests")
     except SparkUnavailable as exc:
@@ -82,7 +84,28 @@ def spark() -> Iterator[SparkSession]:
             pytest.fail(str(exc), pytrace=False)
         pytest.skip(str(exc))
     yield session
+    for query in session.streams.active:
+        query.stop()
     session.stop()
+    _stop_gateway()
+
+
+def _stop_gateway() -> None:
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway.shutdown()
+        process = getattr(gateway, "proc", None)
+        if process is not None:  # the JVM outlives the gateway unless told to go
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(15)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
 
 
 def source(spark: SparkSession, broker: BrokerProcess, queue: str, batch: int) -> DataFrame:
