@@ -36,6 +36,8 @@ class Bridge:
         self.name = name
         self.counters = dict.fromkeys(counter_names, 0)
         self.report_seconds = report_seconds
+        #: The socket facing the tool, closed with the bridge (subclasses set it).
+        self.sock: zmq.Socket | None = None
         self._stop = threading.Event()
         self._next_report = time.monotonic() + report_seconds
 
@@ -85,8 +87,10 @@ class Bridge:
             log.debug("could not report to the broker: %s", exc)
 
     def close(self) -> None:
-        """Subclasses close their own socket, then call this: the client says goodbye, and
-        every message it received but did not settle goes back to the broker's queue."""
+        """Close the tool's socket, then say goodbye: every message the client received but
+        did not settle goes back to the broker's queue."""
+        if self.sock is not None:
+            self.sock.close(linger=0)
         self.client.close()
 
 

@@ -26,9 +26,9 @@ RETRY_PAUSE_S = 0.5
 
 
 class Inbound(Bridge):
-    """Reads messages from a tool socket and sends them to the broker, never dropping one:
-    a batch read is retried until the broker took it (or the bridge is stopped, and says
-    how many it could not hand over)."""
+    """Reads messages from a tool socket and hands them to the broker's socket, never dropping
+    one it read: a batch is retried until the socket took it (or the bridge is stopped, and
+    says how many it could not hand over). Broker refusals are counted (docs/bridges.md)."""
 
     def __init__(self, broker: str, name: str, report_seconds: float, sock: zmq.Socket) -> None:
         super().__init__(broker, name, report_seconds, ("received", "sent", "send_retries"))
@@ -79,10 +79,6 @@ class Inbound(Bridge):
                         "broker did not take %d messages (%s); retrying", len(contents), exc
                     )
                     time.sleep(RETRY_PAUSE_S)
-
-    def close(self) -> None:
-        self.sock.close(linger=0)
-        super().close()
 
 
 class PullIn(Inbound):

@@ -85,10 +85,6 @@ class PushOut(Outbound):
                 return True
         return False
 
-    def close(self) -> None:
-        self.sock.close(linger=0)
-        super().close()
-
 
 class PubOut(Outbound):
     kind = "pub-out"
@@ -113,10 +109,6 @@ class PubOut(Outbound):
         self.sock.send_multipart((self.topic, message.content))
         self.counters["published"] += 1
         return True
-
-    def close(self) -> None:
-        self.sock.close(linger=0)
-        super().close()
 
 
 class ReqOut(Outbound):
@@ -177,7 +169,3 @@ class ReqOut(Outbound):
         message.requeue(ttl=message.ttl)
         self.counters["requeued"] += 1
         return False
-
-    def close(self) -> None:
-        self.sock.close(linger=0)
-        super().close()

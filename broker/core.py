@@ -366,9 +366,7 @@ class Core:
             record.seq = stored.seq
             if stored.in_flight:  # back as ready, in its place, with one more delivery
                 were_in_flight += 1
-                record.deliveries += 1
-                if queue.max_deliveries and record.deliveries > queue.max_deliveries:
-                    self._bury(queue, record, "max-deliveries")
+                if not self._count_delivery(queue, record):
                     continue
                 if self.journal is not None:
                     self._journal_back(record)
@@ -784,18 +782,14 @@ class Core:
 
     def _delay(self, queue: Queue, record: Record, delay_ms: int) -> None:
         """A requeue with a backoff: counted as a delivery now, queued when the delay ends."""
-        record.deliveries += 1
-        if queue.max_deliveries and record.deliveries > queue.max_deliveries:
-            self.counters["max_deliveries"] += 1
-            self._bury(queue, record, "max-deliveries")
+        if not self._count_delivery(queue, record):
             return
         record.state = DELAYED
         queue.delayed += 1
         self.timers.arm(self.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
         if self.journal is not None:
             # On disk it is ready at the tail: after a restart the delay is not kept.
-            self._tail_seq += 1
-            record.seq = self._tail_seq
+            record.seq = self._next_seq(to_head=False)
             self._journal_back(record)
 
     def _on_delay_over(self, when: int, target: tuple[Queue, Record]) -> None:
@@ -814,10 +808,7 @@ class Core:
     def _return(self, queue: Queue, record: Record, to_head: bool) -> None:
         """A message comes back from a consumer: that was one more delivery. Past the queue's
         max-deliveries it is dead-lettered instead of being dispatched again."""
-        record.deliveries += 1
-        if queue.max_deliveries and record.deliveries > queue.max_deliveries:
-            self.counters["max_deliveries"] += 1
-            self._bury(queue, record, "max-deliveries")
+        if not self._count_delivery(queue, record):
             return
         record.state = READY
         self._place(queue, record, to_head)
@@ -826,16 +817,30 @@ class Core:
         if record.expires_at:
             self._watch_expiry(queue, record)
 
+    def _count_delivery(self, queue: Queue, record: Record) -> bool:
+        """One more delivery; past the queue's max-deliveries the record is dead-lettered
+        and False is returned."""
+        record.deliveries += 1
+        if queue.max_deliveries and record.deliveries > queue.max_deliveries:
+            self.counters["max_deliveries"] += 1
+            self._bury(queue, record, "max-deliveries")
+            return False
+        return True
+
     def _place(self, queue: Queue, record: Record, to_head: bool) -> None:
         """Into the queue's ready deque; `seq` records the place for the durable store."""
+        record.seq = self._next_seq(to_head)
         if to_head:
-            self._head_seq -= 1
-            record.seq = self._head_seq
             queue.ready.appendleft(record)
         else:
-            self._tail_seq += 1
-            record.seq = self._tail_seq
             queue.ready.append(record)
+
+    def _next_seq(self, to_head: bool) -> int:
+        if to_head:
+            self._head_seq -= 1
+            return self._head_seq
+        self._tail_seq += 1
+        return self._tail_seq
 
     def _wall_expiry(self, record: Record) -> float:
         if not record.expires_at:
