@@ -64,6 +64,7 @@ def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
         "counters": dict(core.counters),
         "uptime_seconds": round((core.now - core.started_ns) / 1e9, 3),
         "storage": core.storage_stats() if core.storage_stats else {"mode": "memory"},
+        "keys": {"remembered": len(core.keys), "keys_evicted": core.keys.evicted},
         "draining": core.draining,
     }
 

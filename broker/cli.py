@@ -93,6 +93,11 @@ def main() -> None:
     type=click.Choice(["reject", "drop-oldest"]),
     help="A send to a full queue: refuse it, or dead-letter the oldest. [default: reject]",
 )
+@click.option(
+    "--dedup-window-seconds",
+    type=float,
+    help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",
+)
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def broker(config_path: str | None, **flags: Any) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.

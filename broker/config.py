@@ -107,6 +107,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Frames waiting for one peer that does not read them; past this the peer counts as gone
     #: (its messages go back to their queues) instead of growing the broker's memory.
     max_backlog_frames: int = 1_000
+    # Publisher confirms and idempotent producers (docs/protocol.md §6.4).
+    #: How long a producer's idempotency key (packet 14) is remembered per queue: a repeat
+    #: within it is confirmed with the first message's ID instead of being queued again.
+    #: NATS JetStream's duplicate window defaults to 2 minutes too. 0 = keys are not kept.
+    dedup_window_seconds: float = 120.0
+    #: Keys remembered at most; past it the oldest are forgotten early (and counted).
+    max_dedup_keys: int = 1_000_000
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
     queues: dict[str, QueueSettings] = {}
     log_level: str = "INFO"
@@ -126,6 +133,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "max_consumers",
             "max_queues",
             "max_backlog_frames",
+            "max_dedup_keys",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -137,6 +145,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise ValueError(f"{name} cannot be negative")
         if self.grace_seconds < 0:
             raise ValueError("grace_seconds cannot be negative")
+        if self.dedup_window_seconds < 0:
+            raise ValueError("dedup_window_seconds cannot be negative")
         if self.idle_peer_seconds <= 0:
             raise ValueError("idle_peer_seconds must be positive")
         if not 2 <= self.liveness <= 10:

@@ -23,7 +23,8 @@ import msgspec
 from broker.admin import run_admin
 from broker.clock import Clock
 from broker.config import BrokerConfig, QueueSettings
-from broker.durable import BACK, DEAD, DROP, FLY, PURGE, PUT, UNDEAD
+from broker.dedup import KeyWindow, key_problem
+from broker.durable import BACK, DEAD, DROP, FLY, KEY, PURGE, PUT, UNDEAD, UNKEY
 from broker.store import (
     DELAYED,
     GONE,
@@ -57,6 +58,7 @@ from protocol import (
     Send,
     decode_frame,
     encode,
+    encode_confirm,
     encode_dispatch,
 )
 
@@ -82,6 +84,8 @@ MAX_QUEUE_NAME_BYTES = 255
 #: ROUTER identity has (libzmq refuses custom identities starting with a zero byte, and its
 #: own are 5 bytes long).
 TCP_PEER_PREFIX = b"\x00\x00tcp:"
+#: Expired idempotency keys are deleted from the durable store at most this often.
+KEY_PURGE_INTERVAL_NS = 1_000_000_000
 
 
 class Peer:
@@ -89,6 +93,7 @@ class Peer:
 
     __slots__ = (
         "closing",
+        "confirm",
         "expiry_ns",
         "extensions",
         "forgotten",
@@ -114,6 +119,8 @@ class Peer:
         self.extensions = False
         #: Said HELLO: the broker knows who it is (a HEARTBEAT without it gets DISCONNECT).
         self.hello = False
+        #: Said HELLO with `confirm: true`: every 001 it sends is answered (CONFIRM or ERROR).
+        self.confirm = False
         self.windows: dict[str, Window] = {}
         self.name = ""
         self.role = ""
@@ -168,6 +175,8 @@ class Core:
                 "peers_expired",
                 "max_deliveries",
                 "overflowed",
+                "confirmed",
+                "deduplicated",
                 "errors",
             ),
             0,
@@ -194,6 +203,12 @@ class Core:
             DELAY_OVER: self._on_delay_over,
         }
         self._outbox: dict[bytes, list[bytes]] = {}
+        #: Durable mode: CONFIRMs held until the turn's commit is on disk (release_confirms).
+        self._confirms: dict[bytes, list[bytes]] = {}
+        self.keys = KeyWindow(
+            int(config.dedup_window_seconds * NS_PER_SECOND), config.max_dedup_keys
+        )
+        self._keys_purged_at = self.now
         self._dirty: dict[Queue, None] = {}
         #: (expires_at, tiebreak, queue, record) for READY records with a TTL.
         self._expiry: list[tuple[int, int, Queue, Record]] = []
@@ -217,6 +232,8 @@ class Core:
 
     def begin_turn(self) -> None:
         self.now = self.clock.monotonic_ns()
+        if self.keys:
+            self._expire_keys()
 
     def handle_frame(self, peer_id: bytes, data: bytes) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages."""
@@ -300,6 +317,17 @@ class Core:
             frames.append((peer_id, b"".join(chunks)))
         return frames
 
+    def release_confirms(self) -> list[tuple[bytes, bytes]]:
+        """Durable mode: the CONFIRMs of every send committed so far, one frame per peer. The
+        shell calls it only after a commit succeeded, so nothing is confirmed before it is on
+        disk; while the store fails they wait here. (In memory mode confirms go out with the
+        turn's other replies.)"""
+        confirms = self._confirms
+        if not confirms:
+            return []
+        self._confirms = {}
+        return [(peer_id, b"".join(chunks)) for peer_id, chunks in confirms.items()]
+
     def next_deadline(self) -> int | None:
         """Monotonic ns of the next thing the core must do on its own: now, if a queue is
         waiting for a dispatch pass, else the earliest TTL expiry or timer, else None."""
@@ -346,6 +374,18 @@ class Core:
         if self.journal is not None:
             self.journal.append((PURGE, queue.name))
         return purged
+
+    def restore_keys(self, keys: list) -> int:
+        """Idempotency keys from the durable store, those still inside their window; returns
+        how many."""
+        wall = self.clock.wall()
+        restored = 0
+        for stored in sorted(keys, key=lambda k: k.expires_wall):
+            if stored.expires_wall > wall:
+                expires_at = self.now + int((stored.expires_wall - wall) * NS_PER_SECOND)
+                self.keys.add(stored.queue, stored.key, stored.id, expires_at)
+                restored += 1
+        return restored
 
     def restore(self, messages: list, dead_letters: list) -> tuple[int, int, int]:
         """Rebuild the queues from the durable store at start: messages in their order, TTLs
@@ -411,25 +451,36 @@ class Core:
     # ----------------------------------------------------------------- message handlers
 
     def _on_send(self, peer: Peer, message: Send) -> None:
-        if message.ttl is not None or message.headers is not None:
+        tag = message.tag
+        if tag is not None:
+            self._opt_in(peer)  # asking for an answer is speaking the extensions
+        elif message.ttl is not None or message.headers is not None:
             peer.ttl_form = True
         if self.draining:
             self._refuse(
-                peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, message.queue
+                peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, message.queue, tag
             )
             return
         if self.storage_problem is not None:
             self._refuse(
-                peer, ErrorCode.INSUFFICIENT_STORAGE, self.storage_problem, None, message.queue
+                peer,
+                ErrorCode.INSUFFICIENT_STORAGE,
+                self.storage_problem,
+                None,
+                message.queue,
+                tag,
             )
             return
-        queue = self._queue(peer, message.queue)
+        key = message.key
+        if key is not None and self._is_repeat(peer, message):
+            return
+        queue = self._queue(peer, message.queue, tag)
         if queue is None:
             return
         if (
             queue.max_length
             and queue.ready_count >= queue.max_length
-            and not self._make_room(peer, queue)
+            and not self._make_room(peer, queue, tag)
         ):
             return
         ttl = message.ttl or 0
@@ -441,11 +492,53 @@ class Core:
         self._place(queue, record, to_head=False)
         if self.journal is not None:
             self._journal_put(queue, record)
+        if key is not None and self.keys.window_ns:
+            self._remember_key(queue.name, key, record.id)
         if ttl:
             self._watch_expiry(queue, record)
         if queue.windows:
             self._dirty[queue] = None
         self.counters["received"] += 1
+        if tag is not None or peer.confirm:
+            self._confirm(peer, record.id, tag)
+
+    def _is_repeat(self, peer: Peer, message: Send) -> bool:
+        """A send whose idempotency key is bad (refused) or was already accepted on its
+        queue within the window (confirmed with the first message's ID): nothing to queue."""
+        problem = key_problem(message.key)  # type: ignore[arg-type]
+        if problem is not None:
+            self._refuse(peer, ErrorCode.INVALID_VALUE, problem, None, message.queue, message.tag)
+            return True
+        first_id = self.keys.get(message.queue, message.key)  # type: ignore[arg-type]
+        if first_id is None:
+            return False
+        self.counters["deduplicated"] += 1
+        if message.tag is not None or peer.confirm:
+            self._confirm(peer, first_id, message.tag)
+        return True
+
+    def _remember_key(self, queue_name: str, key: str, message_id: str) -> None:
+        expires_at = self.now + self.keys.window_ns
+        self.keys.add(queue_name, key, message_id, expires_at)
+        if self.journal is not None:
+            self.journal.append((KEY, queue_name, key, message_id, self._wall_at(expires_at)))
+
+    def _expire_keys(self) -> None:
+        if not self.keys.expire(self.now) or self.journal is None:
+            return
+        if self.now - self._keys_purged_at >= KEY_PURGE_INTERVAL_NS:
+            self._keys_purged_at = self.now
+            self.journal.append((UNKEY, self.clock.wall()))
+
+    def _confirm(self, peer: Peer, message_id: str, tag: int | None) -> None:
+        """CONFIRM a send: with the turn's replies in memory mode; in durable mode held until
+        the turn's commit is on disk (release_confirms)."""
+        outbox = self._outbox if self.journal is None else self._confirms
+        chunks = outbox.get(peer.id)
+        if chunks is None:
+            chunks = outbox[peer.id] = []
+        chunks.append(encode_confirm(message_id, tag))
+        self.counters["confirmed"] += 1
 
     def _on_consume(self, peer: Peer, message: Consume) -> None:
         count = message.count
@@ -513,6 +606,7 @@ class Core:
         options = message.options
         config = self.config
         peer.hello = True
+        peer.confirm = options.get("confirm") is True
         peer.name = _text_option(options, "name")
         peer.role = _text_option(options, "role")
         heartbeat_ms = options.get("heartbeat_ms")
@@ -543,6 +637,9 @@ class Core:
                     "lease_ms": self._peer_lease_ms(peer),
                     "max_content_bytes": config.max_content_bytes,
                     "max_window": config.max_window,
+                    "confirm": peer.confirm,
+                    "durable": self.journal is not None,
+                    "dedup_window_ms": int(config.dedup_window_seconds * 1000),
                 }
             ),
         )
@@ -685,13 +782,13 @@ class Core:
 
     # ----------------------------------------------------------------- queues and records
 
-    def _queue(self, peer: Peer, name: str) -> Queue | None:
+    def _queue(self, peer: Peer, name: str, tag: int | None = None) -> Queue | None:
         queue = self.queues.get(name)
         if queue is not None:
             return queue
         reason = queue_name_problem(name)
         if reason is not None:
-            self._refuse(peer, ErrorCode.INVALID_VALUE, reason)
+            self._refuse(peer, ErrorCode.INVALID_VALUE, reason, tag=tag)
             return None
         config = self.config
         if len(self.queues) >= config.max_queues:
@@ -701,6 +798,7 @@ class Core:
                 f"the broker has the maximum of {config.max_queues} queues",
                 None,
                 name,
+                tag,
             )
             return None
         return self._new_queue(name)
@@ -717,7 +815,7 @@ class Core:
         )
         return queue
 
-    def _make_room(self, peer: Peer, queue: Queue) -> bool:
+    def _make_room(self, peer: Peer, queue: Queue, tag: int | None) -> bool:
         """A send to a full queue: refuse it, or bury the oldest ready message for it."""
         self.counters["overflowed"] += 1
         if queue.overflow == "reject":
@@ -727,6 +825,7 @@ class Core:
                 f"queue {queue.name!r} is full ({queue.max_length} ready messages)",
                 None,
                 queue.name,
+                tag,
             )
             return False
         ready = queue.ready
@@ -843,9 +942,10 @@ class Core:
         return self._tail_seq
 
     def _wall_expiry(self, record: Record) -> float:
-        if not record.expires_at:
-            return 0.0
-        return self.clock.wall() + (record.expires_at - self.now) / NS_PER_SECOND
+        return self._wall_at(record.expires_at) if record.expires_at else 0.0
+
+    def _wall_at(self, monotonic_ns: int) -> float:
+        return self.clock.wall() + (monotonic_ns - self.now) / NS_PER_SECOND
 
     def _journal_put(self, queue: Queue, record: Record) -> None:
         self.journal.append(  # type: ignore[union-attr]
@@ -1021,11 +1121,12 @@ class Core:
         reason: str,
         message_id: str | None = None,
         queue: str | None = None,
+        tag: int | None = None,
     ) -> None:
         """An ERROR to extension peers; a counted, rate-limited log line for stock peers."""
         self.counters["errors"] += 1
         if peer.extensions:
-            self._reply(peer, Error(int(code), reason, message_id, queue))
+            self._reply(peer, Error(int(code), reason, message_id, queue, tag))
         else:
             self._log_limited(f"refused from {peer.id.hex()}: {code} {reason}", str(int(code)))
 

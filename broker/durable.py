@@ -45,6 +45,14 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     dead_at REAL NOT NULL,
     headers BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS keys (
+    queue TEXT NOT NULL,
+    key TEXT NOT NULL,
+    id TEXT NOT NULL,
+    expires_wall REAL NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+CREATE INDEX IF NOT EXISTS keys_by_expiry ON keys (expires_wall);
 """
 
 # Journal operations (tuples; the first item names the operation).
@@ -55,6 +63,8 @@ DROP = "drop"  # id: acked
 DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers
 UNDEAD = "undead"  # queue, id: replayed out of the dead-letter store
 PURGE = "purge"  # queue: dead letters deleted
+KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (broker/dedup.py)
+UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 
 _STATEMENTS = {
     PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
@@ -64,6 +74,8 @@ _STATEMENTS = {
     DROP: "DELETE FROM messages WHERE id = ?",
     UNDEAD: "DELETE FROM dead_letters WHERE queue = ? AND id = ?",
     PURGE: "DELETE FROM dead_letters WHERE queue = ?",
+    KEY: "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?)",
+    UNKEY: "DELETE FROM keys WHERE expires_wall <= ?",
 }
 
 
@@ -86,6 +98,13 @@ class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
     deliveries: int
     dead_at: float
     headers: bytes
+
+
+class StoredKey(msgspec.Struct, frozen=True, array_like=True):
+    queue: str
+    key: str
+    id: str
+    expires_wall: float
 
 
 def _runs(operations: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:
@@ -143,6 +162,13 @@ class DurableStore:
             )
         ]
         return messages, dead
+
+    def load_keys(self) -> list[StoredKey]:
+        """Every idempotency key on disk (some may have expired while the broker was down)."""
+        return [
+            StoredKey(*row)
+            for row in self._db.execute("SELECT queue, key, id, expires_wall FROM keys")
+        ]
 
     # ------------------------------------------------------------------ writing
 

@@ -88,6 +88,7 @@ class BrokerServer:
         try:
             self.store = DurableStore(data_dir)
             messages, dead = self.store.load()
+            keys = self.store.load_keys()
         except StorageError as exc:
             self.router.close()
             self._context.term()
@@ -96,25 +97,37 @@ class BrokerServer:
         core.journal = []
         core.storage_stats = self.store.stats
         ready, were_in_flight, dead_count = core.restore(messages, dead)
+        key_count = core.restore_keys(keys)
         self._commit()
         log.info(
-            "recovered %d messages (%d were in flight: back as ready, delivery count +1) and"
-            " %d dead letters in %d queues from %s in %.0f ms",
+            "recovered %d messages (%d were in flight: back as ready, delivery count +1),"
+            " %d dead letters and %d idempotency keys in %d queues from %s in %.0f ms",
             ready,
             were_in_flight,
             dead_count,
+            key_count,
             len(core.queues),
             data_dir,
             (time.monotonic() - started) * 1000,
         )
 
-    def _commit(self) -> None:
+    def _commit_and_send(self, outgoing: list[tuple[bytes, bytes]]) -> None:
+        """Commit the turn, then send: what goes out is on disk. CONFIRMs go out only after
+        a commit that succeeded; the rest of the turn goes out either way, so consumers are
+        served while the store fails."""
+        committed = self._commit()
+        self._send(outgoing)
+        if committed:
+            self._send(self.core.release_confirms())
+
+    def _commit(self) -> bool:
         """One transaction and one fsync for everything the turn changed (group commit).
         While the store cannot write, sends are refused (507) and the operations are kept to
-        be written when it can again; consumers are served meanwhile."""
+        be written when it can again; consumers are served meanwhile. Returns False while
+        something is left unwritten."""
         core = self.core
         if self.store is None or not (core.journal or self._unwritten):
-            return
+            return True
         operations = self._unwritten + core.journal  # type: ignore[operator]
         core.journal = []
         try:
@@ -124,11 +137,12 @@ class BrokerServer:
                 log.error("storage write failed, refusing sends until it recovers: %s", exc)
             core.storage_problem = f"storage unavailable: {exc}"
             self._unwritten = operations
-            return
+            return False
         if core.storage_problem is not None:
             log.warning("storage writes again (%d pending operations written)", len(operations))
             core.storage_problem = None
         self._unwritten = []
+        return True
 
     # ------------------------------------------------------------------ control
 
@@ -170,9 +184,7 @@ class BrokerServer:
                     drain_deadline = time.monotonic() + self.config.grace_seconds
                     self.core.begin_turn()
                     self.core.start_drain()
-                    outgoing = self.core.end_turn()
-                    self._commit()
-                    self._send(outgoing)  # the DISCONNECTs go out now
+                    self._commit_and_send(self.core.end_turn())  # the DISCONNECTs go out now
                     log.info(
                         "stopping: no new sends; waiting up to %.1fs for %d unacked messages",
                         self.config.grace_seconds,
@@ -198,9 +210,7 @@ class BrokerServer:
             self._receive()
             if self.tcp is not None:
                 self.tcp.receive(self.core, self.config.batch_frames)
-        outgoing = self.core.end_turn()
-        self._commit()  # before anything leaves: what is sent out is on disk
-        self._send(outgoing)
+        self._commit_and_send(self.core.end_turn())
         self._close_abandoned_connections()
         if self._backlog:
             self._flush_backlog()
@@ -299,7 +309,8 @@ class BrokerServer:
     def _report_losses(self) -> None:
         ready, in_flight = self.core.ready, self.core.in_flight
         if self.store is not None:
-            self._commit()
+            if self._commit():
+                self._send(self.core.release_confirms())
             if self._unwritten:
                 log.error(
                     "exiting with %d operations the store could not write", len(self._unwritten)

@@ -42,6 +42,7 @@ class MessageType(IntEnum):
     HEARTBEAT = 102  # both ways: nothing
     DISCONNECT = 103  # both ways: [reason]
     KBAI = 104  # both ways: nothing
+    CONFIRM = 105  # broker -> client: id, [tag]
     ADMIN = 110  # client -> broker: options (JSON command)
     ADMIN_REPLY = 111  # broker -> client: options (JSON result)
 
@@ -57,10 +58,11 @@ class PacketType(IntEnum):
     REASON = 11
     DELIVERY_COUNT = 12
     OPTIONS = 13
-    # 14 is reserved for publisher confirms.
+    KEY = 14
     LEASE_MS = 15
     DELAY_MS = 16
     HEADERS = 17
+    TAG = 18
 
 
 class ErrorCode(IntEnum):

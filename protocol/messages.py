@@ -22,6 +22,12 @@ class Send(msgspec.Struct, frozen=True, gc=False):
     queue: str
     content: bytes
     ttl: int | None = None
+    #: Extension packet: a number the producer chooses; the broker answers the send with a
+    #: CONFIRM or ERROR carrying it back (publisher confirms).
+    tag: int | None = None
+    #: Extension packet: the producer's idempotency key; a repeat within the broker's
+    #: window is confirmed with the first message's ID instead of being queued again.
+    key: str | None = None
     #: Extension packet: a JSON object the broker keeps with the message and hands to
     #: extension consumers (e.g. a worker's per-message timeout).
     headers: dict[str, Any] | None = None
@@ -90,6 +96,17 @@ class Error(msgspec.Struct, frozen=True, gc=False):
     reason: str
     message_id: str | None = None
     queue: str | None = None
+    #: The TAG of the send this refuses, when it carried one.
+    tag: int | None = None
+
+
+class Confirm(msgspec.Struct, frozen=True, gc=False):
+    """105 (extension): the broker accepted a send (durable mode: it is on disk); the ID is
+    the message's, or the first one's for a repeated idempotency key."""
+
+    TYPE: ClassVar[MessageType] = MessageType.CONFIRM
+    message_id: str
+    tag: int | None = None
 
 
 class Hello(msgspec.Struct, frozen=True):
@@ -140,6 +157,7 @@ Message = (
     | Requeue
     | DeadLetter
     | Error
+    | Confirm
     | Hello
     | Heartbeat
     | Disconnect

@@ -55,13 +55,16 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.LEASE_MS: "lease_ms",
     P.DELAY_MS: "delay_ms",
     P.HEADERS: "headers",
+    P.KEY: "key",
+    P.TAG: "tag",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
     spec.type: spec
     for spec in (
-        # 001: the stock client sends 2 packets (pre-TTL), the README form 3.
-        TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL, P.HEADERS)),
+        # 001: the stock client sends 2 packets (pre-TTL), the README form 3; a confirming
+        # producer adds its tag (and key) right after, which keeps it on the fast path.
+        TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL, P.TAG, P.KEY, P.HEADERS)),
         TypeSpec(m.Consume, (P.QUEUE, P.COUNT), (P.LEASE_MS,)),
         # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
         TypeSpec(
@@ -72,7 +75,8 @@ SPECS: dict[MessageType, TypeSpec] = {
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
         TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
         TypeSpec(m.DeadLetter, (P.QUEUE, P.MESSAGE_ID), (P.REASON,)),
-        TypeSpec(m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE)),
+        TypeSpec(m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE, P.TAG)),
+        TypeSpec(m.Confirm, (P.MESSAGE_ID,), (P.TAG,)),
         TypeSpec(m.Hello, (), (P.OPTIONS,)),
         TypeSpec(m.Heartbeat, ()),
         TypeSpec(m.Disconnect, (), (P.REASON,)),
@@ -131,4 +135,6 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.LEASE_MS: _integer,
     P.DELAY_MS: _integer,
     P.HEADERS: _options,
+    P.KEY: _text,
+    P.TAG: _integer,
 }

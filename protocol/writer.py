@@ -171,27 +171,59 @@ def encode_dispatch(
     )
 
 
-_SEND_HEADERS = {2: message_header(MessageType.SEND, 2), 3: message_header(MessageType.SEND, 3)}
+_SEND_HEADERS = {count: message_header(MessageType.SEND, count) for count in (2, 3, 4, 5)}
 _ACK_HEADER = message_header(MessageType.ACK, 2)
+_TAG_PACKET = b"P%02d%%029d" % PacketType.TAG
+_KEY_PACKET = b"P%02d%%029d" % PacketType.KEY
 
 
-def encode_send(queue_packet: bytes, content: bytes, ttl: int | None) -> bytes:
-    """001 on the client's hot path; `ttl=None` writes the stock client's pre-TTL form."""
+def encode_send(
+    queue_packet: bytes,
+    content: bytes,
+    ttl: int | None,
+    tag: int | None = None,
+    key: str | None = None,
+) -> bytes:
+    """001 on the client's hot path; `ttl=None` writes the stock client's pre-TTL form. A
+    `tag` asks for a CONFIRM (it needs a TTL packet before it), a `key` makes it idempotent."""
     if ttl is None:
+        if tag is not None or key is not None:
+            raise LocalProtocolError("a tag or key needs the TTL form (ttl=0: never expires)")
         return b"".join((_SEND_HEADERS[2], queue_packet, _CONTENT_PACKET % len(content), content))
     if ttl < 0:
         raise LocalProtocolError(f"TTL cannot be negative: {ttl}")
     ttl_bytes = b"%d" % ttl
-    return b"".join(
-        (
-            _SEND_HEADERS[3],
-            queue_packet,
-            _CONTENT_PACKET % len(content),
-            content,
-            _TTL_PACKET % len(ttl_bytes),
-            ttl_bytes,
-        )
-    )
+    parts = [
+        _SEND_HEADERS[3],
+        queue_packet,
+        _CONTENT_PACKET % len(content),
+        content,
+        _TTL_PACKET % len(ttl_bytes),
+        ttl_bytes,
+    ]
+    if tag is not None:
+        if tag < 0:
+            raise LocalProtocolError(f"tag cannot be negative: {tag}")
+        tag_bytes = b"%d" % tag
+        parts += (_TAG_PACKET % len(tag_bytes), tag_bytes)
+    if key is not None:
+        key_bytes = key.encode()
+        parts += (_KEY_PACKET % len(key_bytes), key_bytes)
+    parts[0] = _SEND_HEADERS[len(parts) // 2]
+    return b"".join(parts)
+
+
+_CONFIRM_1 = message_header(MessageType.CONFIRM, 1) + _ID_PACKET + b"%b"
+_CONFIRM_2 = message_header(MessageType.CONFIRM, 2) + _ID_PACKET + b"%b" + _TAG_PACKET + b"%b"
+
+
+def encode_confirm(message_id: str, tag: int | None) -> bytes:
+    """105 on the broker's hot path: one formatting call per confirm."""
+    id_bytes = message_id.encode()
+    if tag is None:
+        return _CONFIRM_1 % (len(id_bytes), id_bytes)
+    tag_bytes = b"%d" % tag
+    return _CONFIRM_2 % (len(id_bytes), id_bytes, len(tag_bytes), tag_bytes)
 
 
 def encode_ack(queue_packet: bytes, message_id: str) -> bytes:

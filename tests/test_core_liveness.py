@@ -328,7 +328,11 @@ def test_a_delayed_requeue_counts_towards_max_deliveries() -> None:
 
 def test_headers_travel_to_extension_consumers_only() -> None:
     core = CoreHarness()
-    core.send(PRODUCER, p.Send("jobs", b"a", 0, {"timeout": 3}), p.Send("jobs", b"b", 0, {"x": 1}))
+    core.send(
+        PRODUCER,
+        p.Send("jobs", b"a", 0, headers={"timeout": 3}),
+        p.Send("jobs", b"b", 0, headers={"x": 1}),
+    )
     [with_headers] = dispatches(core.send(CONSUMER, hello(60_000), p.Consume("jobs", 1))[1:])
     assert with_headers.headers == {"timeout": 3}
     [stock] = dispatches(core.send(OTHER, p.Consume("jobs", 1)))

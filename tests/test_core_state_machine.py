@@ -393,7 +393,7 @@ class CoreMachine(RuleBasedStateMachine):
             content = b"m%d" % self.sent
             headers = {"n": self.sent} if with_headers else None
             self.sent += 1
-            sends.append(p.Send(queue, content, ttl, headers))
+            sends.append(p.Send(queue, content, ttl, headers=headers))
             if self.draining:
                 refused += 1
                 continue
@@ -814,7 +814,7 @@ def test_a_replayed_dead_letter_keeps_its_headers() -> None:
     dead-letter entry, which had no headers field, so a replayed message reached consumers
     without the HEADERS packet its producer sent (a worker pool's per-message timeout, say)."""
     core = CoreHarness()
-    core.send(PRODUCER, p.Send("jobs", b"a", 0, {"timeout": 5}))
+    core.send(PRODUCER, p.Send("jobs", b"a", 0, headers={"timeout": 5}))
     [first] = dispatches(core.send(b"c0", p.Hello({}), p.Consume("jobs", 1)))
     assert first.headers == {"timeout": 5}
     core.send(b"c0", p.DeadLetter("jobs", first.message_id))

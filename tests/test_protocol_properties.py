@@ -13,6 +13,7 @@ from protocol import (
     Ack,
     Admin,
     AdminReply,
+    Confirm,
     Consume,
     DeadLetter,
     Disconnect,
@@ -21,6 +22,7 @@ from protocol import (
     Heartbeat,
     Hello,
     Kbai,
+    LocalProtocolError,
     Message,
     ProtocolError,
     RemoteProtocolError,
@@ -32,6 +34,7 @@ from protocol import (
     encode,
     encode_ack,
     encode_all,
+    encode_confirm,
     encode_dispatch,
     encode_send,
     queue_packet,
@@ -74,7 +77,15 @@ json_values = st.recursive(
 )
 options = st.dictionaries(texts, json_values, max_size=5)
 
-sends = st.builds(Send, texts, contents, optional_integers, st.none() | options)
+sends = st.builds(
+    Send,
+    texts,
+    contents,
+    optional_integers,
+    tag=optional_integers,
+    key=st.none() | texts,
+    headers=st.none() | options,
+)
 consumes = st.builds(Consume, texts, integers, optional_integers)
 dispatches = st.builds(
     Dispatch, texts, contents, texts, optional_integers, optional_integers, st.none() | options
@@ -82,7 +93,8 @@ dispatches = st.builds(
 acks = st.builds(Ack, texts, texts)
 requeues = st.builds(Requeue, texts, texts, integers, optional_integers)
 dead_letters = st.builds(DeadLetter, texts, texts, st.none() | texts)
-errors = st.builds(Error, integers, texts, st.none() | texts, st.none() | texts)
+errors = st.builds(Error, integers, texts, st.none() | texts, st.none() | texts, optional_integers)
+confirms = st.builds(Confirm, texts, optional_integers)
 hellos = st.builds(Hello, options)
 admins = st.builds(Admin, options)
 admin_replies = st.builds(AdminReply, options)
@@ -95,6 +107,7 @@ messages = st.one_of(
     requeues,
     dead_letters,
     errors,
+    confirms,
     hellos,
     st.just(Heartbeat()),
     disconnects,
@@ -177,6 +190,27 @@ def test_every_strict_prefix_is_truncated(message: Message, data: st.DataObject)
 @given(texts, contents, optional_integers)
 def test_encode_send_matches_encode(queue: str, content: bytes, ttl: int | None) -> None:
     assert encode_send(queue_packet(queue), content, ttl) == encode(Send(queue, content, ttl))
+
+
+@FAST
+@given(texts, contents, integers, optional_integers, st.none() | texts)
+def test_encode_send_with_tag_and_key_matches_encode(
+    queue: str, content: bytes, ttl: int, tag: int | None, key: str | None
+) -> None:
+    wire = encode_send(queue_packet(queue), content, ttl, tag, key)
+    assert wire == encode(Send(queue, content, ttl, tag=tag, key=key))
+    assert decode_message(wire) == (Send(queue, content, ttl, tag=tag, key=key), len(wire))
+
+
+@FAST
+@given(texts, optional_integers)
+def test_encode_confirm_matches_encode(message_id: str, tag: int | None) -> None:
+    assert encode_confirm(message_id, tag) == encode(Confirm(message_id, tag))
+
+
+def test_a_tag_or_key_needs_the_ttl_form() -> None:
+    with pytest.raises(LocalProtocolError, match="TTL form"):
+        encode_send(queue_packet("q"), b"x", None, tag=1)
 
 
 @FAST

@@ -234,7 +234,7 @@ class Client:
             ClientError: the socket did not take it within `send_timeout` (no broker).
         """
         if headers:
-            frame = encode(Send(queue, _as_bytes(content), ttl, headers))
+            frame = encode(Send(queue, _as_bytes(content), ttl, headers=headers))
         else:
             frame = encode_send(self._queue_packet(queue), _as_bytes(content), ttl)
         with self._lock:
