@@ -36,6 +36,7 @@ from protocol import (
     DEFAULT_MAX_CONTENT_BYTES,
     Admin,
     AdminReply,
+    Confirm,
     Consume,
     DeadLetter,
     Disconnect,
@@ -97,11 +98,27 @@ class PartialSend(ClientError):
 
 
 class BrokerRefused(ClientError):
-    """Raised when the broker refuses a request (ADMIN commands)."""
+    """Raised when the broker refuses a request (an ADMIN command, a confirmed send)."""
 
     def __init__(self, error: Error) -> None:
         super().__init__(f"broker refused: {error.code} {error.reason}")
         self.error = error
+
+
+class Unconfirmed(ClientError):
+    """Raised when sends asked for confirms did not all get one. `ids[i]` is the broker's ID
+    for message i, or None; `errors` maps the index of each refused message to the broker's
+    ERROR. The other Nones got no answer (connection lost, timeout) or were never sent: they
+    may or may not be queued, so send them again, with their keys to be safe."""
+
+    def __init__(self, message: str, ids: list[str | None], errors: dict[int, Error]) -> None:
+        super().__init__(message)
+        self.ids = ids
+        self.errors = errors
+
+
+#: The answer recorded for a tag whose connection was lost before it came.
+_LOST = None
 
 
 class ReceivedMessage:
@@ -163,6 +180,7 @@ class Client:
         role: str = "client",
         send_timeout: float = 5.0,
         close_timeout: float = 5.0,
+        confirm_timeout: float = 10.0,
         heartbeat_ms: int = 1000,
         liveness: int = 3,
         on_event: Callable[[str, str], None] | None = None,
@@ -170,6 +188,9 @@ class Client:
         self.address = address
         self.send_timeout = send_timeout
         self.close_timeout = close_timeout
+        #: How long a confirmed send waits for the broker's answer (per message for send,
+        #: without progress for send_many).
+        self.confirm_timeout = confirm_timeout
         self.on_event = on_event
         self._hello = encode(
             Hello(
@@ -189,6 +210,11 @@ class Client:
         self._out: list[bytes] = []
         self._inbox: deque[ReceivedMessage] = deque()
         self._admin_replies: deque[AdminReply] = deque()
+        #: Confirmed sends: tags waiting for an answer, and the answers come (an ID, the
+        #: refusing ERROR, or _LOST when the connection they went out on was replaced).
+        self._next_tag = 0
+        self._awaited: set[int] = set()
+        self._answers: dict[int, str | Error | None] = {}
         self._windows: dict[str, int] = {}
         #: Settlements buffered before they are sent without waiting for the next receive.
         self._flush_at = MAX_BUFFERED_OUT
@@ -226,34 +252,81 @@ class Client:
         content: bytes | str,
         ttl: int = 0,
         headers: dict[str, Any] | None = None,
-    ) -> None:
-        """Hand one message to the socket. `headers` (JSON-able) travel with the message to
-        consumers that speak the extensions (e.g. `{"timeout": 30}` for a worker pool).
+        *,
+        confirm: bool = False,
+        key: str | None = None,
+    ) -> str | None:
+        """Send one message. `headers` (JSON-able) travel with it to consumers that speak the
+        extensions (e.g. `{"timeout": 30}` for a worker pool).
+
+        With `confirm=True` wait for the broker's answer and return the message ID: the
+        message is queued (with a `--data-dir` broker: on disk). A `key` makes the send
+        idempotent: sent again within the broker's window (2 minutes by default), it is
+        confirmed with the first ID instead of being queued twice, so retrying after an
+        Unconfirmed is safe.
 
         Raises:
             ClientError: the socket did not take it within `send_timeout` (no broker).
+            BrokerRefused: (confirm) the broker refused it; `.error` says why.
+            Unconfirmed: (confirm) no answer within `confirm_timeout`, or the connection was
+                lost: it may or may not be queued.
         """
+        tag = self._take_tags(1) if confirm else None
+        body = _as_bytes(content)
         if headers:
-            frame = encode(Send(queue, _as_bytes(content), ttl, headers=headers))
+            frame = encode(Send(queue, body, ttl, tag=tag, key=key, headers=headers))
         else:
-            frame = encode_send(self._queue_packet(queue), _as_bytes(content), ttl)
+            frame = encode_send(self._queue_packet(queue), body, ttl, tag, key)
         with self._lock:
-            self._send_frame(frame)
+            try:
+                self._send_frame(frame)
+            except ClientError:
+                if tag is not None:
+                    self._forget_tags([tag])
+                raise
             self.sent_since_heard += 1
+            if tag is None:
+                return None
+            [answer] = self._await_answers([tag], self.confirm_timeout)
+        if isinstance(answer, Error):
+            raise BrokerRefused(answer)
+        if answer is None:
+            raise Unconfirmed(f"no confirm from the broker at {self.address}", [None], {})
+        return answer
 
-    def send_many(self, queue: str, contents: Iterable[bytes | str], ttl: int = 0) -> int:
-        """Send many messages to one queue, packed several to a frame. Returns the count.
+    def send_many(
+        self,
+        queue: str,
+        contents: Iterable[bytes | str],
+        ttl: int = 0,
+        *,
+        confirm: bool = False,
+        keys: Iterable[str] | None = None,
+        max_unconfirmed: int = 5_000,
+    ) -> int | list[str]:
+        """Send many messages to one queue, packed several to a frame. Returns the count, or
+        with `confirm=True` the list of message IDs in order. `keys` (one per message) make
+        the sends idempotent, as in `send`.
+
+        With `confirm=True` the sends are pipelined: up to `max_unconfirmed` are out before
+        the client waits for answers, so the broker's group commit confirms whole batches.
 
         Raises:
             PartialSend: a frame was not taken; its `sent` says how many went before it.
+            Unconfirmed: (confirm) some were refused or not answered; its `ids` and `errors`
+                say which. Nothing after a refusal is sent.
         """
+        if confirm:
+            return self._send_confirmed(queue, contents, ttl, keys, max_unconfirmed)
         packet = self._queue_packet(queue)
+        key_iter = iter(keys) if keys is not None else None
         batch: list[bytes] = []
         size = 0
         sent = 0
         try:
             for content in contents:
-                data = encode_send(packet, _as_bytes(content), ttl)
+                key = next(key_iter) if key_iter is not None else None
+                data = encode_send(packet, _as_bytes(content), ttl, None, key)
                 batch.append(data)
                 size += len(data)
                 if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
@@ -264,6 +337,125 @@ class Client:
         except ClientError as exc:
             raise PartialSend(str(exc), sent) from None
         return sent
+
+    def _send_confirmed(
+        self,
+        queue: str,
+        contents: Iterable[bytes | str],
+        ttl: int,
+        keys: Iterable[str] | None,
+        max_unconfirmed: int,
+    ) -> list[str]:
+        packet = self._queue_packet(queue)
+        key_iter = iter(keys) if keys is not None else None
+        batch_limit = max(1, min(BATCH_MESSAGES, max_unconfirmed))
+        ids: list[str | None] = []
+        refused: dict[int, Error] = {}
+        #: (tag, message index) sent and not answered yet, oldest first; and of the batch
+        #: being built.
+        outstanding: deque[tuple[int, int]] = deque()
+        batch_tags: list[tuple[int, int]] = []
+        batch: list[bytes] = []
+        size = 0
+        unanswered = 0
+
+        def settle(count: int) -> None:
+            nonlocal unanswered
+            tags = [outstanding[i][0] for i in range(count)]
+            for answer in self._await_answers(tags, self.confirm_timeout):
+                _, index = outstanding.popleft()
+                if isinstance(answer, Error):
+                    refused[index] = answer
+                elif answer is None:
+                    unanswered += 1
+                else:
+                    ids[index] = answer
+
+        def send_batch() -> bool:
+            """Send the batch once few enough are unconfirmed; False: stop sending."""
+            nonlocal size
+            over = len(outstanding) + len(batch) - max_unconfirmed
+            if over > 0:
+                settle(min(over, len(outstanding)))
+            if refused or unanswered:
+                return False
+            with self._lock:
+                self._send_frame(b"".join(batch))
+                self.sent_since_heard += len(batch)
+            outstanding.extend(batch_tags)
+            batch.clear()
+            batch_tags.clear()
+            size = 0
+            return True
+
+        try:
+            for content in contents:
+                key = next(key_iter) if key_iter is not None else None
+                tag = self._take_tags(1)
+                batch_tags.append((tag, len(ids)))
+                ids.append(None)
+                data = encode_send(packet, _as_bytes(content), ttl, tag, key)
+                batch.append(data)
+                size += len(data)
+                if (len(batch) >= batch_limit or size >= BATCH_BYTES) and not send_batch():
+                    break
+            else:
+                if batch:
+                    send_batch()
+            settle(len(outstanding))
+        except ClientError as exc:
+            self._forget_tags([tag for tag, _ in (*outstanding, *batch_tags)])
+            raise Unconfirmed(
+                f"{exc}; {_confirmed(ids)} of {len(ids)} messages confirmed", ids, refused
+            ) from None
+        self._forget_tags([tag for tag, _ in batch_tags])  # never sent
+        if refused or unanswered:
+            confirmed = _confirmed(ids)
+            first = refused[min(refused)] if refused else None
+            raise Unconfirmed(
+                f"{confirmed} of {len(ids)} messages confirmed, {len(refused)} refused"
+                + (f" (first: {first.code} {first.reason})" if first else "")
+                + f", {unanswered} without an answer within {self.confirm_timeout:g}s,"
+                f" {len(ids) - confirmed - len(refused) - unanswered} not sent",
+                ids,
+                refused,
+            )
+        return ids  # type: ignore[return-value]
+
+    def _forget_tags(self, tags: list[int]) -> None:
+        with self._lock:
+            self._awaited.difference_update(tags)
+            for tag in tags:
+                self._answers.pop(tag, None)
+
+    def _take_tags(self, count: int) -> int:
+        """The next `count` tags (the first is returned), registered as awaited."""
+        with self._lock:
+            first = self._next_tag
+            self._next_tag += count
+            self._awaited.update(range(first, first + count))
+        return first
+
+    def _await_answers(self, tags: list[int], timeout: float) -> list[str | Error | None]:
+        """The answers to `tags`, in that order, reading the socket until they are all in or
+        `timeout` seconds pass without a new one (those get None)."""
+        answers = self._answers
+        with self._lock:
+            deadline = time.monotonic() + timeout
+            waiting = sum(tag not in answers for tag in tags)
+            while waiting:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    break
+                if self._socket.poll(int(min(wait, WAIT_SLICE_S) * 1000) or 1):
+                    self._read_available()
+                self._tick()
+                still = sum(tag not in answers for tag in tags)
+                if still < waiting:
+                    deadline = time.monotonic() + timeout  # progress: the wait starts over
+                waiting = still
+            self._awaited.difference_update(tags)
+            return [answers.pop(tag, _LOST) for tag in tags]
 
     def _send_batch(self, batch: list[bytes]) -> int:
         with self._lock:
@@ -468,6 +660,8 @@ class Client:
         self._socket.close(linger=int(RECONNECT_LINGER_S * 1000))
         self._inbox.clear()  # the broker takes these back; settling them is a no-op
         self._out.clear()
+        for tag in self._awaited:  # their answers would come on the old socket
+            self._answers[tag] = _LOST
         self._socket = self._new_socket()
         self.reconnects += 1
         self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
@@ -551,7 +745,12 @@ class Client:
                 log.error("undecodable frame from broker %s: %s", self.address, error.reason)
 
     def _on_control(self, message: object) -> None:
-        if isinstance(message, Error):
+        if type(message) is Confirm:
+            if message.tag in self._awaited:
+                self._answers[message.tag] = message.message_id
+        elif isinstance(message, Error) and message.tag in self._awaited:
+            self._answers[message.tag] = message  # raised to the sender, not logged
+        elif isinstance(message, Error):
             self.errors.append(message)
             self.error_count += 1
             log.warning("broker error %d: %s", message.code, message.reason)
@@ -603,6 +802,10 @@ def check_address(address: str) -> None:
         raise ClientError(f"invalid broker address {address!r}: {exc}") from None
     finally:
         sock.close(linger=0)
+
+
+def _confirmed(ids: list[str | None]) -> int:
+    return sum(message_id is not None for message_id in ids)
 
 
 def _as_bytes(content: bytes | str) -> bytes:
