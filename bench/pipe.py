@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 import protocol as p
-from workers.client import Client
+from workers.client import Client, Unconfirmed
 
 QUEUE = "bench"
 #: Messages the producer may be ahead of the consumer.
@@ -40,20 +40,37 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _producer(address: str, messages: int, size: int, consumed: Any) -> None:
+def _producer(address: str, messages: int, size: int, consumed: Any, confirms: Any = None) -> None:
+    """Sends `messages`; with a `confirms` queue, as confirmed sends, and puts there the
+    confirm latencies (send to confirm, ns) and the count of sends not confirmed."""
     pad = b"x" * max(0, size - 8)
     clock = time.monotonic_ns
     pack = struct.Struct("<q").pack
+    sent_at = array("q")
+    latencies = array("q")
 
     def contents() -> Any:
         for sent in range(messages):
             if sent % 256 == 0:
                 while sent - consumed.value > MAX_LEAD:
                     time.sleep(0.0002)
-            yield pack(clock()) + pad
+            now = clock()
+            sent_at.append(now)
+            yield pack(now) + pad
+
+    def confirmed(index: int, message_id: str) -> None:
+        latencies.append(clock() - sent_at[index])
 
     with Client(address, name="bench-producer", send_timeout=30) as client:
-        client.send_many(QUEUE, contents())
+        if confirms is None:
+            client.send_many(QUEUE, contents())
+            return
+        try:
+            client.send_many(QUEUE, contents(), confirm=True, on_confirm=confirmed)
+            failed = 0
+        except Unconfirmed as exc:
+            failed = len(exc.ids) - sum(i is not None for i in exc.ids)
+        confirms.put((latencies.tobytes(), failed))
 
 
 def _consume_broker(address: str, messages: int, window: int, consumed: Any, out: Any) -> None:
@@ -128,26 +145,45 @@ def _relay(port: int, ready: Any) -> None:
             sock.send_multipart((consumer, frame))
 
 
-def _run(address: str, consumer_target: Any, messages: int, size: int, window: int) -> dict:
+def _run(
+    address: str,
+    consumer_target: Any,
+    messages: int,
+    size: int,
+    window: int,
+    confirm: bool = False,
+) -> dict:
     ctx = mp.get_context("spawn")
     consumed = ctx.Value("q", 0, lock=False)
     out = ctx.Queue()
+    confirms = ctx.Queue() if confirm else None
     consumer = ctx.Process(target=consumer_target, args=(address, messages, window, consumed, out))
-    producer = ctx.Process(target=_producer, args=(address, messages, size, consumed))
+    producer = ctx.Process(target=_producer, args=(address, messages, size, consumed, confirms))
     consumer.start()
     time.sleep(0.3)
     producer.start()
     received, elapsed_ns, raw = out.get(timeout=RUN_TIMEOUT)
-    producer.join(RUN_TIMEOUT)
-    consumer.join(RUN_TIMEOUT)
-    latencies = sorted(array("q", raw))
-    if not latencies:
-        raise RuntimeError("the consumer received nothing")
-    return {
+    result = {
         "received": received,
         "msgs_per_s": received / (elapsed_ns / 1e9) if elapsed_ns else 0.0,
-        "p50_ms": latencies[len(latencies) // 2] / 1e6,
-        "p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6,
+        **_percentiles(raw, ""),
+    }
+    if confirms is not None:
+        raw_confirms, result["unconfirmed"] = confirms.get(timeout=RUN_TIMEOUT)
+        result.update(_percentiles(raw_confirms, "confirm_"))
+        result["confirmed"] = len(raw_confirms) // 8
+    producer.join(RUN_TIMEOUT)
+    consumer.join(RUN_TIMEOUT)
+    return result
+
+
+def _percentiles(raw: bytes, prefix: str) -> dict[str, float]:
+    latencies = sorted(array("q", raw))
+    if not latencies:
+        raise RuntimeError(f"no {prefix or 'receive '}latencies: nothing arrived")
+    return {
+        f"{prefix}p50_ms": latencies[len(latencies) // 2] / 1e6,
+        f"{prefix}p99_ms": latencies[int(len(latencies) * 0.99)] / 1e6,
     }
 
 
@@ -165,8 +201,11 @@ def _wait_for_broker(address: str, process: subprocess.Popen) -> None:
     raise RuntimeError("the broker did not answer within 20 s")
 
 
-def run_broker_pipe(messages: int, size: int, window: int, data_dir: str | None = None) -> dict:
-    """The pipe through a real broker process; with `data_dir`, a durable one."""
+def run_broker_pipe(
+    messages: int, size: int, window: int, data_dir: str | None = None, confirm: bool = False
+) -> dict:
+    """The pipe through a real broker process; with `data_dir`, a durable one; with
+    `confirm`, the producer waits for publisher confirms (pipelined)."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     durable = ["--data-dir", data_dir] if data_dir else []
@@ -185,7 +224,7 @@ def run_broker_pipe(messages: int, size: int, window: int, data_dir: str | None 
     )
     try:
         _wait_for_broker(address, broker)
-        result = _run(address, _consume_broker, messages, size, window)
+        result = _run(address, _consume_broker, messages, size, window, confirm)
         if data_dir:
             with Client(address) as client:
                 result["storage"] = client.admin("stats")["storage"]
@@ -195,20 +234,57 @@ def run_broker_pipe(messages: int, size: int, window: int, data_dir: str | None 
         broker.wait(10)
 
 
+TARGET_DURABLE_MSGS_PER_S = 20_000
+
+
 def run_durable_pipe(messages: int = 200_000, size: int = 100, window: int = 100) -> dict:
-    """The `durable` workload without confirms (they come next): pipe with --data-dir."""
+    """The `durable` workload: the pipe with --data-dir and a confirming producer (pipelined,
+    each confirm sent after the fsync of the turn that took the message); the same pipe
+    without confirms and in memory, measured in the same run, for comparison."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="phpmq-bench-") as data_dir:
-        result = run_broker_pipe(messages, size, window, data_dir)
-    storage = result["storage"]
-    Console().print(
-        f"durable pipe (fsync per loop turn): {result['msgs_per_s']:,.0f} msgs/s,"
-        f" p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms;"
-        f" {storage['fsyncs_per_s']:,.0f} fsyncs/s,"
-        f" last commit {storage['last_commit_ms']:.2f} ms"
+    console = Console()
+    console.print(
+        f"durable: 1 confirming producer -> 1 queue (--data-dir, fsync per loop turn) ->"
+        f" 1 consumer acking each message; {messages:,} messages of {size} bytes,"
+        f" window {window}, loopback"
     )
-    return result
+    runs = {}
+    for name, durable, confirm in (
+        ("durable + confirms", True, True),
+        ("durable, no confirms", True, False),
+        ("in memory + confirms", False, True),
+    ):
+        with tempfile.TemporaryDirectory(prefix="phpmq-bench-") as data_dir:
+            runs[name] = run_broker_pipe(
+                messages, size, window, data_dir if durable else None, confirm
+            )
+    table = Table()
+    columns = ("workload", "msgs/s", "fsyncs/s", "commit ms", "confirm p50", "confirm p99")
+    for column in (*columns, "deliver p99"):
+        table.add_column(column, justify="right")
+    for name, r in runs.items():
+        storage = r.get("storage", {})
+        table.add_row(
+            name,
+            f"{r['msgs_per_s']:,.0f}",
+            f"{storage['fsyncs_per_s']:,.0f}" if storage else "-",
+            f"{storage['last_commit_ms']:.2f}" if storage else "-",
+            f"{r['confirm_p50_ms']:.2f} ms" if "confirm_p50_ms" in r else "-",
+            f"{r['confirm_p99_ms']:.2f} ms" if "confirm_p99_ms" in r else "-",
+            f"{r['p99_ms']:.2f} ms",
+        )
+    console.print(table)
+    main = runs["durable + confirms"]
+    rate = main["msgs_per_s"]
+    console.print(
+        f"durable + confirms: {rate:,.0f} msgs/s (target ≥ {TARGET_DURABLE_MSGS_PER_S:,}),"
+        f" {main['confirmed']:,} confirmed, {main['unconfirmed']} not;"
+        f" {rate / runs['durable, no confirms']['msgs_per_s']:.0%} of durable without"
+        f" confirms, {rate / runs['in memory + confirms']['msgs_per_s']:.0%} of in memory"
+        " with confirms"
+    )
+    return runs
 
 
 def run_relay_pipe(messages: int, size: int, window: int) -> dict:

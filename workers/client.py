@@ -303,13 +303,15 @@ class Client:
         confirm: bool = False,
         keys: Iterable[str] | None = None,
         max_unconfirmed: int = 5_000,
+        on_confirm: Callable[[int, str], None] | None = None,
     ) -> int | list[str]:
         """Send many messages to one queue, packed several to a frame. Returns the count, or
         with `confirm=True` the list of message IDs in order. `keys` (one per message) make
         the sends idempotent, as in `send`.
 
         With `confirm=True` the sends are pipelined: up to `max_unconfirmed` are out before
-        the client waits for answers, so the broker's group commit confirms whole batches.
+        the client waits for answers, so the broker's group commit confirms whole batches;
+        `on_confirm(index, message_id)` is called as confirms come in (in order).
 
         Raises:
             PartialSend: a frame was not taken; its `sent` says how many went before it.
@@ -317,7 +319,7 @@ class Client:
                 say which. Nothing after a refusal is sent.
         """
         if confirm:
-            return self._send_confirmed(queue, contents, ttl, keys, max_unconfirmed)
+            return self._send_confirmed(queue, contents, ttl, keys, max_unconfirmed, on_confirm)
         packet = self._queue_packet(queue)
         key_iter = iter(keys) if keys is not None else None
         batch: list[bytes] = []
@@ -345,6 +347,7 @@ class Client:
         ttl: int,
         keys: Iterable[str] | None,
         max_unconfirmed: int,
+        on_confirm: Callable[[int, str], None] | None,
     ) -> list[str]:
         packet = self._queue_packet(queue)
         key_iter = iter(keys) if keys is not None else None
@@ -370,6 +373,8 @@ class Client:
                     unanswered += 1
                 else:
                     ids[index] = answer
+                    if on_confirm is not None:
+                        on_confirm(index, answer)
 
         def send_batch() -> bool:
             """Send the batch once few enough are unconfirmed; False: stop sending."""
