@@ -14,13 +14,15 @@ from collections import Counter
 from pathlib import Path
 
 from harness import BrokerProcess, free_port
-from workers.client import Client, ClientError, Unconfirmed
+from workers.client import RECONNECTED, REJOINED, Client, ClientError, Unconfirmed
 
 QUEUE = "crash"
 CYCLES = 20
 #: Messages the producer tries to get confirmed in all (it stops early when told to).
-MESSAGES = 20_000
+MESSAGES = 1_000_000
 CHUNK = 200
+#: Pause between chunks: the producer keeps sending through all the kills.
+CHUNK_PAUSE_S = 0.02
 
 
 def start_broker(tmp_path: Path, address: str, data: Path, cycle: int) -> BrokerProcess:
@@ -37,10 +39,11 @@ class Producer(threading.Thread):
     """Sends m0, m1, ... with keys m0, m1, ..., confirmed, in chunks; retries what a chunk
     did not get confirmed (same keys) until it is, so a crash never costs a message."""
 
-    def __init__(self, address: str, total: int) -> None:
+    def __init__(self, address: str, total: int, pause: float = 0.0) -> None:
         super().__init__(daemon=True)
         self.address = address
         self.total = total
+        self.pause = pause
         self.confirmed: dict[int, str] = {}
         self.retries = 0
         self.stop = threading.Event()
@@ -55,6 +58,7 @@ class Producer(threading.Thread):
                 while chunk and not self.stop.is_set():
                     chunk = self._send(client, chunk)
                 next_index += CHUNK
+                time.sleep(self.pause)
 
     def _send(self, client: Client, indexes: list[int]) -> list[int]:
         """Send; return the indexes still unconfirmed."""
@@ -77,9 +81,17 @@ class Producer(threading.Thread):
 
 
 class Consumer(threading.Thread):
-    """Acks everything. Every 100 messages it flushes its acks and asks for stats: the answer
-    leaves the broker only after the commit of a turn at or after the one that took the
-    acks, so from then on those acks are known to be on disk."""
+    """Acks everything, and keeps track of which acks are known to be on disk.
+
+    Every 100 messages it flushes its acks and asks for stats. The answer leaves the broker
+    after the commit of a turn at or after the one that took the acks (frames of one peer are
+    handled in order), so the acks are on disk if they reached that broker and it took them.
+    They did if the client's current session (from its last HELLO: start, reconnect or rejoin
+    after a restart) began after that broker started: then the messages came from it and the
+    acks went to it. Otherwise they may have gone to the broker killed, or been refused by
+    the new one as acks of messages this peer does not hold (silently: until it says HELLO
+    again it is a stock peer there), and they stay unknown.
+    """
 
     def __init__(self, address: str) -> None:
         super().__init__(daemon=True)
@@ -88,14 +100,31 @@ class Consumer(threading.Thread):
         #: Message -> how many deliveries it had when its ack was known to be on disk.
         self.persisted_at: dict[bytes, int] = {}
         self.came_back_after_persisted_ack: list[bytes] = []
+        self.session_started = time.monotonic()
+        self.sessions = 1
         self.stop = threading.Event()
+
+    def _on_event(self, event: str, detail: str) -> None:
+        if event in (REJOINED, RECONNECTED):  # the inbox is cleared: later messages are new
+            self.session_started = time.monotonic()
+            self.sessions += 1
 
     def run(self) -> None:
         acked: list[bytes] = []
-        with Client(self.address, name="consumer", heartbeat_ms=200, send_timeout=2) as client:
+        with Client(
+            self.address,
+            name="consumer",
+            heartbeat_ms=200,
+            send_timeout=2,
+            on_event=self._on_event,
+        ) as client:
             client.subscribe(QUEUE, window=50)
+            session = self.sessions
             while not self.stop.is_set():
                 message = client.receive(timeout=0.2)
+                if self.sessions != session:  # acks of the old session prove nothing
+                    acked.clear()
+                    session = self.sessions
                 if message is not None:
                     content = message.content
                     self.deliveries[content] += 1
@@ -104,17 +133,19 @@ class Consumer(threading.Thread):
                     message.ack()
                     acked.append(content)
                 if len(acked) >= 100 or (message is None and acked):
-                    self._confirm_acks(client, acked)
+                    self._confirm_acks(client, acked, session)
 
-    def _confirm_acks(self, client: Client, acked: list[bytes]) -> None:
+    def _confirm_acks(self, client: Client, acked: list[bytes], session: int) -> None:
         try:
             client.flush()
-            client.admin("stats", timeout=1)
+            uptime = client.admin("stats", timeout=1)["uptime_seconds"]
         except ClientError:
-            return  # unknown whether they were written: they stay unconfirmed
-        generation = dict(self.deliveries)
-        for content in acked:
-            self.persisted_at.setdefault(content, generation[content])
+            uptime = 0.0
+        # The broker started before `now - uptime` (the answer took time to arrive).
+        broker_started = time.monotonic() - uptime
+        if session == self.sessions and self.session_started > broker_started:
+            for content in acked:
+                self.persisted_at.setdefault(content, self.deliveries[content])
         acked.clear()
 
 
@@ -125,7 +156,7 @@ def test_confirmed_messages_survive_20_kills_and_persisted_acks_never_come_back(
     data = tmp_path / "data"
     address = f"tcp://127.0.0.1:{free_port()}"
     broker = start_broker(tmp_path, address, data, 0)
-    producer = Producer(address, MESSAGES)
+    producer = Producer(address, MESSAGES, CHUNK_PAUSE_S)
     consumer = Consumer(address)
     producer.start()
     consumer.start()
@@ -149,9 +180,10 @@ def test_confirmed_messages_survive_20_kills_and_persisted_acks_never_come_back(
         f"\n{CYCLES} kills: {len(confirmed)} messages confirmed, {producer.retries} chunks"
         f" retried, {sum(consumer.deliveries.values())} deliveries of"
         f" {len(consumer.deliveries)} messages, {duplicates} duplicate deliveries,"
-        f" {len(consumer.persisted_at)} acks known on disk"
+        f" {len(consumer.persisted_at)} acks known on disk, {consumer.sessions} consumer"
+        " sessions"
     )
-    assert len(confirmed) > 1_000, "the producer barely got anything confirmed"
+    assert len(confirmed) > 5_000, "the producer barely got anything confirmed"
     lost = confirmed - set(consumer.deliveries)
     assert not lost, f"{len(lost)} confirmed messages never delivered, e.g. {sorted(lost)[:5]}"
     assert not consumer.came_back_after_persisted_ack, (
