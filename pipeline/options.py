@@ -21,6 +21,8 @@ DEFAULT_NUM_PARTITIONS = 2
 #: The source's heartbeat: a runner killed by Spark is declared dead, and its unacked messages
 #: go back to their queues, after heartbeatMs x liveness (1.5 s by default).
 DEFAULT_HEARTBEAT_MS = 500
+#: Room left in a 255-byte idempotency key for `/<partition>/<row>`.
+MAX_KEY_SCOPE_BYTES = 200
 DEFAULT_LIVENESS = 3
 #: The broker clamps heartbeats to this range and liveness to 2-10 (docs/protocol.md §6.2).
 HEARTBEAT_RANGE_MS = (50, 60_000)
@@ -91,6 +93,9 @@ class SinkOptions:
     #: TTL in seconds for rows without a `ttl` column (or with a null one); 0 = never expires.
     ttl: int
     client_name: str
+    #: Batch writes: the first part of every row's idempotency key instead of a random one,
+    #: so that writing the same rows again (a retried foreachBatch) adds nothing.
+    key_scope: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -108,7 +113,15 @@ class SinkOptions:
             queue=queue,
             ttl=_int(options, "ttl", 0, low=0),
             client_name=options.get("clientname") or "spark-sink",
+            key_scope=_key_scope(options),
         )
+
+
+def _key_scope(options: Mapping[str, str]) -> str | None:
+    scope = options.get("keyscope") or None
+    if scope is not None and len(scope.encode()) > MAX_KEY_SCOPE_BYTES:
+        raise OptionError(f"option keyScope is longer than {MAX_KEY_SCOPE_BYTES} bytes")
+    return scope
 
 
 def _lower_keys(options: Mapping[str, str]) -> dict[str, str]:

@@ -1,16 +1,14 @@
 """How the sink hands messages to the broker, behind one seam for what the broker can promise.
 
-Two broker features would make the sink stronger; neither exists yet (docs/protocol.md §6.3):
+The sink computes a key for every row from the batch and the row's position
+(`<scope>/<partition>/<row>`) and asks `open_publisher` for a publisher:
 
-* publisher confirms: the broker acknowledges each stored message;
-* idempotent keys: the broker drops a message whose key it has already stored, so a retried
-  batch does not duplicate.
-
-The sink always computes a key for every row from the batch and the row's position
-(`<scope>/<partition>/<row>`) and asks `open_publisher` for a publisher. Today that is a
-`BarrierPublisher`, which ignores the keys and proves delivery to the broker with a round trip.
-When the broker announces the features in its HELLO answer, a publisher that uses them goes
-in `open_publisher`, and nothing else in the sink changes.
+* a broker that announces publisher confirms and idempotent keys in its HELLO answer
+  (docs/protocol.md §6.3) gets a `ConfirmingPublisher`: each row is sent with its key and
+  confirmed (on disk, for a durable broker), and a retried task or batch that publishes the
+  same rows again within the broker's key window adds nothing;
+* an older broker gets a `BarrierPublisher`, which ignores the keys and proves delivery to the
+  broker with a round trip.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from workers.client import Client, ClientError
+from workers.client import Client, ClientError, Unconfirmed
 
 #: Longest the end-of-task round trip to the broker may take, in seconds.
 BARRIER_TIMEOUT_S = 30.0
@@ -88,6 +86,38 @@ class BarrierPublisher:
         self._client.close()
 
 
+class ConfirmingPublisher:
+    """Sends each row with its key and waits for the broker's confirms (pipelined)."""
+
+    def __init__(self, client: Client, key_prefix: str, deduplicated: bool) -> None:
+        self._client = client
+        self.key_prefix = key_prefix
+        self._deduplicated = deduplicated
+        self._published = 0
+
+    def publish(self, queue: str, ttl: int, contents: Sequence[bytes], first_row: int) -> None:
+        keys = [f"{self.key_prefix}/{first_row + i}" for i in range(len(contents))]
+        try:
+            self._client.send_many(queue, contents, ttl, confirm=True, keys=keys)
+        except Unconfirmed as exc:
+            if exc.errors:
+                quoted = "; ".join(
+                    f"{error.code} {error.reason} (queue {error.queue!r})"
+                    for error in list(exc.errors.values())[:QUOTED_REFUSALS]
+                )
+                raise PublishError(
+                    f"the broker refused {len(exc.errors)} message(s): {quoted}"
+                ) from None
+            raise  # no answer: the task fails and its retry sends the same keys
+        self._published += len(contents)
+
+    def finish(self) -> Receipt:
+        return Receipt(self._published, confirmed=True, deduplicated=self._deduplicated)
+
+    def close(self) -> None:
+        self._client.close()
+
+
 def open_publisher(address: str, name: str, key_prefix: str) -> Publisher:
     """A publisher that uses what the broker at `address` supports.
 
@@ -100,6 +130,7 @@ def open_publisher(address: str, name: str, key_prefix: str) -> Publisher:
     except ClientError:
         client.close()
         raise
-    # The broker's HELLO answer (client.broker_info) is where it will announce confirms and
-    # idempotent keys; a publisher that uses them is chosen here then. None exists yet.
+    window_ms = client.broker_info.get("dedup_window_ms")
+    if type(window_ms) is int:  # a broker with confirms and keys (docs/protocol.md §6.3)
+        return ConfirmingPublisher(client, key_prefix, deduplicated=window_ms > 0)
     return BarrierPublisher(client, key_prefix)

@@ -168,13 +168,14 @@ class PhpmqStreamWriter(DataSourceStreamArrowWriter):
 
 
 class PhpmqBatchWriter(DataSourceArrowWriter):
-    """`df.write.format("phpmq")`: keys are `write-<uuid>/<partition>/<row>`; the uuid is drawn
-    when Spark plans the write, so a retried task derives the same keys."""
+    """`df.write.format("phpmq")`: keys are `<keyScope>/<partition>/<row>`, or without that
+    option `write-<uuid>/<partition>/<row>`; the uuid is drawn when Spark plans the write, so a
+    retried task derives the same keys."""
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self._options = options
         self._runs = _Runs(columns, options)
-        self._scope = f"write-{uuid.uuid4().hex}"
+        self._scope = options.key_scope or f"write-{uuid.uuid4().hex}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         return _publish(iterator, self._runs, self._options, self._scope)

@@ -136,6 +136,47 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
         server._context.term()
 
 
+def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
+    tmp_path: Path,
+) -> None:
+    from broker.shell import BrokerServer
+
+    server = BrokerServer(
+        BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
+    )
+    sent: list[tuple[bytes, bytes]] = []
+    server._send = sent.extend  # type: ignore[method-assign]
+    try:
+        store = BrokenStore(tmp_path / "d")
+        server.store = store
+        core = server.core
+
+        def turn(*messages: p.Message) -> list[p.Message]:
+            sent.clear()
+            core.begin_turn()
+            if messages:
+                core.handle_frame(b"p", p.encode_all(list(messages)))
+            server._commit_and_send(core.end_turn())
+            return [m for _, frame in sent for m in p.decode_frame(frame)[0]]
+
+        [confirm] = turn(p.Send("q", b"before", 0, tag=1))
+        assert isinstance(confirm, p.Confirm) and confirm.tag == 1
+        store.full = True
+        assert turn(p.Send("q", b"taken as the disk fills", 0, tag=2)) == []  # not on disk
+        [refusal] = turn(p.Send("q", b"refused", 0, tag=3))
+        assert (refusal.code, refusal.tag) == (p.ErrorCode.INSUFFICIENT_STORAGE, 3)
+        assert turn() == []  # still failing: still not confirmed
+        store.full = False
+        [late] = turn()  # the retried commit succeeds: now it is on disk, and confirmed
+        assert isinstance(late, p.Confirm) and late.tag == 2
+        with sqlite3.connect(store.path) as db:
+            stored = {row[0] for row in db.execute("SELECT content FROM messages")}
+        assert stored == {b"before", b"taken as the disk fills"}
+    finally:
+        server.router.close(linger=0)
+        server._context.term()
+
+
 def test_the_store_rebuilds_a_core_exactly(tmp_path: Path) -> None:
     """Journal -> SQLite -> a fresh core: same queues, order, counts, dead letters."""
     clock = FakeClock()

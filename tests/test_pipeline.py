@@ -395,6 +395,29 @@ def test_a_dataframe_of_ten_thousand_rows_lands_in_a_queue(
     assert contents == [b"row-%05d" % i for i in range(10_000)]
 
 
+def test_writing_the_same_rows_again_with_one_key_scope_adds_nothing(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    """A retried foreachBatch publishes the same rows with the same keys: the broker confirms
+    them with the first IDs instead of queueing them twice."""
+    frame = spark.range(1_000).select(F.format_string("row-%04d", "id").alias("content"))
+
+    def write(scope: str | None) -> None:
+        writer = frame.write.format("phpmq").option("broker", broker.address)
+        if scope is not None:
+            writer = writer.option("keyScope", scope)
+        writer.option("queue", "results").mode("append").save()
+
+    write("batch-7")
+    write("batch-7")  # the retry
+    assert queue_stats(broker, "results")["ready"] == 1_000
+    write(None)  # a random scope: new keys, queued again
+    assert queue_stats(broker, "results")["ready"] == 2_000
+    assert broker.stats()["counters"]["deduplicated"] == 1_000
+    contents = Counter(message.content for message in drain(broker, "results"))
+    assert set(contents.values()) == {2} and len(contents) == 1_000
+
+
 def test_a_sink_task_fails_when_the_broker_refuses_its_messages(
     spark: SparkSession, tmp_path: Path
 ) -> None:
