@@ -703,7 +703,7 @@ def workers(
 @click.option(
     "--durable",
     is_flag=True,
-    help="Also run the pipe against a broker with --data-dir (fsync per loop turn).",
+    help="Also run the durable workload: --data-dir and a confirming producer.",
 )
 @click.option(
     "--pool",
