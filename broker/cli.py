@@ -135,7 +135,25 @@ def broker(config_path: str | None, **flags: Any) -> None:
     help="Seconds to live; 0 never expires.",
 )
 @click.option("--lines", is_flag=True, help="Read stdin; send each line as one message.")
-def send(address: str, queue: str, message: str | None, ttl: int, lines: bool) -> None:
+@click.option(
+    "--confirm",
+    is_flag=True,
+    help="Wait for the broker's confirm (on disk with --data-dir) and print each message ID.",
+)
+@click.option(
+    "--key",
+    help="Idempotency key: sent again within the broker's window, the message is not queued"
+    " twice. With --lines, KEY-1, KEY-2, ... per line.",
+)
+def send(
+    address: str,
+    queue: str,
+    message: str | None,
+    ttl: int,
+    lines: bool,
+    confirm: bool,
+    key: str | None,
+) -> None:
     """Send MESSAGE to QUEUE. With MESSAGE '-' or absent, read it from stdin."""
     if lines:
         contents = [line.rstrip(b"\n") for line in sys.stdin.buffer]
@@ -143,8 +161,19 @@ def send(address: str, queue: str, message: str | None, ttl: int, lines: bool) -
         contents = [sys.stdin.buffer.read()]
     else:
         contents = [message.encode()]
-    sent = _with_client(address, lambda c: c.send_many(queue, contents, ttl))
-    click.echo(f"sent {sent} message{'s' if sent != 1 else ''} to {queue}", err=True)
+    keys = None
+    if key is not None:
+        keys = [f"{key}-{n}" for n in range(1, len(contents) + 1)] if lines else [key]
+    if not confirm:
+        sent = _with_client(address, lambda c: c.send_many(queue, contents, ttl, keys=keys))
+        click.echo(f"sent {sent} message{'s' if sent != 1 else ''} to {queue}", err=True)
+        return
+    ids = _with_client(
+        address, lambda c: c.send_many(queue, contents, ttl, confirm=True, keys=keys)
+    )
+    for message_id in ids:
+        click.echo(message_id)
+    click.echo(f"{len(ids)} confirmed in {queue}", err=True)
 
 
 @main.command()

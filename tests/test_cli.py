@@ -47,6 +47,21 @@ def test_send_consume_and_stats(broker: BrokerProcess) -> None:
     }
 
 
+def test_send_with_confirm_prints_ids_and_a_key_queues_once(broker: BrokerProcess) -> None:
+    address = ["--broker", broker.address]
+    first = phpmq("send", *address, "orders", "o-17", "--confirm", "--key", "order-17")
+    assert first.returncode == 0, first.stderr
+    [message_id] = first.stdout.split()
+    assert len(message_id) == 32 and "1 confirmed in orders" in first.stderr
+    again = phpmq("send", *address, "orders", "o-17", "--confirm", "--key", "order-17")
+    assert again.stdout.split() == [message_id]
+    lines = phpmq("send", *address, "orders", "--lines", "--confirm", stdin="a\nb\n")
+    assert len(lines.stdout.split()) == 2
+    refused = phpmq("send", *address, "bad name", "x", "--confirm")
+    assert refused.returncode != 0 and "422" in refused.stderr
+    assert json.loads(phpmq("stats", *address, "--json").stdout)["queues"]["orders"]["ready"] == 3
+
+
 def test_consume_no_ack_leaves_messages_for_the_next_consumer(broker: BrokerProcess) -> None:
     address = ["--broker", broker.address]
     phpmq("send", *address, "q", "-", stdin="from stdin")
