@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import protocol as p
 from broker.clock import FakeClock
@@ -188,3 +191,36 @@ def test_keys_survive_a_restart_through_the_store(tmp_path: Path) -> None:
     assert [k.key for k in store.load_keys()] == ["c"]
     assert fresh.restore_keys(store.load_keys()) == 1
     store.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),  # queue
+            st.sampled_from(["k1", "k2", "k3", None]),  # key
+            st.sampled_from([0, 0, 0.5, 4, 11]),  # seconds before this send
+        ),
+        max_size=40,
+    )
+)
+def test_keys_dedupe_exactly_within_the_window(sends: list) -> None:
+    """Against a model: a keyed send is queued iff its key was not accepted on its queue in
+    the last 10 s, and is otherwise confirmed with the ID the key was first given."""
+    core = CoreHarness(dedup_window_seconds=10)
+    model: dict[tuple[str, str], tuple[float, str]] = {}
+    now = 0.0
+    queued = Counter()
+    for tag, (queue, key, wait) in enumerate(sends):
+        core.advance(wait)
+        now += wait
+        [confirm] = core.send(PRODUCER, tagged(tag, queue=queue, key=key))
+        known = model.get((queue, key)) if key is not None else None
+        if known is not None and now - known[0] < 10:
+            assert confirm.message_id == known[1]
+        else:
+            queued[queue] += 1
+            if key is not None:
+                model[(queue, key)] = (now, confirm.message_id)
+    for queue, count in queued.items():
+        assert core.stats(queue)["ready"] == count

@@ -225,3 +225,28 @@ def test_a_keyed_producer_retrying_across_kills_queues_each_message_once(
         f" {sum(n - 1 for n in counts.values())} duplicates"
     )
     assert len(got) == 3_000 and set(counts.values()) == {1}
+
+
+def test_a_send_to_a_frozen_broker_is_unconfirmed_and_its_key_makes_the_retry_safe(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess(tmp_path / "b.log", "--data-dir", str(tmp_path / "d"))
+    try:
+        with broker.client(confirm_timeout=0.5, heartbeat_ms=0) as client:
+            client.send(QUEUE, b"connected", confirm=True)
+            broker.signal(signal.SIGSTOP)
+            started = time.monotonic()
+            try:
+                client.send(QUEUE, b"order", confirm=True, key="order-1")
+                raise AssertionError("a frozen broker confirmed a send")
+            except Unconfirmed as exc:
+                assert exc.ids == [None] and not exc.errors
+            assert 0.5 <= time.monotonic() - started < 3
+            broker.signal(signal.SIGCONT)
+            first = client.send(QUEUE, b"order", confirm=True, key="order-1")  # the retry
+            again = client.send(QUEUE, b"order", confirm=True, key="order-1")
+            assert first == again
+            assert broker.stats()["queues"][QUEUE]["ready"] == 2
+    finally:
+        broker.signal(signal.SIGCONT)
+        broker.stop()
