@@ -107,7 +107,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Frames waiting for one peer that does not read them; past this the peer counts as gone
     #: (its messages go back to their queues) instead of growing the broker's memory.
     max_backlog_frames: int = 1_000
-    # Publisher confirms and idempotent producers (docs/protocol.md §6.4).
+    # Publisher confirms and idempotent producers (docs/protocol.md §6.3).
     #: How long a producer's idempotency key (packet 14) is remembered per queue: a repeat
     #: within it is confirmed with the first message's ID instead of being queued again.
     #: NATS JetStream's duplicate window defaults to 2 minutes too. 0 = keys are not kept.

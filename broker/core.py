@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -326,7 +327,15 @@ class Core:
         if not confirms:
             return []
         self._confirms = {}
-        return [(peer_id, b"".join(chunks)) for peer_id, chunks in confirms.items()]
+        now = self.now
+        peers = self.peers
+        frames = []
+        for peer_id, chunks in confirms.items():
+            peer = peers.get(peer_id)
+            if peer is not None:
+                peer.last_sent = now  # a CONFIRM spares the peer a heartbeat
+            frames.append((peer_id, b"".join(chunks)))
+        return frames
 
     def next_deadline(self) -> int | None:
         """Monotonic ns of the next thing the core must do on its own: now, if a queue is
@@ -378,15 +387,18 @@ class Core:
     def restore_keys(self, keys: list) -> int:
         """Idempotency keys from the durable store, those still inside their window; returns
         how many."""
-        if not self.keys.window_ns:
-            return 0  # keys are off now: those on disk expire unused
         wall = self.clock.wall()
+        window_ns = self.keys.window_ns
         restored = 0
         for stored in sorted(keys, key=lambda k: k.expires_wall):
-            if stored.expires_wall > wall:
-                expires_at = self.now + int((stored.expires_wall - wall) * NS_PER_SECOND)
-                self.keys.add(stored.queue, stored.key, stored.id, expires_at)
+            if stored.expires_wall > wall and window_ns:
+                # Not past today's window either, if it was shortened: keeps expiry order.
+                remaining = min(int((stored.expires_wall - wall) * NS_PER_SECOND), window_ns)
+                self.keys.add(stored.queue, stored.key, stored.id, self.now + remaining)
                 restored += 1
+        if self.journal is not None and restored < len(keys):
+            # Expired while down, or keys are off now: delete them from the store too.
+            self.journal.append((UNKEY, wall if window_ns else math.inf))
         return restored
 
     def restore(self, messages: list, dead_letters: list) -> tuple[int, int, int]:

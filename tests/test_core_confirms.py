@@ -224,3 +224,28 @@ def test_keys_dedupe_exactly_within_the_window(sends: list) -> None:
                 model[(queue, key)] = (now, confirm.message_id)
     for queue, count in queued.items():
         assert core.stats(queue)["ready"] == count
+
+
+def test_restored_keys_follow_a_shortened_window_and_are_deleted_when_keys_are_off(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    store = DurableStore(tmp_path)
+    core = Core(BrokerConfig(dedup_window_seconds=600), clock)
+    core.journal = []
+    core.begin_turn()
+    core.handle_frame(PRODUCER, p.encode(tagged(1, key="a")))
+    core.end_turn()
+    store.commit(core.journal)
+    shorter = Core(BrokerConfig(dedup_window_seconds=10), clock)
+    shorter.journal = []
+    assert shorter.restore_keys(store.load_keys()) == 1
+    clock.advance(10)
+    shorter.begin_turn()
+    assert len(shorter.keys) == 0  # gone after today's 10 s, not the 600 s it was given
+    off = Core(BrokerConfig(dedup_window_seconds=0), clock)
+    off.journal = []
+    assert off.restore_keys(store.load_keys()) == 0
+    store.commit(off.journal)
+    assert store.load_keys() == []
+    store.close()

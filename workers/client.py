@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 import zmq
@@ -271,20 +271,14 @@ class Client:
             Unconfirmed: (confirm) no answer within `confirm_timeout`, or the connection was
                 lost: it may or may not be queued.
         """
-        tag = self._take_tags(1) if confirm else None
+        tag = self._next_tags(1) if confirm else None
         body = _as_bytes(content)
         if headers:
             frame = encode(Send(queue, body, ttl, tag=tag, key=key, headers=headers))
         else:
             frame = encode_send(self._queue_packet(queue), body, ttl, tag, key)
         with self._lock:
-            try:
-                self._send_frame(frame)
-            except ClientError:
-                if tag is not None:
-                    self._forget_tags([tag])
-                raise
-            self.sent_since_heard += 1
+            self._send_tagged(frame, [] if tag is None else [tag])
             if tag is None:
                 return None
             [answer] = self._await_answers([tag], self.confirm_timeout)
@@ -316,8 +310,13 @@ class Client:
         Raises:
             PartialSend: a frame was not taken; its `sent` says how many went before it.
             Unconfirmed: (confirm) some were refused or not answered; its `ids` and `errors`
-                say which. Nothing after a refusal is sent.
+                say which, for the messages read from `contents` so far. Once a refusal
+                or a silence is seen nothing more is sent; sends already out (up to
+                `max_unconfirmed`) are still answered and reported.
+            ValueError: `keys` has fewer entries than `contents`.
         """
+        if keys is not None:
+            keys = _checked_keys(contents, keys)
         if confirm:
             return self._send_confirmed(queue, contents, ttl, keys, max_unconfirmed, on_confirm)
         packet = self._queue_packet(queue)
@@ -327,7 +326,7 @@ class Client:
         sent = 0
         try:
             for content in contents:
-                key = next(key_iter) if key_iter is not None else None
+                key = _next_key(key_iter)
                 data = encode_send(packet, _as_bytes(content), ttl, None, key)
                 batch.append(data)
                 size += len(data)
@@ -384,9 +383,7 @@ class Client:
                 settle(min(over, len(outstanding)))
             if refused or unanswered:
                 return False
-            with self._lock:
-                self._send_frame(b"".join(batch))
-                self.sent_since_heard += len(batch)
+            self._send_tagged(b"".join(batch), [tag for tag, _ in batch_tags])
             outstanding.extend(batch_tags)
             batch.clear()
             batch_tags.clear()
@@ -395,8 +392,8 @@ class Client:
 
         try:
             for content in contents:
-                key = next(key_iter) if key_iter is not None else None
-                tag = self._take_tags(1)
+                key = _next_key(key_iter)
+                tag = self._next_tags(1)
                 batch_tags.append((tag, len(ids)))
                 ids.append(None)
                 data = encode_send(packet, _as_bytes(content), ttl, tag, key)
@@ -408,12 +405,13 @@ class Client:
                 if batch:
                     send_batch()
             settle(len(outstanding))
-        except ClientError as exc:
-            self._forget_tags([tag for tag, _ in (*outstanding, *batch_tags)])
+        except BaseException as exc:
+            self._forget_tags([tag for tag, _ in outstanding])
+            if not isinstance(exc, ClientError):
+                raise
             raise Unconfirmed(
                 f"{exc}; {_confirmed(ids)} of {len(ids)} messages confirmed", ids, refused
             ) from None
-        self._forget_tags([tag for tag, _ in batch_tags])  # never sent
         if refused or unanswered:
             confirmed = _confirmed(ids)
             first = refused[min(refused)] if refused else None
@@ -433,13 +431,20 @@ class Client:
             for tag in tags:
                 self._answers.pop(tag, None)
 
-    def _take_tags(self, count: int) -> int:
-        """The next `count` tags (the first is returned), registered as awaited."""
+    def _next_tags(self, count: int) -> int:
+        """The next `count` tags (the first is returned); awaited once they are sent."""
         with self._lock:
             first = self._next_tag
             self._next_tag += count
-            self._awaited.update(range(first, first + count))
         return first
+
+    def _send_tagged(self, frame: bytes, tags: list[int]) -> None:
+        """Send a frame of 001s and await the answers to its tags. Under the lock, so a
+        reconnect gives up exactly the tags that went out on the old socket."""
+        with self._lock:
+            self._send_frame(frame)
+            self._awaited.update(tags)
+            self.sent_since_heard += len(tags) or 1
 
     def _await_answers(self, tags: list[int], timeout: float) -> list[str | Error | None]:
         """The answers to `tags`, in that order, reading the socket until they are all in or
@@ -447,18 +452,22 @@ class Client:
         answers = self._answers
         with self._lock:
             deadline = time.monotonic() + timeout
-            waiting = sum(tag not in answers for tag in tags)
-            while waiting:
+            # Answers come mostly in order: tags before `first_missing` are all in.
+            first_missing = 0
+            while True:
+                start = first_missing
+                while first_missing < len(tags) and tags[first_missing] in answers:
+                    first_missing += 1
+                if first_missing == len(tags):
+                    break
+                if first_missing > start:
+                    deadline = time.monotonic() + timeout  # progress: the wait starts over
                 wait = deadline - time.monotonic()
                 if wait <= 0:
                     break
                 if self._socket.poll(int(min(wait, WAIT_SLICE_S) * 1000) or 1):
                     self._read_available()
                 self._tick()
-                still = sum(tag not in answers for tag in tags)
-                if still < waiting:
-                    deadline = time.monotonic() + timeout  # progress: the wait starts over
-                waiting = still
             self._awaited.difference_update(tags)
             return [answers.pop(tag, _LOST) for tag in tags]
 
@@ -807,6 +816,21 @@ def check_address(address: str) -> None:
         raise ClientError(f"invalid broker address {address!r}: {exc}") from None
     finally:
         sock.close(linger=0)
+
+
+def _checked_keys(contents: Iterable[bytes | str], keys: Iterable[str]) -> Iterable[str]:
+    if isinstance(contents, Sized) and isinstance(keys, Sized) and len(keys) < len(contents):
+        raise ValueError(f"{len(keys)} keys for {len(contents)} messages")
+    return keys
+
+
+def _next_key(keys: Iterator[str] | None) -> str | None:
+    if keys is None:
+        return None
+    key = next(keys, None)
+    if key is None:
+        raise ValueError("fewer keys than messages")
+    return key
 
 
 def _confirmed(ids: list[str | None]) -> int:
