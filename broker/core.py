@@ -513,8 +513,7 @@ class Core:
         if queue.windows:
             self._dirty[queue] = None
         self.counters["received"] += 1
-        if tag is not None or peer.confirm:
-            self._confirm(peer, record.id, tag)
+        self._confirm(peer, record.id, tag)
 
     def _is_repeat(self, peer: Peer, message: Send) -> bool:
         """A send whose idempotency key is bad (refused) or was already accepted on its
@@ -527,8 +526,7 @@ class Core:
         if first_id is None:
             return False
         self.counters["deduplicated"] += 1
-        if message.tag is not None or peer.confirm:
-            self._confirm(peer, first_id, message.tag)
+        self._confirm(peer, first_id, message.tag)
         return True
 
     def _remember_key(self, queue_name: str, key: str, message_id: str) -> None:
@@ -545,8 +543,11 @@ class Core:
             self.journal.append((UNKEY, self.clock.wall()))
 
     def _confirm(self, peer: Peer, message_id: str, tag: int | None) -> None:
-        """CONFIRM a send: with the turn's replies in memory mode; in durable mode held until
-        the turn's commit is on disk (release_confirms)."""
+        """CONFIRM a send that asked for it (a tag, or a HELLO with `confirm`): with the
+        turn's replies in memory mode; in durable mode held until the turn's commit is on
+        disk (release_confirms)."""
+        if tag is None and not peer.confirm:
+            return
         outbox = self._outbox if self.journal is None else self._confirms
         chunks = outbox.get(peer.id)
         if chunks is None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from protocol import Error
 from workers.client import Client, ClientError, Unconfirmed
 
 #: Longest the end-of-task round trip to the broker may take, in seconds.
@@ -74,12 +75,7 @@ class BarrierPublisher:
     def finish(self) -> Receipt:
         self._client.admin("stats", timeout=BARRIER_TIMEOUT_S)
         if self._client.error_count:
-            quoted = "; ".join(
-                f"{error.code} {error.reason} (queue {error.queue!r})"
-                for error in list(self._client.errors)[:QUOTED_REFUSALS]
-            )
-            count = self._client.error_count
-            raise PublishError(f"the broker refused {count} message(s): {quoted}")
+            raise _refused(self._client.error_count, list(self._client.errors))
         return Receipt(self._published, confirmed=False, deduplicated=False)
 
     def close(self) -> None:
@@ -101,13 +97,7 @@ class ConfirmingPublisher:
             self._client.send_many(queue, contents, ttl, confirm=True, keys=keys)
         except Unconfirmed as exc:
             if exc.errors:
-                quoted = "; ".join(
-                    f"{error.code} {error.reason} (queue {error.queue!r})"
-                    for error in list(exc.errors.values())[:QUOTED_REFUSALS]
-                )
-                raise PublishError(
-                    f"the broker refused {len(exc.errors)} message(s): {quoted}"
-                ) from None
+                raise _refused(len(exc.errors), list(exc.errors.values())) from None
             raise  # no answer: the task fails and its retry sends the same keys
         self._published += len(contents)
 
@@ -116,6 +106,13 @@ class ConfirmingPublisher:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _refused(count: int, errors: list[Error]) -> PublishError:
+    quoted = "; ".join(
+        f"{error.code} {error.reason} (queue {error.queue!r})" for error in errors[:QUOTED_REFUSALS]
+    )
+    return PublishError(f"the broker refused {count} message(s): {quoted}")
 
 
 def open_publisher(address: str, name: str, key_prefix: str) -> Publisher:
