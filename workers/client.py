@@ -278,7 +278,7 @@ class Client:
         else:
             frame = encode_send(self._queue_packet(queue), body, ttl, tag, key)
         with self._lock:
-            self._send_tagged(frame, [] if tag is None else [tag])
+            self._send_messages(frame, 1, () if tag is None else (tag,))
             if tag is None:
                 return None
             [answer] = self._await_answers([tag], self.confirm_timeout)
@@ -331,10 +331,10 @@ class Client:
                 batch.append(data)
                 size += len(data)
                 if len(batch) >= BATCH_MESSAGES or size >= BATCH_BYTES:
-                    sent += self._send_batch(batch)
+                    sent += self._send_messages(b"".join(batch), len(batch))
                     batch, size = [], 0
             if batch:
-                sent += self._send_batch(batch)
+                sent += self._send_messages(b"".join(batch), len(batch))
         except ClientError as exc:
             raise PartialSend(str(exc), sent) from None
         return sent
@@ -383,7 +383,7 @@ class Client:
                 settle(min(over, len(outstanding)))
             if refused or unanswered:
                 return False
-            self._send_tagged(b"".join(batch), [tag for tag, _ in batch_tags])
+            self._send_messages(b"".join(batch), len(batch), [tag for tag, _ in batch_tags])
             outstanding.extend(batch_tags)
             batch.clear()
             batch_tags.clear()
@@ -438,13 +438,14 @@ class Client:
             self._next_tag += count
         return first
 
-    def _send_tagged(self, frame: bytes, tags: list[int]) -> None:
-        """Send a frame of 001s and await the answers to its tags. Under the lock, so a
-        reconnect gives up exactly the tags that went out on the old socket."""
+    def _send_messages(self, frame: bytes, count: int, tags: Iterable[int] = ()) -> int:
+        """Send a frame of `count` 001s and await the answers to its tags. Under the lock, so
+        a reconnect gives up exactly the tags that went out on the old socket."""
         with self._lock:
             self._send_frame(frame)
             self._awaited.update(tags)
-            self.sent_since_heard += len(tags) or 1
+            self.sent_since_heard += count
+        return count
 
     def _await_answers(self, tags: list[int], timeout: float) -> list[str | Error | None]:
         """The answers to `tags`, in that order, reading the socket until they are all in or
@@ -470,12 +471,6 @@ class Client:
                 self._tick()
             self._awaited.difference_update(tags)
             return [answers.pop(tag, _LOST) for tag in tags]
-
-    def _send_batch(self, batch: list[bytes]) -> int:
-        with self._lock:
-            self._send_frame(b"".join(batch))
-            self.sent_since_heard += len(batch)
-        return len(batch)
 
     # ------------------------------------------------------------------ consuming
 
