@@ -7,7 +7,7 @@ import timeit
 from rich.console import Console
 from rich.table import Table
 
-import protocol as p
+from .. import protocol as p
 
 MESSAGE_ID = "d7e7f68761d34838494b233148b5486c"
 

@@ -1,6 +1,6 @@
 """A handler that does nothing: the worker pool benchmark measures the pool, not the work."""
 
-from workers.client import ReceivedMessage
+from ..client import ReceivedMessage
 
 
 def handle(message: ReceivedMessage) -> None:

@@ -22,8 +22,8 @@ import zmq
 from rich.console import Console
 from rich.table import Table
 
-import protocol as p
-from workers.client import Client, Unconfirmed
+from .. import protocol as p
+from ..client import Client, Unconfirmed
 
 QUEUE = "bench"
 #: Messages the producer may be ahead of the consumer.
@@ -213,7 +213,7 @@ def run_broker_pipe(
         [
             sys.executable,
             "-m",
-            "broker.cli",
+            "phpmq",
             "broker",
             "--bind",
             address,

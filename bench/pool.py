@@ -11,8 +11,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from bench.pipe import _free_port, _wait_for_broker
-from workers.client import Client
+from ..client import Client
+from .pipe import _free_port, _wait_for_broker
 
 QUEUE = "bench-pool"
 RUN_TIMEOUT_S = 300
@@ -27,7 +27,7 @@ def _drain_rate(address: str, processes: int, messages: int, prefetch: int) -> f
             [
                 sys.executable,
                 "-m",
-                "broker.cli",
+                "phpmq",
                 "workers",
                 "bench.noop:handle",
                 "--broker",
@@ -64,7 +64,7 @@ def run_pool_benchmark(messages: int = 20_000, prefetch: int = 10) -> dict[int, 
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     broker = subprocess.Popen(
-        [sys.executable, "-m", "broker.cli", "broker", "--bind", address, "--log-level", "WARNING"]
+        [sys.executable, "-m", "phpmq", "broker", "--bind", address, "--log-level", "WARNING"]
     )
     results: dict[int, float] = {}
     try:

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the usual name for this mo
 from rich.console import Console
 from rich.table import Table
 
-from workers.client import Client, ClientError
+from ..client import Client, ClientError
 
 #: Rows per batch on a broker with the default max_window (the window must exceed 2 x batch).
 DEFAULT_BROKER_BATCH = 4_999
@@ -40,7 +40,7 @@ QUERY_TIMEOUT_S = 600
 
 def run_spark_benchmark(messages: int = 100_000, size: int = 100) -> list[dict]:
     """Run both workloads and print a table; returns its rows."""
-    from pipeline.session import local_session
+    from ..pipeline.session import local_session
 
     console = Console(width=max(Console().width, 90))
     console.print(
@@ -146,7 +146,7 @@ def _broker(*args: str) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
-    command = [sys.executable, "-m", "broker.cli", "broker", "--bind", address]
+    command = [sys.executable, "-m", "phpmq", "broker", "--bind", address]
     process = subprocess.Popen([*command, "--log-level", "WARNING", *args])
     try:
         _wait_until_answering(address, process)

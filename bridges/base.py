@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import zmq
 
-from workers.client import BrokerRefused, Client, ClientError
+from ..client import BrokerRefused, Client, ClientError
 
 log = logging.getLogger("phpmq.bridge")
 

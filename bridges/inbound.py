@@ -14,8 +14,8 @@ import time
 
 import zmq
 
-from bridges.base import POLL_MS, Bridge, open_socket
-from workers.client import PartialSend
+from ..client import PartialSend
+from .base import POLL_MS, Bridge, open_socket
 
 log = logging.getLogger("phpmq.bridge")
 

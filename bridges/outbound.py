@@ -21,8 +21,8 @@ import logging
 
 import zmq
 
-from bridges.base import POLL_MS, Bridge, open_socket
-from workers.client import ReceivedMessage
+from ..client import ReceivedMessage
+from .base import POLL_MS, Bridge, open_socket
 
 log = logging.getLogger("phpmq.bridge")
 

@@ -8,7 +8,7 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from broker.core import Core, Peer
+    from .core import Core, Peer
 
 DEFAULT_LIST_LIMIT = 100
 MAX_REPORT_KEYS = 50

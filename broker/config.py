@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from protocol import DEFAULT_MAX_CONTENT_BYTES
+from ..protocol import DEFAULT_MAX_CONTENT_BYTES, rules
 
 ENV_PREFIX = "PHPMQ_"
 DIALECTS = ("ttl", "pre-ttl")
@@ -78,12 +78,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # dead after interval x liveness of silence; the broker heartbeats it when otherwise idle.
     #: The broker's own interval, stated in its HELLO answer as the one it suggests; a peer's
     #: requested interval is what is agreed (within the range below).
-    heartbeat_ms: int = 1_000
+    heartbeat_ms: int = rules.DEFAULT_HEARTBEAT_MS
     #: Range a peer's requested interval is clamped to.
-    min_heartbeat_ms: int = 50
-    max_heartbeat_ms: int = 60_000
+    min_heartbeat_ms: int = rules.MIN_HEARTBEAT_MS
+    max_heartbeat_ms: int = rules.MAX_HEARTBEAT_MS
     #: Missed intervals before a peer counts as dead, when its HELLO does not say (2-10).
-    liveness: int = 3
+    liveness: int = rules.DEFAULT_LIVENESS
     #: How long a peer that does not heartbeat (a stock PHPMQ client) may hold a message before
     #: it goes back to its queue: the ack timeout (beanstalkd's TTR). 0 = forever.
     lease_ms: int = 60_000
@@ -149,8 +149,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("dedup_window_seconds cannot be negative")
         if self.idle_peer_seconds <= 0:
             raise ValueError("idle_peer_seconds must be positive")
-        if not 2 <= self.liveness <= 10:
-            raise ValueError("liveness must be between 2 and 10")
+        if not rules.MIN_LIVENESS <= self.liveness <= rules.MAX_LIVENESS:
+            raise ValueError(
+                f"liveness must be between {rules.MIN_LIVENESS} and {rules.MAX_LIVENESS}"
+            )
         if not self.min_heartbeat_ms <= self.heartbeat_ms <= self.max_heartbeat_ms:
             raise ValueError("heartbeat_ms must lie between min_heartbeat_ms and max_heartbeat_ms")
         if self.overflow not in OVERFLOW_POLICIES:

@@ -21,25 +21,7 @@ from typing import Any
 
 import msgspec
 
-from broker.admin import run_admin
-from broker.clock import Clock
-from broker.config import BrokerConfig, QueueSettings
-from broker.dedup import KeyWindow, key_problem
-from broker.durable import BACK, DEAD, DROP, FLY, KEY, PURGE, PUT, UNDEAD, UNKEY
-from broker.store import (
-    DELAYED,
-    GONE,
-    IN_FLIGHT,
-    NS_PER_SECOND,
-    READY,
-    DeadLetterEntry,
-    IdSource,
-    Queue,
-    Record,
-    Window,
-)
-from broker.timers import DELAY_OVER, HEARTBEAT, LEASE, PEER_EXPIRY, Timers
-from protocol import (
+from ..protocol import (
     EXTENSION_TYPES,
     Ack,
     Admin,
@@ -57,11 +39,32 @@ from protocol import (
     ProtocolError,
     Requeue,
     Send,
+    clamp_liveness,
     decode_frame,
     encode,
     encode_confirm,
     encode_dispatch,
+    key_problem,
+    queue_name_problem,
 )
+from .admin import run_admin
+from .clock import Clock
+from .config import BrokerConfig, QueueSettings
+from .dedup import KeyWindow
+from .durable import BACK, DEAD, DROP, FLY, KEY, PURGE, PUT, UNDEAD, UNKEY
+from .store import (
+    DELAYED,
+    GONE,
+    IN_FLIGHT,
+    NS_PER_SECOND,
+    READY,
+    DeadLetterEntry,
+    IdSource,
+    Queue,
+    Record,
+    Window,
+)
+from .timers import DELAY_OVER, HEARTBEAT, LEASE, PEER_EXPIRY, Timers
 
 log = logging.getLogger("phpmq.broker")
 _json = msgspec.json.Encoder()
@@ -79,8 +82,6 @@ UNKNOWN_PEER_REASON = (
 FIRST_EXTENSION_TYPE = min(EXTENSION_TYPES)
 #: 005 and 006 exist only in the README (TTL) dialect: a peer that sends them speaks it.
 TTL_DIALECT_ONLY_TYPES = frozenset((MessageType.REQUEUE, MessageType.DEAD_LETTER))
-#: Queue names: 1-255 bytes of UTF-8, no whitespace or control characters (docs/protocol.md).
-MAX_QUEUE_NAME_BYTES = 255
 #: Peer ids of raw-TCP connections: the STREAM routing id behind two zero bytes, a prefix no
 #: ROUTER identity has (libzmq refuses custom identities starting with a zero byte, and its
 #: own are 5 bytes long).
@@ -629,7 +630,7 @@ class Core:
         if type(heartbeat_ms) is int and heartbeat_ms > 0:
             heartbeat_ms = min(max(heartbeat_ms, config.min_heartbeat_ms), config.max_heartbeat_ms)
             liveness = options.get("liveness")
-            liveness = min(max(liveness, 2), 10) if type(liveness) is int else config.liveness
+            liveness = clamp_liveness(liveness, config.liveness)
             peer.heartbeat_ns = heartbeat_ms * NS_PER_MS
             peer.expiry_ns = peer.heartbeat_ns * liveness
         else:
@@ -1165,15 +1166,4 @@ def _setting(override: int | None, default: int) -> int:
     return default if override is None else override
 
 
-def queue_name_problem(name: str) -> str | None:
-    """Why `name` is not a valid queue name, or None if it is."""
-    if not name:
-        return "queue name is empty"
-    if len(name.encode()) > MAX_QUEUE_NAME_BYTES:
-        return f"queue name is longer than {MAX_QUEUE_NAME_BYTES} bytes"
-    if not name.isprintable() or any(ch.isspace() for ch in name):
-        return "queue name contains whitespace or control characters"
-    return None
-
-
-__all__ = ["Core", "Peer", "ProtocolError", "queue_name_problem"]
+__all__ = ["Core", "Peer", "ProtocolError"]

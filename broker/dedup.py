@@ -13,18 +13,6 @@ from __future__ import annotations
 
 from collections import deque
 
-#: Keys are short producer-chosen strings (a UUID, "batch-7:row-42").
-MAX_KEY_BYTES = 255
-
-
-def key_problem(key: str) -> str | None:
-    """Why `key` is not a valid idempotency key, or None if it is."""
-    if not key:
-        return "idempotency key is empty"
-    if len(key.encode()) > MAX_KEY_BYTES:
-        return f"idempotency key is longer than {MAX_KEY_BYTES} bytes"
-    return None
-
 
 class KeyWindow:
     """(queue, key) -> message ID for keys younger than `window_ns`, at most `max_keys`."""

@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 import zmq
 
-from broker.clock import Clock, SystemClock
-from broker.config import BrokerConfig
-from broker.core import Core
-from broker.durable import DurableStore, StorageError
-from broker.tcp import TcpEndpoint
-from protocol import RemoteProtocolError
+from ..protocol import RemoteProtocolError
+from .clock import Clock, SystemClock
+from .config import BrokerConfig
+from .core import Core
+from .durable import DurableStore, StorageError
+from .tcp import TcpEndpoint
 
 log = logging.getLogger("phpmq.broker")
 

@@ -13,7 +13,7 @@ from collections import deque
 
 import msgspec
 
-from protocol import queue_packet
+from ..protocol import queue_packet
 
 READY = 0
 IN_FLIGHT = 1

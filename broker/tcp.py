@@ -15,8 +15,8 @@ import logging
 
 import zmq
 
-from broker.core import TCP_PEER_PREFIX, Core
-from protocol import ProtocolError, StreamDecoder
+from ..protocol import ProtocolError, StreamDecoder
+from .core import TCP_PEER_PREFIX, Core
 
 log = logging.getLogger("phpmq.broker")
 

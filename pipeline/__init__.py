@@ -1,12 +1,12 @@
 """Spark pipelines on phpmq-zmq queues: the `phpmq` format (a streaming source and a sink).
 
-    import pipeline
-    pipeline.register(spark)
+    import phpmq.pipeline
+    phpmq.pipeline.register(spark)
     events = (spark.readStream.format("phpmq").option("broker", "tcp://127.0.0.1:5555")
               .option("queue", "events").load())
 
 Spark is optional (`pip install .[spark]`): this package imports pyspark only when one of
-the names below is used, so `pipeline.cli` loads without it. Guide: docs/pipeline.md.
+the names below is used, so `phpmq.cli` loads without it. Guide: docs/pipeline.md.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 
 #: Public name -> the module that defines it (imported on first use).
 _LAZY = {
-    "FORMAT": "pipeline.datasource",
-    "PhpmqDataSource": "pipeline.datasource",
-    "register": "pipeline.datasource",
-    "local_session": "pipeline.session",
-    "OptionError": "pipeline.options",
+    "FORMAT": ".datasource",
+    "PhpmqDataSource": ".datasource",
+    "register": ".datasource",
+    "local_session": ".session",
+    "OptionError": ".options",
 }
 
 __all__ = sorted(_LAZY)
@@ -28,7 +28,7 @@ __all__ = sorted(_LAZY)
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+        raise AttributeError(f"module 'phpmq.pipeline' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module, __name__), name)

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 import click
 
-from workers.client import DEFAULT_ADDRESS, ClientError
+from ..client import DEFAULT_ADDRESS, ClientError
 
 SPARK_MISSING = "this needs Spark: pip install '.[spark]' (pyspark 4.3, and Java 17 or 21)"
 
@@ -54,8 +54,8 @@ def demo(address: str, events: int, keys: int, workdir: Path) -> None:
     try:
         from rich.console import Console
 
-        from pipeline.demo import run_demo
-        from pipeline.session import SparkUnavailable, local_session
+        from .demo import run_demo
+        from .session import SparkUnavailable, local_session
     except ImportError:
         _fail(SPARK_MISSING)
     try:
@@ -79,7 +79,7 @@ def bench(messages: int, size: int) -> None:
     Starts its own broker on a free loopback port.
     """
     try:
-        from bench.spark import run_spark_benchmark
+        from ..bench.spark import run_spark_benchmark
     except ImportError:
         _fail(SPARK_MISSING)
     run_spark_benchmark(messages=messages, size=size)

@@ -10,9 +10,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from pipeline.options import OptionError, SinkOptions, SourceOptions
-from pipeline.sink import PhpmqBatchWriter, PhpmqStreamWriter, SinkColumns
-from pipeline.source import SOURCE_SCHEMA, PhpmqStreamReader
+from .options import OptionError, SinkOptions, SourceOptions
+from .sink import PhpmqBatchWriter, PhpmqStreamWriter, SinkColumns
+from .source import SOURCE_SCHEMA, PhpmqStreamReader
 
 FORMAT = "phpmq"
 

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F  # noqa: N812 (the usual name for this mo
 from rich.console import Console
 from rich.table import Table
 
-from workers.client import Client
+from ..client import Client
 
 EVENTS_QUEUE = "demo.events"
 COUNTS_QUEUE = "demo.counts"

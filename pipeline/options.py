@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.core import queue_name_problem
-from workers.client import DEFAULT_ADDRESS
+from ..client import DEFAULT_ADDRESS
+from ..protocol import queue_name_problem
 
 #: Rows per micro-batch when `maxRecordsPerBatch` is not given.
 DEFAULT_MAX_RECORDS_PER_BATCH = 1_000

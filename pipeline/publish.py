@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from protocol import Error
-from workers.client import Client, ClientError, Unconfirmed
+from ..client import Client, ClientError, Unconfirmed
+from ..protocol import Error
 
 #: Longest the end-of-task round trip to the broker may take, in seconds.
 BARRIER_TIMEOUT_S = 30.0

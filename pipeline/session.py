@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from pipeline.datasource import register
+from .datasource import register
 
 #: Settings that make a local session quick to start and quiet.
 LOCAL_CONF = {

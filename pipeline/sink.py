@@ -26,8 +26,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegralType, StringType, StructType
 
-from pipeline.options import OptionError, SinkOptions
-from pipeline.publish import Publisher, open_publisher
+from .options import OptionError, SinkOptions
+from .publish import Publisher, open_publisher
 
 #: Task-local properties Spark sets for a streaming write (observed in 4.3, not a public API):
 #: the query id survives restarts from the checkpoint, so with the batch id it names a batch.

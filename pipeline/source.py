@@ -38,9 +38,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.ledger import Held, Ledger
-from pipeline.options import SourceOptions
-from pipeline.subscription import Subscription
+from .ledger import Held, Ledger
+from .options import SourceOptions
+from .subscription import Subscription
 
 #: The rows the source produces, in this order.
 SOURCE_SCHEMA = StructType(

@@ -17,9 +17,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline.ledger import Delivery, Held
-from pipeline.options import SourceOptions
-from workers.client import Client
+from ..client import Client
+from .ledger import Delivery, Held
+from .options import SourceOptions
 
 #: How long taking more messages may poll the socket once the inbox runs dry, in seconds.
 DRAIN_POLL_S = 0.002

@@ -3,19 +3,19 @@
 The wire format and the extension types are specified in docs/protocol.md.
 """
 
-from protocol.constants import (
+from .constants import (
     DEFAULT_MAX_CONTENT_BYTES,
     ErrorCode,
     MessageType,
     PacketType,
 )
-from protocol.errors import (
+from .errors import (
     LocalProtocolError,
     ProtocolError,
     RemoteProtocolError,
     TruncatedError,
 )
-from protocol.messages import (
+from .messages import (
     Ack,
     Admin,
     AdminReply,
@@ -32,10 +32,17 @@ from protocol.messages import (
     Requeue,
     Send,
 )
-from protocol.reader import decode_frame, decode_message
-from protocol.stream import StreamDecoder
-from protocol.table import EXTENSION_TYPES
-from protocol.writer import (
+from .reader import decode_frame, decode_message
+from .rules import (
+    MAX_KEY_BYTES,
+    MAX_QUEUE_NAME_BYTES,
+    clamp_liveness,
+    key_problem,
+    queue_name_problem,
+)
+from .stream import StreamDecoder
+from .table import EXTENSION_TYPES
+from .writer import (
     encode,
     encode_ack,
     encode_all,
@@ -48,6 +55,8 @@ from protocol.writer import (
 __all__ = [
     "DEFAULT_MAX_CONTENT_BYTES",
     "EXTENSION_TYPES",
+    "MAX_KEY_BYTES",
+    "MAX_QUEUE_NAME_BYTES",
     "Ack",
     "Admin",
     "AdminReply",
@@ -71,6 +80,7 @@ __all__ = [
     "Send",
     "StreamDecoder",
     "TruncatedError",
+    "clamp_liveness",
     "decode_frame",
     "decode_message",
     "encode",
@@ -79,5 +89,7 @@ __all__ = [
     "encode_confirm",
     "encode_dispatch",
     "encode_send",
+    "key_problem",
+    "queue_name_problem",
     "queue_packet",
 ]

@@ -7,7 +7,7 @@ encode something illegal: a bug, so it is loud.
 
 from __future__ import annotations
 
-from protocol.constants import ErrorCode
+from .constants import ErrorCode
 
 
 class ProtocolError(Exception):

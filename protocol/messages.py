@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from protocol.constants import MessageType
+from .constants import MessageType
 
 
 class Send(msgspec.Struct, frozen=True, gc=False):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from protocol.constants import (
+from .constants import (
     DEFAULT_MAX_CONTENT_BYTES,
     MESSAGE_HEADER_BYTES,
     MESSAGE_MARKER,
@@ -20,9 +20,9 @@ from protocol.constants import (
     ErrorCode,
     MessageType,
 )
-from protocol.errors import ProtocolError, RemoteProtocolError, TruncatedError
-from protocol.messages import Message
-from protocol.table import DECODE_VALUE, SPECS, TypeSpec
+from .errors import ProtocolError, RemoteProtocolError, TruncatedError
+from .messages import Message
+from .table import DECODE_VALUE, SPECS, TypeSpec
 
 _PacketEntry = tuple[str, Callable[[bytes], Any] | None]
 #: The fast path reads lengths below 10**9 (1 GB): the first 20 of the 29 digits are zeros.

@@ -8,10 +8,10 @@ framing is lost, and every later call raises the same error.
 
 from __future__ import annotations
 
-from protocol.constants import DEFAULT_MAX_CONTENT_BYTES
-from protocol.errors import RemoteProtocolError, TruncatedError
-from protocol.messages import Message
-from protocol.reader import decode_message
+from .constants import DEFAULT_MAX_CONTENT_BYTES
+from .errors import RemoteProtocolError, TruncatedError
+from .messages import Message
+from .reader import decode_message
 
 
 class StreamDecoder:

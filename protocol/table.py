@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from protocol import messages as m
-from protocol.constants import MAX_INTEGER_DIGITS, ErrorCode, MessageType, PacketType
-from protocol.errors import RemoteProtocolError
+from . import messages as m
+from .constants import MAX_INTEGER_DIGITS, ErrorCode, MessageType, PacketType
+from .errors import RemoteProtocolError
 
 P = PacketType
 

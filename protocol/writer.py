@@ -10,10 +10,10 @@ from typing import Any
 
 import msgspec
 
-from protocol.constants import LENGTH_DIGITS, PROTOCOL_VERSION, MessageType, PacketType
-from protocol.errors import LocalProtocolError
-from protocol.messages import Message
-from protocol.table import SPEC_OF_CLASS
+from .constants import LENGTH_DIGITS, PROTOCOL_VERSION, MessageType, PacketType
+from .errors import LocalProtocolError
+from .messages import Message
+from .table import SPEC_OF_CLASS
 
 _json = msgspec.json.Encoder()
 _MAX_LENGTH = 10**LENGTH_DIGITS - 1

@@ -17,7 +17,7 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
-    from protocol import (
+    from phpmq.protocol import (
         Ack,
         Admin,
         Consume,

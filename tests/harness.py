@@ -17,11 +17,11 @@ from pathlib import Path
 
 import zmq
 
-import protocol as p
-from broker.clock import FakeClock
-from broker.config import BrokerConfig
-from broker.core import Core
-from workers.client import Client
+import phpmq.protocol as p
+from phpmq.broker.clock import FakeClock
+from phpmq.broker.config import BrokerConfig
+from phpmq.broker.core import Core
+from phpmq.client import Client
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -95,7 +95,7 @@ class BrokerProcess:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "broker.cli", "broker", "--bind", self.address, *args],
+            [sys.executable, "-m", "phpmq", "broker", "--bind", self.address, *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=REPO,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workers.client import Client, ClientError
+from phpmq.client import Client, ClientError
 
 _print_lock = threading.Lock()
 

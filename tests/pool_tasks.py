@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from workers import ReceivedMessage, Reject, Retry
+from phpmq.workers import ReceivedMessage, Reject, Retry
 
 #: What the leaking handler keeps alive for the life of its worker.
 _leaked: list[bytes] = []
@@ -83,7 +83,7 @@ def die_mid_publish(message: ReceivedMessage) -> None:
     _record(message, "start")
     import gc
 
-    from workers.slot import _SEQ, SEQ, JobSlot
+    from phpmq.workers.slot import _SEQ, SEQ, JobSlot
 
     slot = next(o for o in gc.get_objects() if isinstance(o, JobSlot))
     _SEQ.pack_into(memoryview(slot._memory).cast("B"), 0, slot._record[SEQ] + 1)

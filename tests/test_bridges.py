@@ -19,7 +19,7 @@ import pytest
 import zmq
 
 from harness import REPO, BrokerProcess
-from workers.client import Client
+from phpmq.client import Client
 
 REPORT_SECONDS = "0.2"
 
@@ -56,7 +56,7 @@ class Bridge:
             [
                 sys.executable,
                 "-m",
-                "broker.cli",
+                "phpmq",
                 "bridge",
                 kind,
                 *args,
@@ -557,7 +557,7 @@ def test_stats_json_lists_every_running_bridge(broker: Broker, start_bridge, con
 
     def listed() -> dict:
         result = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "stats", "--json", "--broker", broker.address],
+            [sys.executable, "-m", "phpmq", "stats", "--json", "--broker", broker.address],
             capture_output=True,
             text=True,
             timeout=30,

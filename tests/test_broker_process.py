@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-import protocol as p
+import phpmq.protocol as p
 from harness import BrokerProcess, errors, nothing_received, raw_dealer, recv_messages
-from workers.client import BrokerRefused, Client, ClientError
+from phpmq.client import BrokerRefused, Client, ClientError
 
 #: The stock php-mq client's pre-TTL 001 (reference TV-B).
 STOCK_SEND = (
@@ -217,7 +217,7 @@ def test_second_signal_exits_at_once(tmp_path) -> None:
 
 def test_broker_refuses_to_start_on_a_taken_address(broker: BrokerProcess) -> None:
     second = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "broker", "--bind", broker.address],
+        [sys.executable, "-m", "phpmq", "broker", "--bind", broker.address],
         capture_output=True,
         text=True,
         timeout=30,

@@ -11,7 +11,7 @@ from harness import REPO, BrokerProcess, free_port
 
 def phpmq(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "broker.cli", *args],
+        [sys.executable, "-m", "phpmq", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, load_config
+from phpmq.broker.config import BrokerConfig, ConfigError, load_config
 
 
 def test_defaults_are_safe_for_a_lan() -> None:

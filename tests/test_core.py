@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-import protocol as p
-from broker.core import queue_name_problem
+import phpmq.protocol as p
 from harness import CoreHarness, dispatches, errors
+from phpmq.protocol import queue_name_problem
 
 PRODUCER = b"producer"
 CONSUMER = b"consumer"

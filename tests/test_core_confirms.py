@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import protocol as p
-from broker.clock import FakeClock
-from broker.config import BrokerConfig
-from broker.core import Core
-from broker.durable import KEY, DurableStore
+import phpmq.protocol as p
 from harness import CoreHarness, dispatches, errors
+from phpmq.broker.clock import FakeClock
+from phpmq.broker.config import BrokerConfig
+from phpmq.broker.core import Core
+from phpmq.broker.durable import KEY, DurableStore
 
 PRODUCER = b"producer"
 CONSUMER = b"consumer"

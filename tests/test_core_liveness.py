@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import protocol as p
-from broker.config import QueueSettings
+import phpmq.protocol as p
 from harness import CoreHarness, dispatches, errors
+from phpmq.broker.config import QueueSettings
 
 PRODUCER = b"producer"
 CONSUMER = b"consumer"

@@ -35,10 +35,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import protocol as p
-from broker.config import QueueSettings
-from broker.store import GONE, IN_FLIGHT, NS_PER_SECOND, READY
+import phpmq.protocol as p
 from harness import CoreHarness, dispatches
+from phpmq.broker.config import QueueSettings
+from phpmq.broker.store import GONE, IN_FLIGHT, NS_PER_SECOND, READY
 
 NS_PER_MS = 1_000_000
 #: Consumers that speak the extensions (HELLO first), and one stock PHPMQ consumer that never

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness import BrokerProcess, free_port
-from workers.client import RECONNECTED, REJOINED, Client, ClientError, Unconfirmed
+from phpmq.client import RECONNECTED, REJOINED, Client, ClientError, Unconfirmed
 
 QUEUE = "crash"
 CYCLES = 20

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import protocol as p
-from broker.clock import FakeClock
-from broker.config import BrokerConfig
-from broker.core import Core
-from broker.durable import DurableStore, StorageError
+import phpmq.protocol as p
 from harness import BrokerProcess, dispatches, free_port
+from phpmq.broker.clock import FakeClock
+from phpmq.broker.config import BrokerConfig
+from phpmq.broker.core import Core
+from phpmq.broker.durable import DurableStore, StorageError
 
 
 def kill(broker: BrokerProcess) -> None:
@@ -99,7 +99,7 @@ class BrokenStore(DurableStore):
 
 
 def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) -> None:
-    from broker.shell import BrokerServer
+    from phpmq.broker.shell import BrokerServer
 
     server = BrokerServer(
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
@@ -139,7 +139,7 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
 def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
     tmp_path: Path,
 ) -> None:
-    from broker.shell import BrokerServer
+    from phpmq.broker.shell import BrokerServer
 
     server = BrokerServer(
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))

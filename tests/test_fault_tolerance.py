@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-import protocol as p
+import phpmq.protocol as p
 from harness import (
     REPO,
     BrokerProcess,
@@ -31,7 +31,7 @@ from harness import (
     raw_dealer,
     recv_messages,
 )
-from workers.client import Client, ReceivedMessage
+from phpmq.client import Client, ReceivedMessage
 
 PEER_SCRIPT = Path(__file__).resolve().parent / "peer_process.py"
 #: The liveness settings the tests' clients agree on with the broker.

@@ -36,12 +36,12 @@ try:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from pipeline.datasource import PhpmqDataSource
-    from pipeline.demo import run_demo
-    from pipeline.options import OptionError, SourceOptions
-    from pipeline.session import SparkUnavailable, local_session
-    from pipeline.source import SOURCE_SCHEMA, PhpmqStreamReader
-    from pipeline.subscription import SourceError
+    from phpmq.pipeline.datasource import PhpmqDataSource
+    from phpmq.pipeline.demo import run_demo
+    from phpmq.pipeline.options import OptionError, SourceOptions
+    from phpmq.pipeline.session import SparkUnavailable, local_session
+    from phpmq.pipeline.source import SOURCE_SCHEMA, PhpmqStreamReader
+    from phpmq.pipeline.subscription import SourceError
 except ModuleNotFoundError as missing:
     if (missing.name or "").split(".")[0] not in SPARK_EXTRA:
         raise  # a bug in pipeline/, not a missing optional dependency
@@ -58,7 +58,7 @@ FAST_LIVENESS = {"heartbeatMs": "200", "liveness": "3"}
 #: Parquet with foreachBatch, says when batch 1 is written, and then hangs in it until killed.
 CRASHING_DRIVER = """
 import sys, threading
-from pipeline.session import local_session
+from phpmq.pipeline.session import local_session
 broker, queue, output, checkpoint = sys.argv[1:]
 spark = local_session("crashing-driver")
 def write(frame, batch_id):
@@ -491,7 +491,7 @@ def test_demo_pipeline_counts_events_per_key_and_minute(
 def test_cli_offers_the_demo_without_loading_spark() -> None:
     from click.testing import CliRunner
 
-    from pipeline.cli import pipeline
+    from phpmq.pipeline.cli import pipeline
 
     result = CliRunner().invoke(pipeline, ["demo", "--help"])
     assert result.exit_code == 0 and "count them per key and minute" in result.output

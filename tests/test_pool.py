@@ -91,7 +91,7 @@ class PoolProcess:
             [
                 sys.executable,
                 "-m",
-                "broker.cli",
+                "phpmq",
                 "workers",
                 f"pool_tasks:{handler}",
                 "--broker",
@@ -596,7 +596,7 @@ def test_a_malformed_broker_address_fails_with_one_clear_line(
 )
 def test_a_bad_handler_path_fails_with_one_clear_line(handler: str, says: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "workers", handler, "-q", "jobs"],
+        [sys.executable, "-m", "phpmq", "workers", handler, "-q", "jobs"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])},
         capture_output=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import (
+from phpmq.protocol import (
     DEFAULT_MAX_CONTENT_BYTES,
     Ack,
     Consume,

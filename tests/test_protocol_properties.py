@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import (
+from phpmq.protocol import (
     Ack,
     Admin,
     AdminReply,

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from protocol import (
+from phpmq.protocol import (
     Ack,
     Consume,
     DeadLetter,
@@ -34,7 +34,7 @@ from protocol import (
     encode_send,
     queue_packet,
 )
-from protocol.writer import message_header, packet
+from phpmq.protocol.writer import message_header, packet
 
 MESSAGE_ID = "d7e7f68761d34838494b233148b5486c"
 #: Stand-in for the PHP tests' `bin2hex(random_bytes(256))`; seeded so a failure reproduces.

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import protocol.stream
-from protocol import (
+import phpmq.protocol.stream as protocol_stream
+from phpmq.protocol import (
     Ack,
     Consume,
     Dispatch,
@@ -271,7 +271,7 @@ def test_draining_decodes_from_one_snapshot(monkeypatch: pytest.MonkeyPatch) -> 
     # distinct buffers handed to decode_message while draining one received chunk.
     calls = []
     first: list[bytes] = []
-    real = protocol.stream.decode_message
+    real = protocol_stream.decode_message
 
     def spy(data: bytes, pos: int = 0, *args: int) -> tuple[Message, int]:
         if not first:
@@ -279,7 +279,7 @@ def test_draining_decodes_from_one_snapshot(monkeypatch: pytest.MonkeyPatch) -> 
         calls.append((data is first[0], pos))
         return real(data, pos, *args)
 
-    monkeypatch.setattr(protocol.stream, "decode_message", spy)
+    monkeypatch.setattr(protocol_stream, "decode_message", spy)
     wire = encode(Ack("q", "i"))
     decoder = StreamDecoder()
     decoder.receive_data(wire * MANY)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-import protocol as p
+import phpmq.protocol as p
 from harness import REPO, BrokerProcess, free_port
-from workers.client import Client
+from phpmq.client import Client
 
 # ----------------------------------------------------------------- the stock client's bytes
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import msgspec
 
-from workers.client import Client, ClientError, ReceivedMessage
-from workers.outcome import Reject, Retry
-from workers.slot import JobSlot
+from ..client import Client, ClientError, ReceivedMessage
+from .outcome import Reject, Retry
+from .slot import JobSlot
 
 log = logging.getLogger("phpmq.worker")
 
@@ -256,7 +256,7 @@ def child_main(
     log_json: bool,
 ) -> None:
     """Entry point of a worker process (multiprocessing, spawn)."""
-    from workers.logs import configure_logging
+    from .logs import configure_logging
 
     configure_logging(log_json, f"{spec.pool}/{spec.index}")
     _die_with_parent()

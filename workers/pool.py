@@ -25,8 +25,8 @@ from multiprocessing.process import BaseProcess
 
 import msgspec
 
-from workers.child import ChildSpec, child_main
-from workers.slot import ACKED, DEAD, DEADLINE, DELIVERIES, MESSAGE_ID, RETRIED, STARTED, JobSlot
+from .child import ChildSpec, child_main
+from .slot import ACKED, DEAD, DEADLINE, DELIVERIES, MESSAGE_ID, RETRIED, STARTED, JobSlot
 
 log = logging.getLogger("phpmq.pool")
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import zmq
 
-from protocol import (
+from ..protocol import (
     DEFAULT_MAX_CONTENT_BYTES,
     Admin,
     AdminReply,

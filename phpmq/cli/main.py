@@ -14,8 +14,8 @@ from typing import Any
 import click
 import msgspec
 
-from broker.config import ConfigError, load_config
-from workers.client import DEFAULT_ADDRESS, Client, ClientError
+from ..broker.config import ConfigError, load_config
+from ..client import DEFAULT_ADDRESS, Client, ClientError
 
 broker_option = click.option(
     "--broker",
@@ -106,7 +106,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
     variables (e.g. PHPMQ_BIND) and these flags. On the first signal the broker stops taking
     sends, waits --grace-seconds for acks, and exits; a second signal exits at once.
     """
-    from broker.shell import BrokerError, BrokerServer
+    from ..broker.shell import BrokerError, BrokerServer
 
     try:
         config = load_config(config_path, flags)
@@ -280,7 +280,7 @@ def stats(address: str, as_json: bool) -> None:
 
 
 def _admin(client: Client, command: str, **options: Any) -> dict[str, Any]:
-    from workers.client import BrokerRefused
+    from ..client import BrokerRefused
 
     try:
         return client.admin(command, **options)
@@ -387,7 +387,7 @@ def _bridge_options(function: Callable[..., Any]) -> Callable[..., Any]:
 def _run_bridge(make: Callable[[], Any]) -> None:
     import zmq
 
-    from workers.logs import configure_logging
+    from ..workers.logs import configure_logging
 
     configure_logging(False, "bridge")
     try:
@@ -420,7 +420,7 @@ def bridge_pull_in(
     When the broker does not take messages, the bridge stops reading, so the PUSH side
     blocks at its high-water mark: backpressure, never a drop.
     """
-    from bridges.inbound import PullIn
+    from ..bridges.inbound import PullIn
 
     _run_bridge(
         lambda: PullIn(broker, address, bind, queue, name or "pull-in", report_seconds, hwm)
@@ -450,7 +450,7 @@ def bridge_sub_in(
     """SUB to a PUB at ADDRESS; each message is queued, so a lossy stream becomes durable
     from the moment the bridge reads it. Parts: [topic, content], or one part that starts
     with its topic (then the whole part is the content)."""
-    from bridges.inbound import SubIn
+    from ..bridges.inbound import SubIn
 
     mapping = {}
     for entry in topics:
@@ -483,7 +483,7 @@ def bridge_push_out(
     A message is acked once ZeroMQ accepted the send: past the bridge, delivery is at most
     once (a worker that dies with messages in its buffer loses them).
     """
-    from bridges.outbound import PushOut
+    from ..bridges.outbound import PushOut
 
     _run_bridge(
         lambda: PushOut(
@@ -511,7 +511,7 @@ def bridge_pub_out(
 ) -> None:
     """Consume QUEUE and PUB each message as [topic, content] on ADDRESS (acked once
     published; PUB drops for slow or absent subscribers)."""
-    from bridges.outbound import PubOut
+    from ..bridges.outbound import PubOut
 
     _run_bridge(
         lambda: PubOut(
@@ -553,7 +553,7 @@ def bridge_req_out(
 ) -> None:
     """Consume QUEUE and send each message over REQ to REP/ROUTER workers at ADDRESS
     (lazy pirate): acked on reply, requeued after the last timeout. At least once."""
-    from bridges.outbound import ReqOut
+    from ..bridges.outbound import ReqOut
 
     if bind:
         _fail("req-out connects to its workers; --bind is not supported")
@@ -679,10 +679,10 @@ def workers(
     workers.Reject dead-letters it at once. Async handlers are awaited. SIGTERM/SIGINT stop
     gracefully (a second signal kills), SIGHUP reloads the handler code worker by worker.
     """
-    from workers.child import ChildSpec, load_handler
-    from workers.client import check_address
-    from workers.logs import configure_logging
-    from workers.pool import Pool, PoolSpec
+    from ..client import check_address
+    from ..workers.child import ChildSpec, load_handler
+    from ..workers.logs import configure_logging
+    from ..workers.pool import Pool, PoolSpec
 
     configure_logging(log_json, "supervisor")
     try:
@@ -746,26 +746,26 @@ def bench(messages: int, size: int, window: int, codec: bool, durable: bool, poo
     Starts its own broker, producer and consumer processes on free loopback ports, and prints
     msgs/s, p50/p99 latency and the ratio to the relay ceiling measured in the same run.
     """
-    from bench.pipe import run_pipe_benchmark
+    from ..bench.pipe import run_pipe_benchmark
 
     if codec:
-        from bench.codec import run_codec_benchmark
+        from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
     run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
-        from bench.pipe import run_durable_pipe
+        from ..bench.pipe import run_durable_pipe
 
         run_durable_pipe(messages=messages, size=size, window=window)
     if pool:
-        from bench.pool import run_pool_benchmark
+        from ..bench.pool import run_pool_benchmark
 
         run_pool_benchmark()
 
 
 def _add_pipeline() -> None:
     # pipeline.cli imports click and the client only: pyspark loads when a command runs.
-    from pipeline.cli import pipeline
+    from ..pipeline.cli import pipeline
 
     main.add_command(pipeline)
 

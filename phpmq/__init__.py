@@ -1,0 +1,60 @@
+"""phpmq-zmq: a PHPMQ message broker on ZeroMQ for LAN deployments.
+
+The names users touch, importable from here:
+
+    from phpmq import Client, Retry, Reject
+
+Parts: `phpmq.protocol` (the sans-IO codec), `phpmq.broker` (the broker), `phpmq.client`
+(the Python client), `phpmq.workers` (the worker pool), `phpmq.bridges`, `phpmq.pipeline`
+(Spark), `phpmq.bench`. The names below load their module on first use, so that importing
+`phpmq.protocol` does not also load ZeroMQ.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .client import (
+        BrokerRefused,
+        Client,
+        ClientError,
+        PartialSend,
+        ReceivedMessage,
+        Unconfirmed,
+    )
+    from .workers.outcome import Reject, Retry
+
+#: Public name -> the module that defines it.
+_LAZY = {
+    "BrokerRefused": ".client",
+    "Client": ".client",
+    "ClientError": ".client",
+    "PartialSend": ".client",
+    "ReceivedMessage": ".client",
+    "Unconfirmed": ".client",
+    "Reject": ".workers.outcome",
+    "Retry": ".workers.outcome",
+}
+
+__all__ = [
+    "BrokerRefused",
+    "Client",
+    "ClientError",
+    "PartialSend",
+    "ReceivedMessage",
+    "Reject",
+    "Retry",
+    "Unconfirmed",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'phpmq' has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
