@@ -1,6 +1,6 @@
-"""The phpmq-zmq broker: a pure core (queues, windows, TTL, redelivery) and a ZeroMQ shell."""
+"""The phpmq-zmq broker: a pure core split into parts with one job each, a server loop and its
+transports (docs/architecture.md).
 
-from .config import BrokerConfig, ConfigError, load_config
-from .core import Core
-
-__all__ = ["BrokerConfig", "ConfigError", "Core", "load_config"]
+Importing this package loads nothing but this docstring: `phpmq.broker.server` is the
+broker process, `phpmq.broker.core` the core, `phpmq.broker.config` its settings.
+"""

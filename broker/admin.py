@@ -1,14 +1,25 @@
 """Operator commands carried by the ADMIN extension message (what `phpmq stats` and
-`phpmq dlq` send). Each takes the core and the command's JSON options, returns a JSON-able
-dict, and raises ValueError for a bad command (the core turns that into a 422 ERROR)."""
+`phpmq dlq` send). Each takes the command's JSON options, returns a JSON-able dict, and
+raises ValueError for a bad command (answered as a 422 inside the ADMIN_REPLY).
+
+`stats` only reads: it builds its answer from the parts on demand, so the hot path keeps no
+statistics of its own beyond plain counters. The dead-letter commands act through the part
+that owns dead letters.
+"""
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
-if TYPE_CHECKING:
-    from .core import Core, Peer
+from ..protocol import AdminReply, ErrorCode
+from .context import Context
+from .deadletters import DeadLetters
+from .intake import Intake
+from .model import Peer, Queue
+from .peers import Peers
+from .queues import Queues
 
 DEFAULT_LIST_LIMIT = 100
 MAX_REPORT_KEYS = 50
@@ -16,15 +27,136 @@ MAX_REPORT_KEYS = 50
 ENTRY_OVERHEAD_BYTES = 200
 
 
-def run_admin(core: Core, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
-    command = options.get("command")
-    if command == "report":
-        return _report(peer, options)
-    handler = COMMANDS.get(command) if isinstance(command, str) else None
-    if handler is None:
-        known = ", ".join([*COMMANDS, "report"])
-        raise ValueError(f"unknown admin command {command!r}; known: {known}")
-    return handler(core, options)
+class Admin:
+    def __init__(
+        self,
+        ctx: Context,
+        queues: Queues,
+        peers: Peers,
+        dead_letters: DeadLetters,
+        intake: Intake,
+    ) -> None:
+        self._ctx = ctx
+        self._queues = queues
+        self._peers = peers
+        self._dead = dead_letters
+        self._intake = intake
+        #: The durable store's `stats()`, for the stats command (None in memory mode).
+        self.storage_stats: Callable[[], dict[str, Any]] | None = None
+        self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "stats": self._stats,
+            "dlq-list": self._dlq_list,
+            "dlq-replay": self._dlq_replay,
+            "dlq-purge": self._dlq_purge,
+        }
+
+    def on_admin(self, peer: Peer, message: Any) -> None:
+        """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""
+        ctx = self._ctx
+        try:
+            result = self.run(message.options, peer)
+        except ValueError as exc:
+            ctx.counters.errors += 1
+            result = {"error": {"code": int(ErrorCode.INVALID_VALUE), "reason": str(exc)}}
+        ctx.reply(peer, AdminReply(result))
+
+    def run(self, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
+        command = options.get("command")
+        if command == "report":
+            return _report(peer, options)
+        handler = self._commands.get(command) if isinstance(command, str) else None
+        if handler is None:
+            known = ", ".join([*self._commands, "report"])
+            raise ValueError(f"unknown admin command {command!r}; known: {known}")
+        return handler(options)
+
+    def _stats(self, options: dict[str, Any]) -> dict[str, Any]:
+        ctx = self._ctx
+        queues = {
+            name: {
+                "ready": queue.ready_count,
+                "in_flight": queue.in_flight,
+                "delayed": queue.delayed,
+                "consumers": len(queue.windows),
+                "dead_letters": len(queue.dead),
+                "settings": {
+                    "max_deliveries": queue.max_deliveries,
+                    "max_length": queue.max_length,
+                    "overflow": queue.overflow,
+                },
+            }
+            for name, queue in sorted(self._queues.by_name.items())
+        }
+        peers = self._peers.by_id
+        keys = self._intake.keys
+        return {
+            "queues": queues,
+            "pools": _pools(peers.values()),
+            "bridges": {
+                peer.name or peer.id.hex(): peer.report
+                for peer in peers.values()
+                if peer.report is not None
+            },
+            "peers": len(peers),
+            "counters": ctx.counters.as_dict(),
+            "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
+            "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
+            "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
+            "draining": ctx.draining,
+        }
+
+    def _dead_queue(self, options: dict[str, Any]) -> Queue:
+        name = options.get("queue")
+        if not isinstance(name, str):
+            raise ValueError("this command needs a 'queue' string")
+        queue = self._queues.get(name)
+        if queue is None:
+            raise ValueError(f"no queue named {name!r}")
+        return queue
+
+    def _dlq_list(self, options: dict[str, Any]) -> dict[str, Any]:
+        queue = self._dead_queue(options)
+        limit = options.get("limit", DEFAULT_LIST_LIMIT)
+        if type(limit) is not int or limit < 0:
+            raise ValueError("'limit' must be a non-negative integer")
+        # The reply is one packet: keep it under the broker's own packet limit (JSON carries
+        # the content as base64, 4/3 of its size), and say when the list was cut for that.
+        budget = self._ctx.config.max_content_bytes // 2
+        entries = []
+        for entry in itertools.islice(queue.dead, limit):
+            budget -= len(entry.content) * 4 // 3 + len(entry.reason) + ENTRY_OVERHEAD_BYTES
+            if budget < 0:
+                break
+            entries.append(
+                {
+                    "id": entry.id,
+                    "reason": entry.reason,
+                    "deliveries": entry.deliveries,
+                    "dead_at": entry.dead_at,
+                    "content": entry.content,
+                }
+            )
+        return {
+            "queue": queue.name,
+            "total": len(queue.dead),
+            "dropped": queue.dead_dropped,
+            "truncated": budget < 0,
+            "entries": entries,
+        }
+
+    def _dlq_replay(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Put dead letters back at the tail of their queue, same ID, no TTL."""
+        queue = self._dead_queue(options)
+        wanted = options.get("ids")
+        if wanted is not None and not (
+            isinstance(wanted, list) and all(isinstance(i, str) for i in wanted)
+        ):
+            raise ValueError("'ids' must be a list of message IDs")
+        return {"queue": queue.name, "replayed": self._dead.replay(queue, wanted)}
+
+    def _dlq_purge(self, options: dict[str, Any]) -> dict[str, Any]:
+        queue = self._dead_queue(options)
+        return {"queue": queue.name, "purged": self._dead.purge(queue)}
 
 
 def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:
@@ -36,44 +168,11 @@ def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:
     return {"reported": len(counters)}
 
 
-def _stats(core: Core, options: dict[str, Any]) -> dict[str, Any]:
-    queues = {
-        name: {
-            "ready": queue.ready_count,
-            "in_flight": queue.in_flight,
-            "delayed": queue.delayed,
-            "consumers": len(queue.windows),
-            "dead_letters": len(queue.dead),
-            "settings": {
-                "max_deliveries": queue.max_deliveries,
-                "max_length": queue.max_length,
-                "overflow": queue.overflow,
-            },
-        }
-        for name, queue in sorted(core.queues.items())
-    }
-    return {
-        "queues": queues,
-        "pools": _pools(core),
-        "bridges": {
-            peer.name or peer.id.hex(): peer.report
-            for peer in core.peers.values()
-            if peer.report is not None
-        },
-        "peers": len(core.peers),
-        "counters": dict(core.counters),
-        "uptime_seconds": round((core.now - core.started_ns) / 1e9, 3),
-        "storage": core.storage_stats() if core.storage_stats else {"mode": "memory"},
-        "keys": {"remembered": len(core.keys), "keys_evicted": core.keys.evicted},
-        "draining": core.draining,
-    }
-
-
-def _pools(core: Core) -> dict[str, Any]:
+def _pools(peers: Iterable[Peer]) -> dict[str, Any]:
     """Worker pools as their workers' HELLOs name them (`POOL/INDEX`, role `worker`): per
     queue, how many workers consume it and how many hold a message (busy)."""
     pools: dict[str, Any] = {}
-    for peer in core.peers.values():
+    for peer in peers:
         if peer.role != "worker":
             continue
         pool_name = peer.name.rpartition("/")[0] or peer.name
@@ -85,79 +184,3 @@ def _pools(core: Core) -> dict[str, Any]:
             entry["held"] += len(window.held)
             entry["busy"] += bool(window.held)
     return dict(sorted(pools.items()))
-
-
-def _dead_queue(core: Core, options: dict[str, Any]):
-    name = options.get("queue")
-    if not isinstance(name, str):
-        raise ValueError("this command needs a 'queue' string")
-    queue = core.queues.get(name)
-    if queue is None:
-        raise ValueError(f"no queue named {name!r}")
-    return queue
-
-
-def _dlq_list(core: Core, options: dict[str, Any]) -> dict[str, Any]:
-    queue = _dead_queue(core, options)
-    limit = options.get("limit", DEFAULT_LIST_LIMIT)
-    if type(limit) is not int or limit < 0:
-        raise ValueError("'limit' must be a non-negative integer")
-    # The reply is one packet: keep it under the broker's own packet limit (JSON carries the
-    # content as base64, 4/3 of its size), and say when the list was cut for that reason.
-    budget = core.config.max_content_bytes // 2
-    entries = []
-    for entry in itertools.islice(queue.dead, limit):
-        budget -= len(entry.content) * 4 // 3 + len(entry.reason) + ENTRY_OVERHEAD_BYTES
-        if budget < 0:
-            break
-        entries.append(
-            {
-                "id": entry.id,
-                "reason": entry.reason,
-                "deliveries": entry.deliveries,
-                "dead_at": entry.dead_at,
-                "content": entry.content,
-            }
-        )
-    return {
-        "queue": queue.name,
-        "total": len(queue.dead),
-        "dropped": queue.dead_dropped,
-        "truncated": budget < 0,
-        "entries": entries,
-    }
-
-
-def _dlq_replay(core: Core, options: dict[str, Any]) -> dict[str, Any]:
-    """Put dead letters back at the tail of their queue, same ID, no TTL."""
-    queue = _dead_queue(core, options)
-    wanted = options.get("ids")
-    if wanted is not None and not (
-        isinstance(wanted, list) and all(isinstance(i, str) for i in wanted)
-    ):
-        raise ValueError("'ids' must be a list of message IDs")
-    keep = []
-    replayed = 0
-    for entry in queue.dead:
-        if wanted is None or entry.id in wanted:
-            core.replay_dead(queue, entry)
-            replayed += 1
-        else:
-            keep.append(entry)
-    queue.dead.clear()
-    queue.dead.extend(keep)
-    core.mark_dirty(queue)
-    return {"queue": queue.name, "replayed": replayed}
-
-
-def _dlq_purge(core: Core, options: dict[str, Any]) -> dict[str, Any]:
-    queue = _dead_queue(core, options)
-    return {"queue": queue.name, "purged": core.purge_dead(queue)}
-
-
-COMMANDS = {
-    "stats": _stats,
-    "dlq-list": _dlq_list,
-    "dlq-replay": _dlq_replay,
-    "dlq-purge": _dlq_purge,
-}

@@ -1,11 +1,5 @@
-"""Durability: the core's journal of changes, written to SQLite in WAL mode, one transaction
-and one fsync per loop turn (group commit), and read back at start.
-
-The core appends an operation for every change of a message's fate (sent, dispatched, acked,
-returned, dead-lettered) to its journal; the shell hands the turn's journal to `commit`. A
-message's place in its queue is its `seq`: the tail grows upwards, returns to the head take
-numbers below the smallest, so reading by `seq` rebuilds every queue in order. TTLs are kept
-as wall-clock deadlines, since monotonic time does not survive a restart.
+"""The durable store: the core's journal (broker/journal.py) written to SQLite in WAL mode,
+one transaction and one fsync per loop turn (group commit), and read back at start.
 """
 
 from __future__ import annotations
@@ -18,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
+
+from .journal import BACK, DEAD, DROP, FLY, KEY, PURGE, PUT, UNDEAD, UNKEY
 
 log = logging.getLogger("phpmq.broker")
 
@@ -54,17 +50,6 @@ CREATE TABLE IF NOT EXISTS keys (
 );
 CREATE INDEX IF NOT EXISTS keys_by_expiry ON keys (expires_wall);
 """
-
-# Journal operations (tuples; the first item names the operation).
-PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries
-FLY = "fly"  # id: dispatched
-BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
-DROP = "drop"  # id: acked
-DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers
-UNDEAD = "undead"  # queue, id: replayed out of the dead-letter store
-PURGE = "purge"  # queue: dead letters deleted
-KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (broker/dedup.py)
-UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 
 _STATEMENTS = {
     PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0)",

@@ -21,6 +21,7 @@ import phpmq.protocol as p
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
+from phpmq.broker.journal import Journal
 from phpmq.client import Client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,9 +31,13 @@ class CoreHarness:
     """A Core with a FakeClock; `frame()` runs one loop turn and returns what it sent,
     decoded, per peer."""
 
-    def __init__(self, ttl_form_default: bool = True, **config: object) -> None:
+    def __init__(
+        self, ttl_form_default: bool = True, durable: bool = False, **config: object
+    ) -> None:
         self.clock = FakeClock()
-        self.core = Core(BrokerConfig(**config), self.clock, ttl_form_default=ttl_form_default)
+        config.setdefault("dialect", "ttl" if ttl_form_default else "pre-ttl")
+        journal = Journal() if durable else None
+        self.core = Core(BrokerConfig(**config), self.clock, journal=journal)
 
     def turn(self, *inputs: tuple[bytes, bytes | p.Message | list[p.Message]]) -> dict[bytes, list]:
         """Feed (peer, frame-or-messages) pairs in one turn; return decoded output per peer."""
@@ -40,7 +45,7 @@ class CoreHarness:
         for peer, data in inputs:
             self.core.handle_frame(peer, _as_frame(data))
         out: dict[bytes, list] = {}
-        for peer, frame in self.core.end_turn():
+        for peer, frame in self.core.end_turn().frames:
             messages, error = p.decode_frame(frame)
             assert error is None, f"the core sent an undecodable frame: {error}"
             out.setdefault(peer, []).extend(messages)

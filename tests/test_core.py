@@ -66,7 +66,7 @@ def test_expired_message_is_never_dispatched_wherever_it_sits(core: CoreHarness)
     assert [d.content for d in got] == [b"first", b"last"]
     [entry] = core.core.queues["jobs"].dead
     assert (entry.content, entry.reason) == (b"short", "expired")
-    assert core.core.counters["expired"] == 1
+    assert core.core.counters.expired == 1
 
 
 def test_message_expiring_at_dispatch_time_goes_to_dead_letters(core: CoreHarness) -> None:
@@ -75,7 +75,7 @@ def test_message_expiring_at_dispatch_time_goes_to_dead_letters(core: CoreHarnes
     # Same turn: consume arrives after expiry but before the sweep.
     core.core.begin_turn()
     core.core.handle_frame(CONSUMER, p.encode(p.Consume("jobs", 5)))
-    out = core.core.end_turn()
+    out = core.core.end_turn().frames
     [(_, frame)] = out
     messages, _ = p.decode_frame(frame)
     assert [d.content for d in dispatches(messages)] == [b"b"]
@@ -89,7 +89,7 @@ def test_window_limits_unacked_messages_and_each_ack_frees_a_slot(core: CoreHarn
     assert core.stats("jobs") == {"ready": 3, "in_flight": 2, "dead": 0}
     nxt = dispatches(core.send(CONSUMER, p.Ack("jobs", first[0].message_id)))
     assert [d.content for d in nxt] == [b"2"]
-    assert core.core.counters["acked"] == 1
+    assert core.core.counters.acked == 1
 
 
 def test_consume_count_zero_stops_dispatch_but_held_messages_can_be_acked(
@@ -159,7 +159,7 @@ def test_stock_peer_gets_no_error_reply_but_the_refusal_is_counted_and_logged(
 ) -> None:
     unknown = "d7e7f68761d34838494b233148b5486c"
     assert core.send(OTHER, p.Ack("jobs", unknown)) == []
-    assert core.core.counters["errors"] == 1
+    assert core.core.counters.errors == 1
     assert unknown in caplog.text
 
 
@@ -170,7 +170,7 @@ def test_double_ack_is_refused_the_second_time(core: CoreHarness) -> None:
     assert errors(core.send(CONSUMER, ack)) == []
     [error] = errors(core.send(CONSUMER, ack))
     assert error.code == p.ErrorCode.UNKNOWN_MESSAGE
-    assert core.core.counters["acked"] == 1
+    assert core.core.counters.acked == 1
 
 
 def test_requeue_appends_the_same_id_at_the_tail_with_a_new_ttl(core: CoreHarness) -> None:
@@ -181,7 +181,7 @@ def test_requeue_appends_the_same_id_at_the_tail_with_a_new_ttl(core: CoreHarnes
     [again] = dispatches(core.send(CONSUMER, p.Ack("jobs", second.message_id)))
     assert (again.message_id, again.content, again.ttl) == (first.message_id, b"a", 60)
     assert (first.delivery_count, again.delivery_count) == (1, 2)
-    assert core.core.counters["requeued"] == 1
+    assert core.core.counters.requeued == 1
 
 
 def test_requeued_message_expires_by_its_new_ttl(core: CoreHarness) -> None:
@@ -229,7 +229,7 @@ def test_a_departing_consumers_messages_return_to_the_head_in_order(core: CoreHa
     held = dispatches(core.send(CONSUMER, HELLO, p.Consume("jobs", 3)))
     assert [d.content for d in held] == [b"0", b"1", b"2"]
     core.send(CONSUMER, p.Kbai())
-    assert core.core.counters["redelivered"] == 3
+    assert core.core.counters.redelivered == 3
     got = dispatches(core.send(OTHER, HELLO, p.Consume("jobs", 10)))
     assert [d.content for d in got] == [b"0", b"1", b"2", b"3", b"4"]
     assert [d.delivery_count for d in got] == [2, 2, 2, 1, 1]
@@ -292,7 +292,7 @@ def test_pre_ttl_endpoint_dispatches_the_stock_3_packet_form() -> None:
     core.send(PRODUCER, p.Send("jobs", b"a", 30))
     core.core.begin_turn()
     core.core.handle_frame(CONSUMER, p.encode(p.Consume("jobs", 1)))
-    [(_, frame)] = core.core.end_turn()
+    [(_, frame)] = core.core.end_turn().frames
     assert frame.startswith(b"H0100303")
     [dispatch] = p.decode_frame(frame)[0]
     assert dispatch.ttl is None

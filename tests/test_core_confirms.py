@@ -14,7 +14,8 @@ from harness import CoreHarness, dispatches, errors
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
-from phpmq.broker.durable import KEY, DurableStore
+from phpmq.broker.durable import DurableStore
+from phpmq.broker.journal import KEY, Journal
 
 PRODUCER = b"producer"
 CONSUMER = b"consumer"
@@ -40,7 +41,7 @@ def test_confirms_come_in_send_order_in_one_frame() -> None:
     core = CoreHarness()
     core.core.begin_turn()
     core.core.handle_frame(PRODUCER, p.encode_all([tagged(n) for n in range(50)]))
-    [(peer, frame)] = core.core.end_turn()
+    [(peer, frame)] = core.core.end_turn().frames
     messages, error = p.decode_frame(frame)
     assert peer == PRODUCER and error is None
     assert [m.tag for m in messages] == list(range(50))
@@ -62,7 +63,7 @@ def test_hello_with_confirm_answers_every_send_even_untagged() -> None:
 def test_an_untagged_send_from_a_peer_that_did_not_opt_in_gets_no_confirm() -> None:
     core = CoreHarness()
     assert core.send(PRODUCER, p.Send("jobs", b"a", 0), p.Send("jobs", b"b")) == []
-    assert core.core.counters["confirmed"] == 0
+    assert core.core.counters.confirmed == 0
 
 
 @pytest.mark.parametrize(
@@ -101,7 +102,7 @@ def test_a_repeated_key_is_confirmed_with_the_first_id_and_queued_once() -> None
     [elsewhere] = core.send(PRODUCER, tagged(3, queue="other", key="order-17"))
     assert elsewhere.message_id != first.message_id  # keys are per queue
     assert core.stats("jobs")["ready"] == 1
-    assert core.core.counters["deduplicated"] == 1
+    assert core.core.counters.deduplicated == 1
     got = dispatches(core.send(CONSUMER, p.Consume("jobs", 10)))
     assert [d.content for d in got] == [b"first"]
 
@@ -137,7 +138,7 @@ def test_a_key_is_forgotten_after_the_window() -> None:
 def test_a_zero_window_keeps_no_keys() -> None:
     core = CoreHarness(dedup_window_seconds=0)
     out = core.send(PRODUCER, tagged(1, key="k"), tagged(2, key="k"))
-    assert out[0].message_id != out[1].message_id and len(core.core.keys) == 0
+    assert out[0].message_id != out[1].message_id and len(core.core.intake.keys) == 0
 
 
 def test_the_oldest_keys_go_first_when_the_window_is_full() -> None:
@@ -146,12 +147,11 @@ def test_the_oldest_keys_go_first_when_the_window_is_full() -> None:
     again = core.send(PRODUCER, tagged(10, key="k0"), tagged(11, key="k3"))
     assert again[0].message_id not in ids  # k0 was evicted: queued anew
     assert again[1].message_id == ids[3]
-    assert core.core.keys.evicted == 2  # k0, then k1 to make room for k0's new entry
+    assert core.core.intake.keys.evicted == 2  # k0, then k1 to make room for k0's new entry
 
 
 def test_durable_mode_holds_confirms_until_the_commit() -> None:
-    core = CoreHarness()
-    core.core.journal = []
+    core = CoreHarness(durable=True)
     out = core.send(PRODUCER, tagged(1, key="k"), tagged(2, queue="bad name"))
     [error] = out  # refusals go out with the turn; the confirm waits for the fsync
     assert error.tag == 2
@@ -163,18 +163,16 @@ def test_durable_mode_holds_confirms_until_the_commit() -> None:
 
 def test_keys_survive_a_restart_through_the_store(tmp_path: Path) -> None:
     clock = FakeClock()
-    core = Core(BrokerConfig(dedup_window_seconds=60), clock)
-    core.journal = []
+    core = Core(BrokerConfig(dedup_window_seconds=60), clock, journal=Journal())
     store = DurableStore(tmp_path)
     core.begin_turn()
     core.handle_frame(PRODUCER, p.encode_all([tagged(1, key="a"), tagged(2, key="b")]))
     core.end_turn()
     [(_, frame)] = core.release_confirms()
     first_ids = [m.message_id for m in p.decode_frame(frame)[0]]
-    store.commit(core.journal)
+    store.commit(core.journal.take())
     clock.advance(30)
-    fresh = Core(BrokerConfig(dedup_window_seconds=60), clock)
-    fresh.journal = []
+    fresh = Core(BrokerConfig(dedup_window_seconds=60), clock, journal=Journal())
     assert fresh.restore_keys(store.load_keys()) == 2
     fresh.restore(*store.load())
     fresh.begin_turn()
@@ -187,7 +185,7 @@ def test_keys_survive_a_restart_through_the_store(tmp_path: Path) -> None:
     clock.advance(31)  # past the window of a and b: gone, also from the store
     fresh.begin_turn()
     fresh.end_turn()
-    store.commit(fresh.journal)
+    store.commit(fresh.journal.take())
     assert [k.key for k in store.load_keys()] == ["c"]
     assert fresh.restore_keys(store.load_keys()) == 1
     store.close()
@@ -231,21 +229,19 @@ def test_restored_keys_follow_a_shortened_window_and_are_deleted_when_keys_are_o
 ) -> None:
     clock = FakeClock()
     store = DurableStore(tmp_path)
-    core = Core(BrokerConfig(dedup_window_seconds=600), clock)
-    core.journal = []
+    core = Core(BrokerConfig(dedup_window_seconds=600), clock, journal=Journal())
     core.begin_turn()
     core.handle_frame(PRODUCER, p.encode(tagged(1, key="a")))
     core.end_turn()
-    store.commit(core.journal)
-    shorter = Core(BrokerConfig(dedup_window_seconds=10), clock)
-    shorter.journal = []
+    store.commit(core.journal.take())
+    shorter = Core(BrokerConfig(dedup_window_seconds=10), clock, journal=Journal())
     assert shorter.restore_keys(store.load_keys()) == 1
     clock.advance(10)
     shorter.begin_turn()
-    assert len(shorter.keys) == 0  # gone after today's 10 s, not the 600 s it was given
-    off = Core(BrokerConfig(dedup_window_seconds=0), clock)
-    off.journal = []
+    shorter.end_turn()
+    assert len(shorter.intake.keys) == 0  # gone after today's 10 s, not the 600 s it was given
+    off = Core(BrokerConfig(dedup_window_seconds=0), clock, journal=Journal())
     assert off.restore_keys(store.load_keys()) == 0
-    store.commit(off.journal)
+    store.commit(off.journal.take())
     assert store.load_keys() == []
     store.close()

@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 import phpmq.protocol as p
 from harness import CoreHarness, dispatches
 from phpmq.broker.config import QueueSettings
-from phpmq.broker.store import GONE, IN_FLIGHT, NS_PER_SECOND, READY
+from phpmq.broker.model import GONE, IN_FLIGHT, NS_PER_SECOND, READY
 
 NS_PER_MS = 1_000_000
 #: Consumers that speak the extensions (HELLO first), and one stock PHPMQ consumer that never
@@ -648,7 +648,7 @@ class CoreMachine(RuleBasedStateMachine):
                 )
                 for name, q in core.queues.items()
             },
-            {k: v for k, v in core.counters.items() if k != "errors"},
+            {k: v for k, v in core.counters.as_dict().items() if k != "errors"},
         )
 
     @invariant()
@@ -711,7 +711,7 @@ class CoreMachine(RuleBasedStateMachine):
         # Replayed or purged dead letters left the store but not the counts.
         expected = self.expected
         assert dead_reasons["overflow"] + expected["undead overflow"] == expected["dropped"]
-        assert core.counters["expired"] == dead_reasons["expired"] + expected["undead expired"]
+        assert core.counters.expired == dead_reasons["expired"] + expected["undead expired"]
 
     @invariant()
     def windows_and_peers_match_the_model(self) -> None:
@@ -776,11 +776,11 @@ class CoreMachine(RuleBasedStateMachine):
             "overflowed",
             "errors",
         ):
-            assert counters[name] == expected[name], name
-        assert counters["dead_lettered"] == dead + expected["undead"]
-        assert counters["redelivered"] + counters["lease_expired"] == expected["returned"]
+            assert getattr(counters, name) == expected[name], name
+        assert counters.dead_lettered == dead + expected["undead"]
+        assert counters.redelivered + counters.lease_expired == expected["returned"]
         low, high = expected["lease_expired_min"], expected["lease_expired_max"]
-        assert low <= counters["lease_expired"] <= high
+        assert low <= counters.lease_expired <= high
 
 
 def _pick(override: int | None, default: int) -> int:

@@ -15,6 +15,7 @@ from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
 from phpmq.broker.durable import DurableStore, StorageError
+from phpmq.broker.journal import Journal
 
 
 def kill(broker: BrokerProcess) -> None:
@@ -99,7 +100,7 @@ class BrokenStore(DurableStore):
 
 
 def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) -> None:
-    from phpmq.broker.shell import BrokerServer
+    from phpmq.broker.server import BrokerServer
 
     server = BrokerServer(
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
@@ -108,7 +109,7 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
         store = BrokenStore(tmp_path / "d")
         server.store = store
         core = server.core
-        core.storage_stats = store.stats
+        core.admin.storage_stats = store.stats
         hello = p.encode(p.Hello({}))
         core.begin_turn()
         core.handle_frame(b"c", hello + p.encode(p.Consume("q", 10)))
@@ -118,11 +119,11 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
         store.full = True
         core.begin_turn()
         core.handle_frame(b"p", p.encode(p.Send("q", b"while full 1", 0)))
-        out = dict(core.end_turn())
+        out = dict(core.end_turn().frames)
         server._commit()  # fails: sends are refused from now on
         core.begin_turn()
         core.handle_frame(b"p", p.encode(p.Send("q", b"while full 2", 0)))
-        out = dict(core.end_turn())
+        out = dict(core.end_turn().frames)
         [refusal] = p.decode_frame(out[b"p"])[0]
         assert refusal.code == p.ErrorCode.INSUFFICIENT_STORAGE and "full" in refusal.reason
         store.full = False
@@ -132,14 +133,14 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
             stored = {row[0] for row in db.execute("SELECT content FROM messages")}
         assert stored == {b"before", b"while full 1"}
     finally:
-        server.router.close(linger=0)
+        server.router.close(0)
         server._context.term()
 
 
 def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
     tmp_path: Path,
 ) -> None:
-    from phpmq.broker.shell import BrokerServer
+    from phpmq.broker.server import BrokerServer
 
     server = BrokerServer(
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
@@ -173,26 +174,25 @@ def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
             stored = {row[0] for row in db.execute("SELECT content FROM messages")}
         assert stored == {b"before", b"taken as the disk fills"}
     finally:
-        server.router.close(linger=0)
+        server.router.close(0)
         server._context.term()
 
 
 def test_the_store_rebuilds_a_core_exactly(tmp_path: Path) -> None:
     """Journal -> SQLite -> a fresh core: same queues, order, counts, dead letters."""
     clock = FakeClock()
-    core = Core(BrokerConfig(), clock)
-    core.journal = []
+    core = Core(BrokerConfig(), clock, journal=Journal())
     store = DurableStore(tmp_path)
     core.begin_turn()
     core.handle_frame(b"p", p.encode_all([p.Send("a", b"%d" % i, 0) for i in range(5)]))
     core.handle_frame(b"c", p.encode_all([p.Hello({}), p.Consume("a", 2)]))
-    out = dict(core.end_turn())
+    out = dict(core.end_turn().frames)
     first, second = dispatches(p.decode_frame(out[b"c"])[0])
     core.begin_turn()
     settle = [p.Ack("a", first.message_id), p.Requeue("a", second.message_id, 0)]
     core.handle_frame(b"c", p.encode_all(settle))
     core.end_turn()
-    store.commit(core.journal)
+    store.commit(core.journal.take())
     messages, dead = store.load()
     fresh = Core(BrokerConfig(), FakeClock())
     fresh.restore(messages, dead)

@@ -169,7 +169,6 @@ def _cycle() -> list[str] | None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="broker.core <-> broker.admin until the core is split")
 def test_the_import_graph_has_no_cycle() -> None:
     cycle = _cycle()
     assert cycle is None, " -> ".join(cycle or [])

@@ -106,7 +106,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
     variables (e.g. PHPMQ_BIND) and these flags. On the first signal the broker stops taking
     sends, waits --grace-seconds for acks, and exits; a second signal exits at once.
     """
-    from ..broker.shell import BrokerError, BrokerServer
+    from ..broker.server import BrokerError, BrokerServer
 
     try:
         config = load_config(config_path, flags)

@@ -4,9 +4,10 @@ poller, feeding the same core as the ROUTER.
 A TCP connection is a byte stream, so each one gets an incremental decoder: messages may
 arrive split at any byte, several in one read. A connection's peer id in the core is the
 STREAM routing id behind a prefix no ROUTER identity can have, so the two endpoints never mix
-up their peers. Closing the connection is a consumer's death: its messages go back to their
-queues at once. A malformed stream closes the connection with a log line naming the peer and
-the reason; nothing else is affected.
+up their peers; the core itself never reads ids, it gets this transport's peer profile.
+Closing the connection is a consumer's death: its messages go back to their queues at once.
+A malformed stream closes the connection with a log line naming the peer and the reason;
+nothing else is affected.
 """
 
 from __future__ import annotations
@@ -15,18 +16,33 @@ import logging
 
 import zmq
 
-from ..protocol import ProtocolError, StreamDecoder
-from .core import TCP_PEER_PREFIX, Core
+from ...protocol import ProtocolError, StreamDecoder
+from ..core import Core
+from ..model import PeerProfile
 
 log = logging.getLogger("phpmq.broker")
 
+#: Peer ids of raw-TCP connections: the STREAM routing id behind two zero bytes, a prefix no
+#: ROUTER identity has (libzmq refuses custom identities starting with a zero byte, and its
+#: own are 5 bytes long).
+TCP_PEER_PREFIX = b"\x00\x00tcp:"
+
 
 class TcpEndpoint:
-    def __init__(self, context: zmq.Context, address: str, max_content_bytes: int) -> None:
+    def __init__(
+        self, context: zmq.Context, address: str, max_content_bytes: int, ttl_form: bool
+    ) -> None:
+        #: Stock clients speak the pre-TTL form unless configured otherwise; the broker
+        #: closes the connection of a peer it gives up on.
+        self.profile = PeerProfile("tcp", ttl_form=ttl_form, closable=True)
         self.socket = context.socket(zmq.STREAM)
         self.socket.linger = 0
         self.max_content_bytes = max_content_bytes
-        self.socket.bind(address)
+        try:
+            self.socket.bind(address)
+        except zmq.ZMQError:
+            self.socket.close()
+            raise
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         #: routing id -> (decoder, remote address) for each open connection.
         self._connections: dict[bytes, tuple[StreamDecoder, str]] = {}
@@ -71,7 +87,7 @@ class TcpEndpoint:
         except ProtocolError as exc:
             error = exc
         if messages:
-            core.handle_messages(peer_id, messages)
+            core.handle_messages(peer_id, messages, None, self.profile)
         if error is not None:
             log.warning("closing TCP connection from %s: %s", address, error.reason)
             self.close(routing_id)

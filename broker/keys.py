@@ -6,7 +6,8 @@ that retries after a lost confirm (a broker crash, a timeout) does not duplicate
 journaled with the message in durable mode, so the window survives a restart.
 
 Keys expire in the order they were added (the window is the same for all), so a deque in
-insertion order is the whole expiry schedule: expiring is popping from its left end.
+insertion order is the whole expiry order: expiring is popping from its left end, and the
+core's schedule needs one entry, for the oldest key.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class KeyWindow:
     def __init__(self, window_ns: int, max_keys: int) -> None:
         self.window_ns = window_ns
         self.max_keys = max_keys
-        self._ids: dict[tuple[str, str], str] = {}
+        self._ids: dict[tuple[str, str], tuple[str, int]] = {}
         #: (expires_at, (queue, key)) in the order the keys were added.
         self._order: deque[tuple[int, tuple[str, str]]] = deque()
         #: Keys dropped before their time because the window was full.
@@ -29,16 +30,19 @@ class KeyWindow:
     def __len__(self) -> int:
         return len(self._ids)
 
-    def get(self, queue: str, key: str) -> str | None:
-        return self._ids.get((queue, key))
+    def get(self, queue: str, key: str, now: int) -> str | None:
+        """The ID the key was first accepted with, if its window is not over at `now`."""
+        found = self._ids.get((queue, key))
+        if found is None or found[1] <= now:
+            return None
+        return found[0]
 
     def add(self, queue: str, key: str, message_id: str, expires_at: int) -> None:
         entry = (queue, key)
-        self._ids[entry] = message_id
+        self._ids[entry] = (message_id, expires_at)
         self._order.append((expires_at, entry))
-        if len(self._ids) > self.max_keys:
-            self.evicted += 1
-            self._drop_oldest()
+        while len(self._ids) > self.max_keys:
+            self.evicted += self._drop_oldest()
 
     def expire(self, now: int) -> int:
         """Forget keys whose window is over; returns how many."""
@@ -52,6 +56,11 @@ class KeyWindow:
     def next_expiry(self) -> int | None:
         return self._order[0][0] if self._order else None
 
-    def _drop_oldest(self) -> None:
-        _, entry = self._order.popleft()
+    def _drop_oldest(self) -> bool:
+        """Forget the oldest key; False if it was re-added since (its newer entry stays)."""
+        expires_at, entry = self._order.popleft()
+        found = self._ids.get(entry)
+        if found is None or found[1] != expires_at:
+            return False
         del self._ids[entry]
+        return True

@@ -1,6 +1,7 @@
-"""The ZeroMQ shell around the core: the only broker module that touches sockets or reads the
-clock. One ROUTER socket; each loop turn drains what is readable (up to `batch_frames`), runs
-the core, and sends each peer one frame holding everything the core has for it.
+"""The server loop around the core: the only broker module, with its transports, that touches
+sockets or reads the clock. Each loop turn polls, drains what is readable (up to
+`batch_frames` per transport), runs the core, commits the turn's journal (durable mode), and
+sends each peer one frame holding everything the core has for it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from collections.abc import Callable
 
 import zmq
 
-from ..protocol import RemoteProtocolError
 from .clock import Clock, SystemClock
 from .config import BrokerConfig
-from .core import Core
+from .core import Core, Turn
 from .durable import DurableStore, StorageError
-from .tcp import TcpEndpoint
+from .journal import Journal, NullJournal
+from .transports import RouterTransport, TcpEndpoint
 
 log = logging.getLogger("phpmq.broker")
 
@@ -32,12 +33,6 @@ CLOSE_LINGER_MS = 500
 BACKLOG_RETRY_MS = 5
 
 
-MULTIPART_ERROR = RemoteProtocolError(
-    "multipart ZeroMQ message: PHPMQ travels in single-part frames (a REQ socket adds an"
-    " empty delimiter part; use DEALER)"
-)
-
-
 class BrokerError(Exception):
     """Raised when the broker cannot start (e.g. the bind address is taken)."""
 
@@ -46,56 +41,56 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.core = Core(
-            config,
-            self.clock,
-            ttl_form_default=config.dialect == "ttl",
-            tcp_ttl_form_default=config.tcp_dialect == "ttl",
-        )
         self._stop_requests = 0
         self._context = zmq.Context()
-        self.router = self._context.socket(zmq.ROUTER)
-        self.router.linger = 0
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.router.sndhwm = config.send_hwm
-        self.router.rcvhwm = config.receive_hwm
-        self.router.setsockopt(zmq.MAXMSGSIZE, config.max_frame_bytes)
         try:
-            self.router.bind(config.bind)
+            self.router = RouterTransport(self._context, config)
         except zmq.ZMQError as exc:
-            self.router.close()
             self._context.term()
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
-        self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.endpoint = self.router.endpoint
         self.store: DurableStore | None = None
+        if config.data_dir:
+            try:
+                self.store = DurableStore(config.data_dir)
+            except StorageError as exc:
+                self._close_sockets()
+                raise BrokerError(str(exc)) from None
+        journal = Journal() if self.store is not None else NullJournal()
+        self.core = Core(config, self.clock, journal=journal)
         #: Journal operations a failed commit could not write; retried first next turn.
         self._unwritten: list[tuple] = []
-        if config.data_dir:
-            self._open_store(config.data_dir)
+        if self.store is not None:
+            self._recover(self.store)
         self.tcp: TcpEndpoint | None = None
         if config.tcp_bind:
             try:
-                self.tcp = TcpEndpoint(self._context, config.tcp_bind, config.max_content_bytes)
+                self.tcp = TcpEndpoint(
+                    self._context,
+                    config.tcp_bind,
+                    config.max_content_bytes,
+                    ttl_form=config.tcp_dialect == "ttl",
+                )
             except zmq.ZMQError as exc:
-                self.router.close()
-                self._context.term()
+                self._close_sockets()
                 raise BrokerError(f"cannot bind {config.tcp_bind}: {exc}") from None
         #: Frames libzmq would not take yet, per peer, sent in order before anything newer.
         self._backlog: dict[bytes, deque[bytes]] = {}
 
-    def _open_store(self, data_dir: str) -> None:
+    def _close_sockets(self) -> None:
+        self.router.close(0)
+        self._context.term()
+
+    def _recover(self, store: DurableStore) -> None:
         started = time.monotonic()
         try:
-            self.store = DurableStore(data_dir)
-            messages, dead = self.store.load()
-            keys = self.store.load_keys()
+            messages, dead = store.load()
+            keys = store.load_keys()
         except StorageError as exc:
-            self.router.close()
-            self._context.term()
+            self._close_sockets()
             raise BrokerError(str(exc)) from None
         core = self.core
-        core.journal = []
-        core.storage_stats = self.store.stats
+        core.admin.storage_stats = store.stats
         ready, were_in_flight, dead_count = core.restore(messages, dead)
         key_count = core.restore_keys(keys)
         self._commit()
@@ -107,18 +102,23 @@ class BrokerServer:
             dead_count,
             key_count,
             len(core.queues),
-            data_dir,
+            store.directory,
             (time.monotonic() - started) * 1000,
         )
 
-    def _commit_and_send(self, outgoing: list[tuple[bytes, bytes]]) -> None:
+    def _commit_and_send(self, turn: Turn) -> None:
         """Commit the turn, then send: what goes out is on disk. CONFIRMs go out only after
         a commit that succeeded; the rest of the turn goes out either way, so consumers are
         served while the store fails."""
         committed = self._commit()
-        self._send(outgoing)
+        self._send(turn.frames)
         if committed:
             self._send(self.core.release_confirms())
+        if turn.close and self.tcp is not None:
+            # A TCP peer the broker gave up on (not reading, silent) loses its connection
+            # too, or it would later read dispatches of messages already taken back.
+            for peer_id in turn.close:
+                self.tcp.close_peer(peer_id)
 
     def _commit(self) -> bool:
         """One transaction and one fsync for everything the turn changed (group commit).
@@ -128,19 +128,18 @@ class BrokerServer:
         core = self.core
         if self.store is None or not (core.journal or self._unwritten):
             return True
-        operations = self._unwritten + core.journal  # type: ignore[operator]
-        core.journal = []
+        operations = self._unwritten + core.journal.take()
         try:
             self.store.commit(operations)
         except StorageError as exc:
             if core.storage_problem is None:
                 log.error("storage write failed, refusing sends until it recovers: %s", exc)
-            core.storage_problem = f"storage unavailable: {exc}"
+            core.set_storage_problem(f"storage unavailable: {exc}")
             self._unwritten = operations
             return False
         if core.storage_problem is not None:
             log.warning("storage writes again (%d pending operations written)", len(operations))
-            core.storage_problem = None
+            core.set_storage_problem(None)
         self._unwritten = []
         return True
 
@@ -171,7 +170,7 @@ class BrokerServer:
         if self.tcp is not None:
             log.info("raw TCP endpoint for stock PHPMQ clients on %s", self.tcp.endpoint)
         poller = zmq.Poller()
-        poller.register(self.router, zmq.POLLIN)
+        poller.register(self.router.socket, zmq.POLLIN)
         if self.tcp is not None:
             poller.register(self.tcp.socket, zmq.POLLIN)
         drain_deadline: float | None = None
@@ -198,7 +197,7 @@ class BrokerServer:
         finally:
             self._report_losses()
             # A moment for the last frames (DISCONNECTs, final acks' effects) to leave.
-            self.router.close(linger=CLOSE_LINGER_MS)
+            self.router.close(CLOSE_LINGER_MS)
             if self.tcp is not None:
                 self.tcp.shutdown()
             self._context.term()
@@ -207,11 +206,12 @@ class BrokerServer:
         readable = poller.poll(self._poll_timeout_ms())
         self.core.begin_turn()
         if readable:
-            self._receive()
+            self.router.receive(self.core, self.config.batch_frames)
             if self.tcp is not None:
                 self.tcp.receive(self.core, self.config.batch_frames)
         self._commit_and_send(self.core.end_turn())
-        self._close_abandoned_connections()
+        if self.tcp is not None:
+            self.tcp.retry_closes()
         if self._backlog:
             self._flush_backlog()
 
@@ -223,20 +223,6 @@ class BrokerServer:
             return MAX_POLL_MS
         wait_ms = (deadline - self.clock.monotonic_ns()) // 1_000_000 + 1
         return max(0, min(MAX_POLL_MS, wait_ms))
-
-    def _receive(self) -> None:
-        router = self.router
-        handle_frame = self.core.handle_frame
-        for _ in range(self.config.batch_frames):
-            try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if len(frames) == 2:
-                handle_frame(frames[0], frames[1])
-            else:
-                # A REQ socket's empty delimiter or extra frames: not our framing.
-                self.core.handle_messages(frames[0], [], MULTIPART_ERROR)
 
     def _send(self, outgoing: list[tuple[bytes, bytes]]) -> None:
         for peer_id, frame in outgoing:
@@ -273,18 +259,7 @@ class BrokerServer:
         if self.tcp is not None and self.tcp.owns(peer_id):
             self.tcp.send(peer_id, frame, zmq.NOBLOCK)
         else:
-            self.router.send_multipart((peer_id, frame), zmq.NOBLOCK)
-
-    def _close_abandoned_connections(self) -> None:
-        """A TCP peer the broker gave up on (not reading, silent) loses its connection too,
-        or it would later read dispatches of messages already taken back."""
-        if self.tcp is None:
-            return
-        to_close = self.core.tcp_to_close
-        for peer_id in to_close:
-            self.tcp.close_peer(peer_id)
-        to_close.clear()
-        self.tcp.retry_closes()
+            self.router.send(peer_id, frame, zmq.NOBLOCK)
 
     def _unreadable(self, peer_id: bytes) -> None:
         """A peer that reads nothing while frames pile up for it is treated as gone: its

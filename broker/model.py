@@ -1,4 +1,7 @@
-"""Messages and queues: the records the core moves between ready, in flight and dead.
+"""The broker's records: messages, queues, consumer windows, peers and counters.
+
+Plain data with no behaviour beyond their own bookkeeping; the parts of the core
+(intake, dispatch, peers, deadletters, ...) move records between these places.
 
 Rule: a record is in exactly one place. READY records sit in their queue's `ready` deque;
 IN_FLIGHT records sit in one consumer window's `held` dict; GONE records (acked, dead-lettered
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from typing import Any
 
 import msgspec
 
@@ -67,7 +71,7 @@ class Window:
 
     __slots__ = ("held", "lease_due", "lease_ms", "limit", "peer", "queue")
 
-    def __init__(self, peer: object, queue: Queue, limit: int) -> None:
+    def __init__(self, peer: Peer, queue: Queue, limit: int) -> None:
         self.peer = peer
         self.queue = queue
         self.limit = limit
@@ -79,6 +83,8 @@ class Window:
 
 
 class Queue:
+    """A named queue: ready records in order, the windows consuming it, its dead letters."""
+
     __slots__ = (
         "dead",
         "dead_dropped",
@@ -155,3 +161,107 @@ class IdSource:
         start = self._pos
         self._pos = start + 32
         return self._hex[start : start + 32]
+
+
+class PeerProfile(msgspec.Struct, frozen=True):
+    """What the transport a peer came in on tells the core about it: the core never reads
+    peer ids. One profile per transport, shared by all its peers."""
+
+    #: The transport's name, for logs and stats ("router", "tcp").
+    transport: str
+    #: Dispatch in the TTL (README) form until the peer shows which form it speaks.
+    ttl_form: bool
+    #: The transport holds a connection per peer, which it closes when the broker gives up on
+    #: the peer (raw TCP); ZeroMQ peers have none to close.
+    closable: bool = False
+
+
+class Peer:
+    """A client as the core knows it, keyed by the id its transport gave it."""
+
+    __slots__ = (
+        "closing",
+        "confirm",
+        "expiry_due",
+        "expiry_ns",
+        "extensions",
+        "forgotten",
+        "heartbeat_due",
+        "heartbeat_ns",
+        "hello",
+        "id",
+        "last_seen",
+        "last_sent",
+        "name",
+        "profile",
+        "report",
+        "role",
+        "ttl_form",
+        "windows",
+    )
+
+    def __init__(self, peer_id: bytes, profile: PeerProfile, now: int) -> None:
+        self.id = peer_id
+        self.profile = profile
+        #: Dispatch in the TTL (README) form; switched on by any TTL-form or extension message.
+        self.ttl_form = profile.ttl_form
+        #: Spoke an extension type: gets ERROR replies and delivery counts.
+        self.extensions = False
+        #: Said HELLO: the broker knows who it is (a HEARTBEAT without it gets DISCONNECT).
+        self.hello = False
+        #: Said HELLO with `confirm: true`: every 001 it sends is answered (CONFIRM or ERROR).
+        self.confirm = False
+        self.windows: dict[str, Window] = {}
+        self.name = ""
+        self.role = ""
+        #: What a bridge last reported about itself (ADMIN `report`), shown by `stats`.
+        self.report: dict[str, Any] | None = None
+        #: Sent DISCONNECT: gets no new work, may still ack what it holds.
+        self.closing = False
+        #: Said KBAI or was declared gone: a later message from the same id starts afresh.
+        self.forgotten = False
+        #: Agreed heartbeat interval, and the silence after which it is dead (0: no heartbeats).
+        self.heartbeat_ns = 0
+        self.expiry_ns = 0
+        #: Monotonic ns of the last frame from it, and of the last frame to it.
+        self.last_seen = now
+        self.last_sent = now
+        #: When its liveness check and its next heartbeat are due (0: not armed). A schedule
+        #: entry acts only if its time is still the one recorded here, so re-arming earlier
+        #: (a new HELLO) makes older entries moot.
+        self.expiry_due = 0
+        self.heartbeat_due = 0
+
+    def opt_in(self) -> None:
+        """The peer spoke an extension: it gets ERRORs, delivery counts and the TTL form."""
+        self.extensions = True
+        self.ttl_form = True
+
+
+class Counters:
+    """What the broker did, as plain int attributes (bumped on the hot path); `stats` shows
+    them in this order."""
+
+    __slots__ = (
+        "received",
+        "dispatched",
+        "acked",
+        "requeued",
+        "dead_lettered",
+        "expired",
+        "redelivered",
+        "lease_expired",
+        "peers_expired",
+        "max_deliveries",
+        "overflowed",
+        "confirmed",
+        "deduplicated",
+        "errors",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}

@@ -1,0 +1,124 @@
+"""What every part of the core shares during a loop turn: the clock reading, the settings,
+the counters, the schedule, the journal, the replies being gathered for each peer, and which
+queues want a dispatch pass.
+
+It owns no decisions. Parts reach each other only through the objects they are given, and
+all of them reach the outside world only through this context's outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ..protocol import Error, Message, encode
+from .clock import Clock
+from .config import BrokerConfig
+from .journal import Journal, NullJournal
+from .model import NS_PER_SECOND, Counters, IdSource, Peer, Queue
+from .schedule import Schedule
+
+log = logging.getLogger("phpmq.broker")
+
+Frames = list[tuple[bytes, bytes]]
+
+
+class Context:
+    __slots__ = (
+        "clock",
+        "config",
+        "confirms",
+        "counters",
+        "dirty",
+        "draining",
+        "journal",
+        "new_id",
+        "now",
+        "outbox",
+        "schedule",
+        "started_ns",
+        "storage_problem",
+        "_last_log",
+    )
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        journal: Journal | NullJournal,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.now = clock.monotonic_ns()
+        self.started_ns = self.now
+        self.new_id = new_id or IdSource()
+        self.counters = Counters()
+        self.schedule = Schedule()
+        self.journal = journal
+        journal.bind_clock(self.wall_at)
+        #: Frames for each peer gathered this turn, sent together at its end.
+        self.outbox: dict[bytes, list[bytes]] = {}
+        #: Durable mode: CONFIRMs held until the turn's commit is on disk.
+        self.confirms: dict[bytes, list[bytes]] = {}
+        #: Queues that want a dispatch pass at the end of the turn (a dict keeps the order).
+        self.dirty: dict[Queue, None] = {}
+        #: Shutting down: no new sends, no dispatch; acks still work.
+        self.draining = False
+        #: Set while the store cannot write: sends are refused with this reason.
+        self.storage_problem: str | None = None
+        self._last_log: dict[str, tuple[int, int]] = {}
+
+    def wall_at(self, monotonic_ns: int) -> float:
+        """A monotonic deadline as wall-clock seconds (for the store and for display)."""
+        return self.clock.wall() + (monotonic_ns - self.now) / NS_PER_SECOND
+
+    def mark_dirty(self, queue: Queue) -> None:
+        self.dirty[queue] = None
+
+    def add(self, peer_id: bytes, data: bytes) -> None:
+        """Encoded bytes for a peer, sent with the turn's other frames for it."""
+        chunks = self.outbox.get(peer_id)
+        if chunks is None:
+            chunks = self.outbox[peer_id] = []
+        chunks.append(data)
+
+    def reply(self, peer: Peer, message: Message) -> None:
+        self.add(peer.id, encode(message))
+
+    def refuse(
+        self,
+        peer: Peer,
+        code: int,
+        reason: str,
+        message_id: str | None = None,
+        queue: str | None = None,
+        tag: int | None = None,
+    ) -> None:
+        """An ERROR to extension peers; a counted, rate-limited log line for stock peers."""
+        self.counters.errors += 1
+        if peer.extensions:
+            self.reply(peer, Error(int(code), reason, message_id, queue, tag))
+        else:
+            self.log_limited(f"refused from {peer.id.hex()}: {code} {reason}", str(int(code)))
+
+    def log_limited(self, line: str, key: str) -> None:
+        """At most one line per second per key, with the count of lines held back."""
+        last_ns, held_back = self._last_log.get(key, (0, 0))
+        if self.now - last_ns >= NS_PER_SECOND or last_ns == 0:
+            suffix = f" ({held_back} similar lines held back)" if held_back else ""
+            log.warning("%s%s", line, suffix)
+            self._last_log[key] = (self.now, 0)
+        else:
+            self._last_log[key] = (last_ns, held_back + 1)
+
+    def take_frames(self, outbox: dict[bytes, list[bytes]], peers: dict[bytes, Peer]) -> Frames:
+        """One frame per peer from `outbox`; each peer that gets one was just sent to."""
+        now = self.now
+        frames = []
+        for peer_id, chunks in outbox.items():
+            peer = peers.get(peer_id)
+            if peer is not None:
+                peer.last_sent = now
+            frames.append((peer_id, b"".join(chunks)))
+        return frames

@@ -1,0 +1,326 @@
+"""Delivery: consumer windows, fair dispatch, and the whole life of a message in flight
+(ack, requeue, dead letter by the consumer, leases that run out, delayed requeues, and the
+return of everything a departed consumer held).
+
+Rule: an IN_FLIGHT record sits in exactly one window's `held`; it leaves it by ack (GONE),
+requeue or return (READY again, or DELAYED), or dead letter (GONE). Each return counts a
+delivery; past the queue's max deliveries the message is dead-lettered instead.
+"""
+
+from __future__ import annotations
+
+from ..protocol import Ack, Consume, DeadLetter, ErrorCode, Requeue, encode_dispatch
+from .context import Context
+from .deadletters import DeadLetters
+from .expiry import Expiry
+from .model import DELAYED, GONE, IN_FLIGHT, NS_PER_SECOND, READY, Peer, Queue, Record, Window
+from .queues import Queues
+from .schedule import DELAY_OVER, LEASE
+
+NS_PER_MS = 1_000_000
+
+
+class Dispatch:
+    __slots__ = ("_ctx", "_dead", "_expiry", "_queues")
+
+    def __init__(
+        self, ctx: Context, queues: Queues, dead_letters: DeadLetters, expiry: Expiry
+    ) -> None:
+        self._ctx = ctx
+        self._queues = queues
+        self._dead = dead_letters
+        self._expiry = expiry
+
+    # ----------------------------------------------------------------- consumer messages
+
+    def on_consume(self, peer: Peer, message: Consume) -> None:
+        ctx = self._ctx
+        count = message.count
+        max_window = ctx.config.max_window
+        if count > max_window:
+            ctx.refuse(
+                peer,
+                ErrorCode.INVALID_VALUE,
+                f"consume count {count} is over the maximum window {max_window}",
+                None,
+                message.queue,
+            )
+            return
+        if count == 0 and message.queue not in peer.windows:
+            return  # nothing to stop; and no queue is created just to be told so
+        queue = self._queues.open(peer, message.queue)
+        if queue is None:
+            return
+        window = peer.windows.get(queue.name)
+        if window is None:
+            max_consumers = ctx.config.max_consumers
+            if len(queue.windows) >= max_consumers:
+                ctx.refuse(
+                    peer,
+                    ErrorCode.LIMIT_REACHED,
+                    f"queue {queue.name!r} has the maximum of {max_consumers} consumers",
+                    None,
+                    queue.name,
+                )
+                return
+            window = peer.windows[queue.name] = Window(peer, queue, count)
+            queue.windows.append(window)
+        if message.lease_ms is not None:
+            window.lease_ms = message.lease_ms
+        window.limit = 0 if peer.closing else count
+        self.close_window_if_idle(window)
+        ctx.mark_dirty(queue)
+
+    def on_ack(self, peer: Peer, message: Ack) -> None:
+        record = self._take_held(peer, message.queue, message.message_id, "ack")
+        if record is not None:
+            record.state = GONE
+            self._ctx.counters.acked += 1
+            self._ctx.journal.acked(record)
+
+    def on_requeue(self, peer: Peer, message: Requeue) -> None:
+        record = self._take_held(peer, message.queue, message.message_id, "requeue")
+        if record is None:
+            return
+        ctx = self._ctx
+        record.expires_at = ctx.now + message.ttl * NS_PER_SECOND if message.ttl else 0
+        queue = self._queues.by_name[message.queue]
+        if message.delay_ms:
+            self._delay(queue, record, message.delay_ms)
+        else:
+            self.give_back(queue, record, to_head=False)
+        ctx.counters.requeued += 1
+
+    def on_dead_letter(self, peer: Peer, message: DeadLetter) -> None:
+        record = self._take_held(peer, message.queue, message.message_id, "dead-letter")
+        if record is not None:
+            queue = self._queues.by_name[message.queue]
+            self._dead.bury(queue, record, message.reason or "rejected", True)
+
+    def _take_held(self, peer: Peer, queue_name: str, message_id: str, verb: str) -> Record | None:
+        """Remove a message from the peer's window, or refuse if the peer does not hold it."""
+        window = peer.windows.get(queue_name)
+        record = window.held.pop(message_id, None) if window is not None else None
+        if record is None:
+            self._ctx.refuse(
+                peer,
+                ErrorCode.UNKNOWN_MESSAGE,
+                f"cannot {verb}: message {message_id} on {queue_name!r} is not held by you"
+                " (already acked, redelivered, or never dispatched to you)",
+                message_id,
+                queue_name,
+            )
+            return None
+        window.queue.in_flight -= 1  # type: ignore[union-attr]
+        self._ctx.mark_dirty(window.queue)  # type: ignore[union-attr]
+        self.close_window_if_idle(window)  # type: ignore[arg-type]
+        return record
+
+    # ----------------------------------------------------------------- windows
+
+    def close_window_if_idle(self, window: Window) -> None:
+        if window.limit == 0 and not window.held:
+            window.queue.windows.remove(window)
+            del window.peer.windows[window.queue.name]
+
+    def stop_windows(self, peer: Peer) -> None:
+        """The peer takes no new work (DISCONNECT); it may still settle what it holds."""
+        for window in list(peer.windows.values()):
+            window.limit = 0
+            self.close_window_if_idle(window)
+
+    def release_all(self, peer: Peer) -> int:
+        """Everything the peer holds goes back to the head of its queue, in the order it was
+        dispatched, with one more delivery; returns how many."""
+        ctx = self._ctx
+        returned = 0
+        for window in peer.windows.values():
+            queue = window.queue
+            records = list(window.held.values())
+            window.held.clear()
+            queue.in_flight -= len(records)
+            for record in reversed(records):
+                self.give_back(queue, record, to_head=True)
+            ctx.counters.redelivered += len(records)
+            returned += len(records)
+            if window in queue.windows:
+                queue.windows.remove(window)
+            ctx.mark_dirty(queue)
+        peer.windows.clear()
+        return returned
+
+    # ----------------------------------------------------------------- returns and delays
+
+    def give_back(self, queue: Queue, record: Record, to_head: bool) -> None:
+        """A message comes back from a consumer: that was one more delivery. Past the queue's
+        max-deliveries it is dead-lettered instead of being dispatched again."""
+        if not self._dead.count_delivery(queue, record):
+            return
+        record.state = READY
+        self._queues.place(queue, record, to_head)
+        self._ctx.journal.back(record)
+        if record.expires_at:
+            self._expiry.watch(queue, record)
+
+    def _delay(self, queue: Queue, record: Record, delay_ms: int) -> None:
+        """A requeue with a backoff: counted as a delivery now, queued when the delay ends."""
+        if not self._dead.count_delivery(queue, record):
+            return
+        ctx = self._ctx
+        record.state = DELAYED
+        queue.delayed += 1
+        ctx.schedule.arm(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
+        # On disk it is ready at the tail: after a restart the delay is not kept.
+        record.seq = self._queues.next_seq(to_head=False)
+        ctx.journal.back(record)
+
+    @staticmethod
+    def is_delay_live(due: int, target: tuple[Queue, Record]) -> bool:
+        return target[1].state == DELAYED
+
+    def on_delay_over(self, due: int, target: tuple[Queue, Record]) -> None:
+        queue, record = target
+        if record.state != DELAYED:
+            return
+        queue.delayed -= 1
+        record.state = READY
+        self._queues.place(queue, record, to_head=False)
+        self._ctx.journal.back(record)
+        if record.expires_at:
+            self._expiry.watch(queue, record)
+        self._ctx.mark_dirty(queue)
+
+    # ----------------------------------------------------------------- leases
+
+    @staticmethod
+    def is_lease_live(due: int, window: Window) -> bool:
+        return due == window.lease_due
+
+    def on_lease_due(self, due: int, window: Window) -> None:
+        """Messages held past their lease go back to the head of their queue.
+
+        One schedule entry per window, not per message: it is armed for the earliest lease
+        the window holds, and on firing takes back what ran out and re-arms for the next.
+        Acks touch no entry, so a busy stock consumer costs one heap entry however fast it
+        goes.
+        """
+        if due != window.lease_due:
+            return  # superseded by an earlier lease
+        window.lease_due = 0
+        queue = window.queue
+        if window.peer.windows.get(queue.name) is not window:
+            return  # the window was closed or its peer released everything
+        ctx = self._ctx
+        now = ctx.now
+        held = window.held
+        expired = [r for r in held.values() if r.lease_until and r.lease_until <= now]
+        for record in expired:
+            del held[record.id]
+        queue.in_flight -= len(expired)
+        ctx.counters.lease_expired += len(expired)
+        for record in reversed(expired):  # back to the head, in dispatch order
+            self.give_back(queue, record, to_head=True)
+        if expired:
+            ctx.log_limited(
+                f"{len(expired)} leases on {queue.name!r} ran out with peer"
+                f" {window.peer.id.hex()}: back to the queue",
+                "lease",
+            )
+            ctx.mark_dirty(queue)
+        self._arm_lease(window)
+        self.close_window_if_idle(window)
+
+    def _arm_lease(self, window: Window) -> None:
+        deadlines = [r.lease_until for r in window.held.values() if r.lease_until]
+        if deadlines:
+            window.lease_due = min(deadlines)
+            self._ctx.schedule.arm(window.lease_due, LEASE, window)
+
+    def peer_lease_ms(self, peer: Peer) -> int:
+        """The lease a window of this peer gets unless its 002 names one."""
+        config = self._ctx.config
+        lease_ms = 0 if peer.heartbeat_ns else config.lease_ms
+        cap = config.max_in_flight_ms
+        return cap if cap and (not lease_ms or lease_ms > cap) else lease_ms
+
+    def _lease_ns(self, window: Window) -> int:
+        """How long a message dispatched into this window may stay unacked (0: forever).
+
+        The consumer's own lease if it set one on 002; else the broker's lease for peers that
+        do not heartbeat (the only sign they are alive is their acks), none for those that do;
+        `max_in_flight_ms` caps both.
+        """
+        if window.lease_ms is None:
+            return self.peer_lease_ms(window.peer) * NS_PER_MS
+        lease_ms = window.lease_ms
+        cap = self._ctx.config.max_in_flight_ms
+        if cap and (not lease_ms or lease_ms > cap):
+            lease_ms = cap
+        return lease_ms * NS_PER_MS
+
+    # ----------------------------------------------------------------- dispatch
+
+    def dispatch(self, queue: Queue) -> None:
+        """Hand ready messages to the queue's windows with room, round robin from a
+        rotating start, until the queue or the room runs out."""
+        ready = queue.ready
+        if not ready:
+            return
+        windows = [w for w in queue.windows if len(w.held) < w.limit]
+        if not windows:
+            return
+        ctx = self._ctx
+        leases = [self._lease_ns(window) for window in windows]
+        arm = ctx.schedule.arm
+        journal = ctx.journal
+        now = ctx.now
+        count = len(windows)
+        index = queue.turn % count
+        queue.turn += 1
+        add = ctx.add
+        packet = queue.queue_packet
+        dispatched = 0
+        while ready:
+            record = ready.popleft()
+            if record.state != READY:
+                queue.stale -= 1
+                continue
+            if record.expires_at and record.expires_at <= now:
+                self._expiry.expire(queue, record)
+                continue
+            window = windows[index]
+            peer = window.peer
+            record.state = IN_FLIGHT
+            window.held[record.id] = record
+            journal.dispatched(record)
+            if leases[index]:
+                record.lease_until = now + leases[index]
+                if not window.lease_due or record.lease_until < window.lease_due:
+                    window.lease_due = record.lease_until
+                    arm(record.lease_until, LEASE, window)
+            else:
+                record.lease_until = 0
+            add(
+                peer.id,
+                encode_dispatch(
+                    packet,
+                    record.content,
+                    record.id,
+                    record.remaining_ttl(now) if peer.ttl_form else None,
+                    record.deliveries if peer.extensions else None,
+                    record.headers,
+                ),
+            )
+            dispatched += 1
+            if len(window.held) >= window.limit:
+                del windows[index]
+                del leases[index]
+                count -= 1
+                if not count:
+                    break
+                if index >= count:
+                    index = 0
+            else:
+                index = index + 1 if index + 1 < count else 0
+        queue.in_flight += dispatched
+        ctx.counters.dispatched += dispatched

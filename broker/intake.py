@@ -1,0 +1,194 @@
+"""Intake: sends (001) into queues, within the broker's limits, with idempotency keys and
+publisher confirms.
+
+A send is refused (with its tag, so a confirming producer can match the refusal) while the
+broker drains (503) or its store cannot write (507), for a bad key (422), a bad queue name
+(422), too many queues or a full queue (429). A full queue either refuses or, with overflow
+`drop-oldest`, dead-letters its oldest ready message to make room.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from ..protocol import ErrorCode, Send, encode_confirm, key_problem
+from .context import Context
+from .deadletters import DeadLetters
+from .expiry import Expiry
+from .keys import KeyWindow
+from .model import NS_PER_SECOND, READY, Peer, Queue, Record
+from .queues import Queues
+from .schedule import KEY_EXPIRY
+
+#: Expired idempotency keys are deleted from the durable store at most this often.
+KEY_PURGE_INTERVAL_NS = 1_000_000_000
+
+_json = msgspec.json.Encoder()
+
+
+class Intake:
+    __slots__ = (
+        "_ctx",
+        "_dead",
+        "_expiry",
+        "_key_expiry_due",
+        "_keys_purged_at",
+        "_queues",
+        "keys",
+    )
+
+    def __init__(
+        self, ctx: Context, queues: Queues, dead_letters: DeadLetters, expiry: Expiry
+    ) -> None:
+        self._ctx = ctx
+        self._queues = queues
+        self._dead = dead_letters
+        self._expiry = expiry
+        config = ctx.config
+        self.keys = KeyWindow(
+            int(config.dedup_window_seconds * NS_PER_SECOND), config.max_dedup_keys
+        )
+        self._keys_purged_at = ctx.now
+        #: When the schedule's one key-expiry entry is due (0: none armed).
+        self._key_expiry_due = 0
+
+    def on_send(self, peer: Peer, message: Send) -> None:
+        ctx = self._ctx
+        tag = message.tag
+        if tag is not None:
+            peer.opt_in()  # asking for an answer is speaking the extensions
+        elif message.ttl is not None or message.headers is not None:
+            peer.ttl_form = True
+        if ctx.draining:
+            ctx.refuse(
+                peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, message.queue, tag
+            )
+            return
+        if ctx.storage_problem is not None:
+            ctx.refuse(
+                peer,
+                ErrorCode.INSUFFICIENT_STORAGE,
+                ctx.storage_problem,
+                None,
+                message.queue,
+                tag,
+            )
+            return
+        key = message.key
+        if key is not None and self._is_repeat(peer, message):
+            return
+        queue = self._queues.open(peer, message.queue, tag)
+        if queue is None:
+            return
+        if (
+            queue.max_length
+            and queue.ready_count >= queue.max_length
+            and not self._make_room(peer, queue, tag)
+        ):
+            return
+        ttl = message.ttl or 0
+        record = Record(ctx.new_id(), message.content, ctx.now + ttl * NS_PER_SECOND if ttl else 0)
+        if message.headers:
+            record.headers = _json.encode(message.headers)
+        self._queues.place(queue, record, to_head=False)
+        ctx.journal.put(queue.name, record)
+        if key is not None and self.keys.window_ns:
+            self.remember_key(queue.name, key, record.id, ctx.now + self.keys.window_ns)
+        if ttl:
+            self._expiry.watch(queue, record)
+        if queue.windows:
+            ctx.mark_dirty(queue)
+        ctx.counters.received += 1
+        self._confirm(peer, record.id, tag)
+
+    def _is_repeat(self, peer: Peer, message: Send) -> bool:
+        """A send whose idempotency key is bad (refused) or was already accepted on its
+        queue within the window (confirmed with the first message's ID): nothing to queue."""
+        ctx = self._ctx
+        problem = key_problem(message.key)  # type: ignore[arg-type]
+        if problem is not None:
+            ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, message.queue, message.tag)
+            return True
+        first_id = self.keys.get(message.queue, message.key, ctx.now)  # type: ignore[arg-type]
+        if first_id is None:
+            return False
+        ctx.counters.deduplicated += 1
+        self._confirm(peer, first_id, message.tag)
+        return True
+
+    def _confirm(self, peer: Peer, message_id: str, tag: int | None) -> None:
+        """CONFIRM a send that asked for it (a tag, or a HELLO with `confirm`): with the
+        turn's replies in memory mode; in durable mode held until the turn's commit is on
+        disk (the core's release_confirms)."""
+        if tag is None and not peer.confirm:
+            return
+        ctx = self._ctx
+        outbox = ctx.confirms if ctx.journal.durable else ctx.outbox
+        chunks = outbox.get(peer.id)
+        if chunks is None:
+            chunks = outbox[peer.id] = []
+        chunks.append(encode_confirm(message_id, tag))
+        ctx.counters.confirmed += 1
+
+    def _make_room(self, peer: Peer, queue: Queue, tag: int | None) -> bool:
+        """A send to a full queue: refuse it, or bury the oldest ready message for it."""
+        ctx = self._ctx
+        ctx.counters.overflowed += 1
+        if queue.overflow == "reject":
+            ctx.refuse(
+                peer,
+                ErrorCode.LIMIT_REACHED,
+                f"queue {queue.name!r} is full ({queue.max_length} ready messages)",
+                None,
+                queue.name,
+                tag,
+            )
+            return False
+        ready = queue.ready
+        while ready:
+            oldest = ready.popleft()
+            if oldest.state == READY:
+                self._dead.bury(queue, oldest, "overflow")
+                return True
+            queue.stale -= 1
+        return True
+
+    # ----------------------------------------------------------------- key window
+
+    def remember_key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+        self.keys.add(queue_name, key, message_id, expires_at)
+        self._ctx.journal.key(queue_name, key, message_id, expires_at)
+        self._arm_key_expiry()
+
+    def restore_key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+        """A key read back from the store: remembered, not journaled again."""
+        self.keys.add(queue_name, key, message_id, expires_at)
+        self._arm_key_expiry()
+
+    def forget_stored_keys(self, before_wall: float = math.inf) -> None:
+        """Keys on disk whose window ended by `before_wall` are deleted (inf: all)."""
+        self._ctx.journal.keys_expired(before_wall)
+
+    def _arm_key_expiry(self) -> None:
+        if self._key_expiry_due:
+            return  # the entry for an older key comes first and re-arms for the next
+        due = self.keys.next_expiry()
+        if due is not None:
+            self._key_expiry_due = due
+            self._ctx.schedule.arm(due, KEY_EXPIRY, None)
+
+    def is_key_expiry_live(self, due: int, target: None) -> bool:
+        return due == self._key_expiry_due
+
+    def on_key_expiry(self, due: int, target: None) -> None:
+        if due != self._key_expiry_due:
+            return
+        self._key_expiry_due = 0
+        ctx = self._ctx
+        expired = self.keys.expire(ctx.now)
+        if expired and ctx.now - self._keys_purged_at >= KEY_PURGE_INTERVAL_NS:
+            self._keys_purged_at = ctx.now
+            ctx.journal.keys_expired(ctx.clock.wall())
+        self._arm_key_expiry()

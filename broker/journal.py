@@ -1,0 +1,163 @@
+"""The journal: every change of a message's fate, as typed operations for the durable store.
+
+The core writes to a journal through the methods below and never asks which kind it has: in
+durable mode a `Journal` collects the operations of a loop turn, which the server hands to
+the store in one transaction (broker/durable.py); in memory mode a `NullJournal` drops them.
+
+A message's place in its queue is its `seq` (the tail grows upwards, returns to the head take
+numbers below the smallest), so reading by `seq` rebuilds every queue in order. TTLs are kept
+as wall-clock deadlines, since monotonic time does not survive a restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .model import DeadLetterEntry, Record
+
+# Operation kinds: each operation is a tuple whose first item is its kind.
+PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries
+FLY = "fly"  # id: dispatched
+BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
+DROP = "drop"  # id: acked
+DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers
+UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evicted by its bound)
+PURGE = "purge"  # queue: dead letters deleted
+KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted
+UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
+
+Operation = tuple
+
+#: Converts a monotonic ns deadline to wall-clock seconds (the core's clock, at this turn).
+WallAt = Callable[[int], float]
+
+
+def _no_wall(_: int) -> float:
+    raise RuntimeError("journal used before the core bound its clock")
+
+
+class Journal:
+    """Durable mode: the operations of the current turn, in order."""
+
+    durable = True
+
+    def __init__(self) -> None:
+        self._operations: list[Operation] = []
+        self._wall_at: WallAt = _no_wall
+
+    def bind_clock(self, wall_at: WallAt) -> None:
+        self._wall_at = wall_at
+
+    def __len__(self) -> int:
+        return len(self._operations)
+
+    def __iter__(self):
+        return iter(self._operations)
+
+    def take(self) -> list[Operation]:
+        """The operations written since the last take, oldest first."""
+        operations, self._operations = self._operations, []
+        return operations
+
+    def _expires_wall(self, record: Record) -> float:
+        return self._wall_at(record.expires_at) if record.expires_at else 0.0
+
+    def put(self, queue_name: str, record: Record) -> None:
+        self._operations.append(
+            (
+                PUT,
+                record.id,
+                queue_name,
+                record.seq,
+                record.content,
+                record.headers,
+                self._expires_wall(record),
+                record.deliveries,
+            )
+        )
+
+    def dispatched(self, record: Record) -> None:
+        self._operations.append((FLY, record.id))
+
+    def back(self, record: Record) -> None:
+        """Ready again at its `seq` (returned, requeued, or delayed: on disk a delayed message
+        is ready at the tail, so after a restart the delay is not kept)."""
+        self._operations.append(
+            (BACK, record.id, record.seq, self._expires_wall(record), record.deliveries)
+        )
+
+    def acked(self, record: Record) -> None:
+        self._operations.append((DROP, record.id))
+
+    def dead(self, queue_name: str, entry: DeadLetterEntry) -> None:
+        self._operations.append(
+            (
+                DEAD,
+                queue_name,
+                entry.id,
+                entry.content,
+                entry.reason,
+                entry.deliveries,
+                entry.dead_at,
+                entry.headers,
+            )
+        )
+
+    def undead(self, queue_name: str, message_id: str) -> None:
+        self._operations.append((UNDEAD, queue_name, message_id))
+
+    def purged(self, queue_name: str) -> None:
+        self._operations.append((PURGE, queue_name))
+
+    def key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+        self._operations.append((KEY, queue_name, key, message_id, self._wall_at(expires_at)))
+
+    def keys_expired(self, wall: float = math.inf) -> None:
+        """Keys whose window ended by `wall` are deleted (inf: every key)."""
+        self._operations.append((UNKEY, wall))
+
+
+class NullJournal:
+    """Memory mode: nothing is kept, every method costs one call."""
+
+    durable = False
+
+    def bind_clock(self, wall_at: WallAt) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return 0
+
+    def __iter__(self):
+        return iter(())
+
+    def take(self) -> list[Operation]:
+        return []
+
+    def put(self, queue_name: str, record: Record) -> None:
+        pass
+
+    def dispatched(self, record: Record) -> None:
+        pass
+
+    def back(self, record: Record) -> None:
+        pass
+
+    def acked(self, record: Record) -> None:
+        pass
+
+    def dead(self, queue_name: str, entry: DeadLetterEntry) -> None:
+        pass
+
+    def undead(self, queue_name: str, message_id: str) -> None:
+        pass
+
+    def purged(self, queue_name: str) -> None:
+        pass
+
+    def key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+        pass
+
+    def keys_expired(self, wall: float = math.inf) -> None:
+        pass

@@ -1,0 +1,97 @@
+"""The queue table: which queues exist, creating them within the broker's limits, and where a
+record goes in a queue.
+
+Rule: a queue's ready deque is in `seq` order. The tail takes numbers upwards, the head (a
+message coming back) takes numbers below the smallest; the durable store keeps `seq`, so
+reading it back in `seq` order rebuilds every queue as it was.
+"""
+
+from __future__ import annotations
+
+from ..protocol import ErrorCode, queue_name_problem
+from .config import QueueSettings
+from .context import Context
+from .model import Peer, Queue, Record
+
+
+class Queues:
+    __slots__ = ("_ctx", "_head_seq", "_tail_seq", "by_name")
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self.by_name: dict[str, Queue] = {}
+        self._tail_seq = 0
+        self._head_seq = 0
+
+    def get(self, name: str) -> Queue | None:
+        return self.by_name.get(name)
+
+    def open(self, peer: Peer, name: str, tag: int | None = None) -> Queue | None:
+        """The queue named `name`, created on first use; None (and the peer refused) if the
+        name is invalid or the broker has its maximum of queues."""
+        queue = self.by_name.get(name)
+        if queue is not None:
+            return queue
+        ctx = self._ctx
+        reason = queue_name_problem(name)
+        if reason is not None:
+            ctx.refuse(peer, ErrorCode.INVALID_VALUE, reason, tag=tag)
+            return None
+        max_queues = ctx.config.max_queues
+        if len(self.by_name) >= max_queues:
+            ctx.refuse(
+                peer,
+                ErrorCode.LIMIT_REACHED,
+                f"the broker has the maximum of {max_queues} queues",
+                None,
+                name,
+                tag,
+            )
+            return None
+        return self.create(name)
+
+    def create(self, name: str) -> Queue:
+        """A new queue with its settings (a per-queue override, else the broker's)."""
+        config = self._ctx.config
+        settings = config.queues.get(name) or QueueSettings()
+        queue = self.by_name[name] = Queue(
+            name,
+            config.dead_letter_limit,
+            _setting(settings.max_deliveries, config.max_deliveries),
+            _setting(settings.max_length, config.max_queue_length),
+            settings.overflow or config.overflow,
+        )
+        return queue
+
+    def place(self, queue: Queue, record: Record, to_head: bool) -> None:
+        """Into the queue's ready deque; `seq` records the place for the durable store."""
+        record.seq = self.next_seq(to_head)
+        if to_head:
+            queue.ready.appendleft(record)
+        else:
+            queue.ready.append(record)
+
+    def next_seq(self, to_head: bool) -> int:
+        if to_head:
+            self._head_seq -= 1
+            return self._head_seq
+        self._tail_seq += 1
+        return self._tail_seq
+
+    def restore_seq(self, seq: int) -> None:
+        """A record read back from the store holds this place: new ones go around it."""
+        self._tail_seq = max(self._tail_seq, seq)
+        self._head_seq = min(self._head_seq, seq)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(queue.in_flight for queue in self.by_name.values())
+
+    @property
+    def ready(self) -> int:
+        """Messages waiting for a consumer, including delayed requeues."""
+        return sum(queue.ready_count + queue.delayed for queue in self.by_name.values())
+
+
+def _setting(override: int | None, default: int) -> int:
+    return default if override is None else override

@@ -1,0 +1,81 @@
+"""Recovery at start: the queues, dead letters and idempotency keys read from the durable
+store become the core's state again.
+
+Messages come back in their order, TTLs from their wall-clock deadlines (expired ones are
+dead-lettered at the first turn), those that were in flight as ready in their place with one
+more delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .context import Context
+from .deadletters import DeadLetters
+from .expiry import Expiry
+from .intake import Intake
+from .model import NS_PER_SECOND, DeadLetterEntry, Record
+from .queues import Queues
+
+
+def restore_messages(
+    ctx: Context,
+    queues: Queues,
+    dead_letters: DeadLetters,
+    expiry: Expiry,
+    messages: Iterable[Any],
+    dead: Iterable[Any],
+) -> tuple[int, int, int]:
+    """Rebuild the queues; returns (ready, were in flight, dead letters)."""
+    wall = ctx.clock.wall()
+    were_in_flight = 0
+    for stored in messages:
+        queue = queues.get(stored.queue) or queues.create(stored.queue)
+        expires_at = 0
+        if stored.expires_wall:
+            expires_at = ctx.now + int((stored.expires_wall - wall) * NS_PER_SECOND)
+        record = Record(
+            stored.id, stored.content, expires_at, stored.deliveries, headers=stored.headers
+        )
+        queues.restore_seq(stored.seq)
+        record.seq = stored.seq
+        if stored.in_flight:  # back as ready, in its place, with one more delivery
+            were_in_flight += 1
+            if not dead_letters.count_delivery(queue, record):
+                continue
+            ctx.journal.back(record)
+        queue.ready.append(record)
+        if expires_at:
+            expiry.watch(queue, record)
+    for stored in dead:
+        queue = queues.get(stored.queue) or queues.create(stored.queue)
+        queue.add_dead(
+            DeadLetterEntry(
+                stored.id,
+                stored.content,
+                stored.reason,
+                stored.deliveries,
+                stored.dead_at,
+                stored.headers,
+            )
+        )
+    dead_count = sum(len(queue.dead) for queue in queues.by_name.values())
+    return queues.ready, were_in_flight, dead_count
+
+
+def restore_keys(ctx: Context, intake: Intake, keys: list[Any]) -> int:
+    """The idempotency keys still inside their window; returns how many."""
+    wall = ctx.clock.wall()
+    window_ns = intake.keys.window_ns
+    restored = 0
+    for stored in sorted(keys, key=lambda k: k.expires_wall):
+        if stored.expires_wall > wall and window_ns:
+            # Not past today's window either, if it was shortened: keeps expiry order.
+            remaining = min(int((stored.expires_wall - wall) * NS_PER_SECOND), window_ns)
+            intake.restore_key(stored.queue, stored.key, stored.id, ctx.now + remaining)
+            restored += 1
+    if restored < len(keys):
+        # Expired while down, or keys are off now: delete them from the store too.
+        intake.forget_stored_keys(wall if window_ns else float("inf"))
+    return restored

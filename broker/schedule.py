@@ -1,0 +1,67 @@
+"""The one schedule of everything the core does by itself at a given time: message TTLs,
+delayed requeues, leases, peer expiry, heartbeats owed, idempotency-key expiry (and, later,
+scheduled jobs).
+
+One heap of (due_ns, seq, kind, target), driven by the core's injected clock. Entries are
+never removed when they become moot (a message was acked, a peer spoke again): the part that
+owns the kind checks, when the entry comes due, whether it still applies. So arming is one
+heap push and cancelling costs nothing. Moot entries are dropped in bulk (`compact`) when the
+heap grows past twice the entries still live, so a fast queue with long TTLs does not keep an
+entry per message for the whole TTL.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from typing import Any
+
+#: Entry kinds, and the target each carries.
+TTL = 0  # (Queue, Record): a ready message's time to live may be over
+DELAY_OVER = 1  # (Queue, Record): a delayed requeue goes back into its queue
+LEASE = 2  # Window: has its earliest lease run out?
+PEER_EXPIRY = 3  # Peer: silent past its expiry (or, without heartbeats, idle)?
+HEARTBEAT = 4  # Peer: has the broker been silent towards it for an interval?
+KEY_EXPIRY = 5  # None: the oldest idempotency keys' window is over
+
+#: The heap is never compacted below this many entries (compacting is O(n)).
+COMPACT_MIN_ENTRIES = 65_536
+
+Entry = tuple[int, int, int, Any]
+
+
+class Schedule:
+    __slots__ = ("_compact_at", "_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[Entry] = []
+        self._seq = 0
+        self._compact_at = COMPACT_MIN_ENTRIES
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def arm(self, due_ns: int, kind: int, target: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (due_ns, self._seq, kind, target))
+
+    def next_due(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now_ns: int) -> Iterator[tuple[int, int, Any]]:
+        """Pop and yield (due, kind, target) for every entry due at `now_ns`, including
+        entries armed while iterating that are already due."""
+        heap = self._heap
+        while heap and heap[0][0] <= now_ns:
+            due, _, kind, target = heapq.heappop(heap)
+            yield due, kind, target
+
+    def needs_compaction(self) -> bool:
+        return len(self._heap) > self._compact_at
+
+    def compact(self, is_live: Callable[[int, int, Any], bool]) -> None:
+        """Keep only the entries for which is_live(due, kind, target) holds."""
+        live = [entry for entry in self._heap if is_live(entry[0], entry[2], entry[3])]
+        heapq.heapify(live)
+        self._heap = live
+        self._compact_at = max(COMPACT_MIN_ENTRIES, 2 * len(live))
