@@ -170,9 +170,8 @@ class Dispatch:
         record.state = DELAYED
         queue.delayed += 1
         ctx.schedule.arm(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
-        # On disk it is ready at the tail: after a restart the delay is not kept.
         record.seq = self._queues.next_seq(to_head=False)
-        ctx.journal.back(record)
+        ctx.journal.delayed(record)
 
     @staticmethod
     def is_delay_live(due: int, target: tuple[Queue, Record]) -> bool:
@@ -277,9 +276,9 @@ class Dispatch:
         count = len(windows)
         index = queue.turn % count
         queue.turn += 1
-        add = ctx.add
+        outbox = ctx.outbox
         packet = queue.queue_packet
-        dispatched = 0
+        dispatched = first_seq = last_seq = 0
         while ready:
             record = ready.popleft()
             if record.state != READY:
@@ -292,7 +291,9 @@ class Dispatch:
             peer = window.peer
             record.state = IN_FLIGHT
             window.held[record.id] = record
-            journal.dispatched(record)
+            if not dispatched:
+                first_seq = record.seq
+            last_seq = record.seq
             if leases[index]:
                 record.lease_until = now + leases[index]
                 if not window.lease_due or record.lease_until < window.lease_due:
@@ -300,8 +301,10 @@ class Dispatch:
                     arm(record.lease_until, LEASE, window)
             else:
                 record.lease_until = 0
-            add(
-                peer.id,
+            chunks = outbox.get(peer.id)
+            if chunks is None:
+                chunks = outbox[peer.id] = []
+            chunks.append(
                 encode_dispatch(
                     packet,
                     record.content,
@@ -309,7 +312,7 @@ class Dispatch:
                     record.remaining_ttl(now) if peer.ttl_form else None,
                     record.deliveries if peer.extensions else None,
                     record.headers,
-                ),
+                )
             )
             dispatched += 1
             if len(window.held) >= window.limit:
@@ -322,5 +325,7 @@ class Dispatch:
                     index = 0
             else:
                 index = index + 1 if index + 1 < count else 0
+        if dispatched:
+            journal.dispatched(queue.name, first_seq, last_seq)
         queue.in_flight += dispatched
         ctx.counters.dispatched += dispatched

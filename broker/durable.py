@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from .journal import BACK, DEAD, DROP, FLY, KEY, PURGE, PUT, UNDEAD, UNKEY
+from .journal import BACK, DEAD, DELAY, DROP, FLY, KEY, PURGE, PUT, UNDEAD, UNKEY
 
 log = logging.getLogger("phpmq.broker")
 
@@ -53,8 +53,11 @@ CREATE INDEX IF NOT EXISTS keys_by_expiry ON keys (expires_wall);
 
 _STATEMENTS = {
     PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-    FLY: "UPDATE messages SET in_flight = 1 WHERE id = ?",
+    FLY: "UPDATE messages SET in_flight = 1"
+    " WHERE queue = ? AND seq BETWEEN ? AND ? AND in_flight = 0",
     BACK: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 0"
+    " WHERE id = ?1",
+    DELAY: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 2"
     " WHERE id = ?1",
     DROP: "DELETE FROM messages WHERE id = ?",
     UNDEAD: "DELETE FROM dead_letters WHERE queue = ? AND id = ?",
@@ -72,7 +75,8 @@ class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
     headers: bytes
     expires_wall: float
     deliveries: int
-    in_flight: bool
+    #: 0 ready, 1 in flight (comes back with one more delivery), 2 delayed (counted).
+    in_flight: int
 
 
 class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):

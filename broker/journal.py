@@ -7,6 +7,11 @@ the store in one transaction (broker/durable.py); in memory mode a `NullJournal`
 A message's place in its queue is its `seq` (the tail grows upwards, returns to the head take
 numbers below the smallest), so reading by `seq` rebuilds every queue in order. TTLs are kept
 as wall-clock deadlines, since monotonic time does not survive a restart.
+
+Dispatch costs one operation per queue and pass, not one per message: a pass hands out a
+prefix of the queue's ready deque, which is in `seq` order, so "the ready messages of this
+queue from seq A to seq B are in flight" says it all. A delayed message is not ready on disk
+(its in-flight mark is 2, "delivery counted"), so no range takes it by mistake.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from .model import DeadLetterEntry, Record
 
 # Operation kinds: each operation is a tuple whose first item is its kind.
 PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries
-FLY = "fly"  # id: dispatched
+FLY = "fly"  # queue, first seq, last seq: the ready messages in that range were dispatched
 BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
+DELAY = "delay"  # id, seq, expires_wall, deliveries: requeued with a delay (already counted)
 DROP = "drop"  # id: acked
 DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers
 UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evicted by its bound)
@@ -77,14 +83,21 @@ class Journal:
             )
         )
 
-    def dispatched(self, record: Record) -> None:
-        self._operations.append((FLY, record.id))
+    def dispatched(self, queue_name: str, first_seq: int, last_seq: int) -> None:
+        """The queue's ready messages with `seq` from first to last went out in one pass."""
+        self._operations.append((FLY, queue_name, first_seq, last_seq))
 
     def back(self, record: Record) -> None:
-        """Ready again at its `seq` (returned, requeued, or delayed: on disk a delayed message
-        is ready at the tail, so after a restart the delay is not kept)."""
+        """Ready again at its `seq` (returned or requeued)."""
         self._operations.append(
             (BACK, record.id, record.seq, self._expires_wall(record), record.deliveries)
+        )
+
+    def delayed(self, record: Record) -> None:
+        """Requeued with a delay, its delivery counted: at the tail on disk, so after a
+        restart it is ready at once (the delay is not kept) with the count it has now."""
+        self._operations.append(
+            (DELAY, record.id, record.seq, self._expires_wall(record), record.deliveries)
         )
 
     def acked(self, record: Record) -> None:
@@ -138,10 +151,13 @@ class NullJournal:
     def put(self, queue_name: str, record: Record) -> None:
         pass
 
-    def dispatched(self, record: Record) -> None:
+    def dispatched(self, queue_name: str, first_seq: int, last_seq: int) -> None:
         pass
 
     def back(self, record: Record) -> None:
+        pass
+
+    def delayed(self, record: Record) -> None:
         pass
 
     def acked(self, record: Record) -> None:

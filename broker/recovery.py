@@ -18,6 +18,9 @@ from .intake import Intake
 from .model import NS_PER_SECOND, DeadLetterEntry, Record
 from .queues import Queues
 
+#: The store's in-flight mark of a dispatched message (2 marks a delayed one).
+IN_FLIGHT_ON_DISK = 1
+
 
 def restore_messages(
     ctx: Context,
@@ -40,10 +43,12 @@ def restore_messages(
         )
         queues.restore_seq(stored.seq)
         record.seq = stored.seq
-        if stored.in_flight:  # back as ready, in its place, with one more delivery
+        if stored.in_flight == IN_FLIGHT_ON_DISK:  # ready again, with one more delivery
             were_in_flight += 1
             if not dead_letters.count_delivery(queue, record):
                 continue
+            ctx.journal.back(record)
+        elif stored.in_flight:  # delayed when the broker stopped: ready now, count kept
             ctx.journal.back(record)
         queue.ready.append(record)
         if expires_at:

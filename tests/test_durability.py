@@ -205,6 +205,47 @@ def test_the_store_rebuilds_a_core_exactly(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_crash_counts_a_delivery_for_exactly_the_messages_in_flight(tmp_path: Path) -> None:
+    """Dispatch is journaled as one seq range per queue and pass: the range must take the
+    dispatched messages and nothing around them (ready ones after it, a delayed requeue,
+    a message returned to the head and waiting again)."""
+    core = Core(BrokerConfig(), FakeClock(), journal=Journal())
+    store = DurableStore(tmp_path)
+
+    def turn(*inputs: tuple[bytes, list[p.Message]]) -> dict[bytes, list[p.Message]]:
+        core.begin_turn()
+        for peer, messages in inputs:
+            core.handle_frame(peer, p.encode_all(messages))
+        out = {peer: p.decode_frame(frame)[0] for peer, frame in core.end_turn().frames}
+        store.commit(core.journal.take())
+        return out
+
+    turn((b"p", [p.Send("q", c, 0) for c in (b"a", b"b", b"c", b"d", b"e", b"f")]))
+    out = turn((b"c1", [p.Hello({}), p.Consume("q", 2)]))
+    a, b = dispatches(out[b"c1"])
+    out = turn((b"c1", [p.Requeue("q", b.message_id, 0, delay_ms=60_000)]))  # b delayed
+    [c] = dispatches(out[b"c1"])
+    out = turn((b"c2", [p.Hello({}), p.Consume("q", 1)]))
+    [d] = dispatches(out[b"c2"])
+    turn((b"c2", [p.Kbai()]))  # d back to the head; c1 is full, so it waits there
+    assert [m.content for m in (a, b, c, d)] == [b"a", b"b", b"c", b"d"]
+
+    def rebuilt() -> list[tuple[bytes, int]]:
+        fresh = Core(BrokerConfig(), FakeClock())
+        fresh.restore(*store.load())
+        return [(r.content, r.deliveries) for r in fresh.queues["q"].ready]
+
+    # a and c were in flight: one more delivery; b's delay counted its delivery already;
+    # d came back to the head with its count; e and f were never dispatched.
+    assert rebuilt() == [(b"d", 2), (b"a", 2), (b"c", 2), (b"e", 1), (b"f", 1), (b"b", 2)]
+    # One pass now spans the delayed b (its seq lies between f's and g's): it stays delayed.
+    turn((b"p", [p.Send("q", b"g", 0)]))
+    out = turn((b"c1", [p.Ack("q", a.message_id), p.Ack("q", c.message_id), p.Consume("q", 4)]))
+    assert [m.content for m in dispatches(out[b"c1"])] == [b"d", b"e", b"f", b"g"]
+    assert rebuilt() == [(b"d", 3), (b"e", 2), (b"f", 2), (b"b", 2), (b"g", 2)]
+    store.close()
+
+
 def test_an_unusable_data_dir_stops_the_broker_with_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
