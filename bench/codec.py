@@ -9,7 +9,7 @@ from rich.table import Table
 
 from .. import protocol as p
 
-MESSAGE_ID = "d7e7f68761d34838494b233148b5486c"
+MESSAGE_ID = b"d7e7f68761d34838494b233148b5486c"
 
 
 def run_codec_benchmark(size: int = 100, batch: int = 100, rounds: int = 200) -> dict[str, float]:

@@ -129,7 +129,7 @@ class Admin:
                 break
             entries.append(
                 {
-                    "id": entry.id,
+                    "id": entry.id.decode(errors="replace"),
                     "reason": entry.reason,
                     "deliveries": entry.deliveries,
                     "dead_at": entry.dead_at,
@@ -152,7 +152,8 @@ class Admin:
             isinstance(wanted, list) and all(isinstance(i, str) for i in wanted)
         ):
             raise ValueError("'ids' must be a list of message IDs")
-        return {"queue": queue.name, "replayed": self._dead.replay(queue, wanted)}
+        ids = None if wanted is None else [i.encode() for i in wanted]
+        return {"queue": queue.name, "replayed": self._dead.replay(queue, ids)}
 
     def _dlq_purge(self, options: dict[str, Any]) -> dict[str, Any]:
         queue = self._dead_queue(options)

@@ -46,7 +46,7 @@ class Context:
         config: BrokerConfig,
         clock: Clock,
         journal: Journal | NullJournal,
-        new_id: Callable[[], str] | None = None,
+        new_id: Callable[[], bytes] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -91,7 +91,7 @@ class Context:
         peer: Peer,
         code: int,
         reason: str,
-        message_id: str | None = None,
+        message_id: bytes | None = None,
         queue: str | None = None,
         tag: int | None = None,
     ) -> None:

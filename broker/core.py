@@ -78,7 +78,7 @@ class Core:
         self,
         config: BrokerConfig,
         clock: Clock,
-        new_id: Callable[[], str] | None = None,
+        new_id: Callable[[], bytes] | None = None,
         journal: Journal | NullJournal | None = None,
         profile: PeerProfile | None = None,
     ) -> None:

@@ -42,7 +42,7 @@ class DeadLetters:
             return False
         return True
 
-    def replay(self, queue: Queue, ids: list[str] | None) -> int:
+    def replay(self, queue: Queue, ids: list[bytes] | None) -> int:
         """Dead letters (all, or those with these IDs) back at the tail of their queue, same
         ID, no TTL; returns how many."""
         journal = self._ctx.journal

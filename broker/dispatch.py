@@ -97,7 +97,9 @@ class Dispatch:
             queue = self._queues.by_name[message.queue]
             self._dead.bury(queue, record, message.reason or "rejected", True)
 
-    def _take_held(self, peer: Peer, queue_name: str, message_id: str, verb: str) -> Record | None:
+    def _take_held(
+        self, peer: Peer, queue_name: str, message_id: bytes, verb: str
+    ) -> Record | None:
         """Remove a message from the peer's window, or refuse if the peer does not hold it."""
         window = peer.windows.get(queue_name)
         record = window.held.pop(message_id, None) if window is not None else None
@@ -105,7 +107,8 @@ class Dispatch:
             self._ctx.refuse(
                 peer,
                 ErrorCode.UNKNOWN_MESSAGE,
-                f"cannot {verb}: message {message_id} on {queue_name!r} is not held by you"
+                f"cannot {verb}: message {message_id.decode(errors='replace')} on"
+                f" {queue_name!r} is not held by you"
                 " (already acked, redelivered, or never dispatched to you)",
                 message_id,
                 queue_name,

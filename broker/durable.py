@@ -68,7 +68,7 @@ _STATEMENTS = {
 
 
 class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
-    id: str
+    id: bytes
     queue: str
     seq: int
     content: bytes
@@ -81,7 +81,7 @@ class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
 
 class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
     queue: str
-    id: str
+    id: bytes
     content: bytes
     reason: str
     deliveries: int
@@ -92,7 +92,7 @@ class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
 class StoredKey(msgspec.Struct, frozen=True, array_like=True):
     queue: str
     key: str
-    id: str
+    id: bytes
     expires_wall: float
 
 
@@ -126,11 +126,21 @@ class DurableStore:
             # FULL: the WAL is fsynced at every commit, so a commit is on disk when it returns.
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            self._ids_as_blobs()
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open the data directory {data_dir}: {exc}") from None
         self.commits = 0
         self.last_commit_ms = 0.0
         self.started = time.monotonic()
+
+    def _ids_as_blobs(self) -> None:
+        """Message IDs are bytes in the broker and BLOBs here; a store written when they were
+        str holds TEXT, which would never equal a BLOB: convert it once, at open."""
+        with self._db:
+            for table in ("messages", "dead_letters", "keys"):
+                self._db.execute(
+                    f"UPDATE {table} SET id = CAST(id AS BLOB) WHERE typeof(id) = 'text'"
+                )
 
     # ------------------------------------------------------------------ reading
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 
-import msgspec
-
 from ..protocol import ErrorCode, Send, encode_confirm, key_problem
 from .context import Context
 from .deadletters import DeadLetters
@@ -24,8 +22,6 @@ from .schedule import KEY_EXPIRY
 
 #: Expired idempotency keys are deleted from the durable store at most this often.
 KEY_PURGE_INTERVAL_NS = 1_000_000_000
-
-_json = msgspec.json.Encoder()
 
 
 class Intake:
@@ -91,7 +87,7 @@ class Intake:
         ttl = message.ttl or 0
         record = Record(ctx.new_id(), message.content, ctx.now + ttl * NS_PER_SECOND if ttl else 0)
         if message.headers:
-            record.headers = _json.encode(message.headers)
+            record.headers = message.headers  # passed on untouched, never parsed
         self._queues.place(queue, record, to_head=False)
         ctx.journal.put(queue.name, record)
         if key is not None and self.keys.window_ns:
@@ -118,7 +114,7 @@ class Intake:
         self._confirm(peer, first_id, message.tag)
         return True
 
-    def _confirm(self, peer: Peer, message_id: str, tag: int | None) -> None:
+    def _confirm(self, peer: Peer, message_id: bytes, tag: int | None) -> None:
         """CONFIRM a send that asked for it (a tag, or a HELLO with `confirm`): with the
         turn's replies in memory mode; in durable mode held until the turn's commit is on
         disk (the core's release_confirms)."""
@@ -157,12 +153,12 @@ class Intake:
 
     # ----------------------------------------------------------------- key window
 
-    def remember_key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+    def remember_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         self.keys.add(queue_name, key, message_id, expires_at)
         self._ctx.journal.key(queue_name, key, message_id, expires_at)
         self._arm_key_expiry()
 
-    def restore_key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+    def restore_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         """A key read back from the store: remembered, not journaled again."""
         self.keys.add(queue_name, key, message_id, expires_at)
         self._arm_key_expiry()

@@ -117,13 +117,13 @@ class Journal:
             )
         )
 
-    def undead(self, queue_name: str, message_id: str) -> None:
+    def undead(self, queue_name: str, message_id: bytes) -> None:
         self._operations.append((UNDEAD, queue_name, message_id))
 
     def purged(self, queue_name: str) -> None:
         self._operations.append((PURGE, queue_name))
 
-    def key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+    def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         self._operations.append((KEY, queue_name, key, message_id, self._wall_at(expires_at)))
 
     def keys_expired(self, wall: float = math.inf) -> None:
@@ -166,13 +166,13 @@ class NullJournal:
     def dead(self, queue_name: str, entry: DeadLetterEntry) -> None:
         pass
 
-    def undead(self, queue_name: str, message_id: str) -> None:
+    def undead(self, queue_name: str, message_id: bytes) -> None:
         pass
 
     def purged(self, queue_name: str) -> None:
         pass
 
-    def key(self, queue_name: str, key: str, message_id: str, expires_at: int) -> None:
+    def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         pass
 
     def keys_expired(self, wall: float = math.inf) -> None:

@@ -21,7 +21,7 @@ class KeyWindow:
     def __init__(self, window_ns: int, max_keys: int) -> None:
         self.window_ns = window_ns
         self.max_keys = max_keys
-        self._ids: dict[tuple[str, str], tuple[str, int]] = {}
+        self._ids: dict[tuple[str, str], tuple[bytes, int]] = {}
         #: (expires_at, (queue, key)) in the order the keys were added.
         self._order: deque[tuple[int, tuple[str, str]]] = deque()
         #: Keys dropped before their time because the window was full.
@@ -30,14 +30,14 @@ class KeyWindow:
     def __len__(self) -> int:
         return len(self._ids)
 
-    def get(self, queue: str, key: str, now: int) -> str | None:
+    def get(self, queue: str, key: str, now: int) -> bytes | None:
         """The ID the key was first accepted with, if its window is not over at `now`."""
         found = self._ids.get((queue, key))
         if found is None or found[1] <= now:
             return None
         return found[0]
 
-    def add(self, queue: str, key: str, message_id: str, expires_at: int) -> None:
+    def add(self, queue: str, key: str, message_id: bytes, expires_at: int) -> None:
         entry = (queue, key)
         self._ids[entry] = (message_id, expires_at)
         self._order.append((expires_at, entry))

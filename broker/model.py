@@ -34,7 +34,7 @@ class Record(msgspec.Struct, gc=False):
     untracked, a queue of millions of records costs the garbage collector nothing.
     """
 
-    id: str
+    id: bytes
     content: bytes
     expires_at: int
     #: Which delivery the next dispatch is: 1 the first time, +1 after each return.
@@ -57,7 +57,7 @@ class Record(msgspec.Struct, gc=False):
 class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
     """A message taken out of circulation; `deliveries` is how often it was dispatched."""
 
-    id: str
+    id: bytes
     content: bytes
     reason: str
     deliveries: int
@@ -75,7 +75,7 @@ class Window:
         self.peer = peer
         self.queue = queue
         self.limit = limit
-        self.held: dict[str, Record] = {}
+        self.held: dict[bytes, Record] = {}
         #: The consumer's own lease for this window (002's lease packet); None: the default.
         self.lease_ms: int | None = None
         #: When the window's lease timer is due (0: none armed); older timer entries are moot.
@@ -143,7 +143,8 @@ class Queue:
 
 
 class IdSource:
-    """Message IDs: 32 lowercase hex characters from 16 random bytes (as php-mq/server does).
+    """Message IDs: 32 lowercase hex characters from 16 random bytes (as php-mq/server does),
+    as the bytes that go on the wire: encoded once, here.
 
     Random bytes are read from the OS 4 KiB at a time: one syscall per 256 IDs.
     """
@@ -151,12 +152,12 @@ class IdSource:
     _IDS_PER_READ = 256
 
     def __init__(self) -> None:
-        self._hex = ""
+        self._hex = b""
         self._pos = 0
 
-    def __call__(self) -> str:
+    def __call__(self) -> bytes:
         if self._pos >= len(self._hex):
-            self._hex = os.urandom(16 * self._IDS_PER_READ).hex()
+            self._hex = os.urandom(16 * self._IDS_PER_READ).hex().encode()
             self._pos = 0
         start = self._pos
         self._pos = start + 32

@@ -28,9 +28,9 @@ class Send(msgspec.Struct, frozen=True, gc=False):
     #: Extension packet: the producer's idempotency key; a repeat within the broker's
     #: window is confirmed with the first message's ID instead of being queued again.
     key: str | None = None
-    #: Extension packet: a JSON object the broker keeps with the message and hands to
-    #: extension consumers (e.g. a worker's per-message timeout).
-    headers: dict[str, Any] | None = None
+    #: Extension packet: a JSON object (its encoded bytes) the broker keeps with the message
+    #: and hands to extension consumers untouched (e.g. a worker's per-message timeout).
+    headers: bytes | None = None
 
 
 class Consume(msgspec.Struct, frozen=True, gc=False):
@@ -52,10 +52,11 @@ class Dispatch(msgspec.Struct, frozen=True, gc=False):
     TYPE: ClassVar[MessageType] = MessageType.DISPATCH
     queue: str
     content: bytes
-    message_id: str
+    message_id: bytes
     ttl: int | None = None
     delivery_count: int | None = None
-    headers: dict[str, Any] | None = None
+    #: The producer's HEADERS packet as it sent it (JSON bytes).
+    headers: bytes | None = None
 
 
 class Ack(msgspec.Struct, frozen=True, gc=False):
@@ -63,7 +64,7 @@ class Ack(msgspec.Struct, frozen=True, gc=False):
 
     TYPE: ClassVar[MessageType] = MessageType.ACK
     queue: str
-    message_id: str
+    message_id: bytes
 
 
 class Requeue(msgspec.Struct, frozen=True, gc=False):
@@ -74,7 +75,7 @@ class Requeue(msgspec.Struct, frozen=True, gc=False):
 
     TYPE: ClassVar[MessageType] = MessageType.REQUEUE
     queue: str
-    message_id: str
+    message_id: bytes
     ttl: int
     delay_ms: int | None = None
 
@@ -84,7 +85,7 @@ class DeadLetter(msgspec.Struct, frozen=True, gc=False):
 
     TYPE: ClassVar[MessageType] = MessageType.DEAD_LETTER
     queue: str
-    message_id: str
+    message_id: bytes
     reason: str | None = None
 
 
@@ -94,7 +95,7 @@ class Error(msgspec.Struct, frozen=True, gc=False):
     TYPE: ClassVar[MessageType] = MessageType.ERROR
     code: int
     reason: str
-    message_id: str | None = None
+    message_id: bytes | None = None
     queue: str | None = None
     #: The TAG of the send this refuses, when it carried one.
     tag: int | None = None
@@ -105,7 +106,7 @@ class Confirm(msgspec.Struct, frozen=True, gc=False):
     the message's, or the first one's for a repeated idempotency key."""
 
     TYPE: ClassVar[MessageType] = MessageType.CONFIRM
-    message_id: str
+    message_id: bytes
     tag: int | None = None
 
 

@@ -121,11 +121,12 @@ def _options(raw: bytes) -> dict[str, Any]:
         raise RemoteProtocolError("options packet is nested too deeply") from None
 
 
-#: How a packet's raw bytes become a field value; None keeps the bytes as they are.
+#: How a packet's raw bytes become a field value; None keeps the bytes as they are. Message
+#: IDs and producer headers stay bytes: the broker only matches and passes them on.
 DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.QUEUE: _text,
     P.CONTENT: None,
-    P.MESSAGE_ID: _text,
+    P.MESSAGE_ID: None,
     P.COUNT: _integer,
     P.TTL: _integer,
     P.ERROR_CODE: _integer,
@@ -134,7 +135,7 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.OPTIONS: _options,
     P.LEASE_MS: _integer,
     P.DELAY_MS: _integer,
-    P.HEADERS: _options,
+    P.HEADERS: None,
     P.KEY: _text,
     P.TAG: _integer,
 }

@@ -123,7 +123,7 @@ def queue_packet(queue: str) -> bytes:
 def encode_dispatch(
     queue_packet: bytes,
     content: bytes,
-    message_id: str,
+    message_id: bytes,
     ttl: int | None,
     delivery_count: int | None,
     headers: bytes = b"",
@@ -137,23 +137,22 @@ def encode_dispatch(
             len(content),
             content,
             len(message_id),
-            message_id.encode(),
+            message_id,
             *_number_packet(ttl),
             *_number_packet(delivery_count),
             len(headers),
             headers,
         )
-    id_bytes = message_id.encode()
     if ttl is None:
-        return _DISPATCH_3 % (queue_packet, len(content), content, len(id_bytes), id_bytes)
+        return _DISPATCH_3 % (queue_packet, len(content), content, len(message_id), message_id)
     ttl_bytes = b"%d" % ttl
     if delivery_count is None:
         return _DISPATCH_4 % (
             queue_packet,
             len(content),
             content,
-            len(id_bytes),
-            id_bytes,
+            len(message_id),
+            message_id,
             len(ttl_bytes),
             ttl_bytes,
         )
@@ -162,8 +161,8 @@ def encode_dispatch(
         queue_packet,
         len(content),
         content,
-        len(id_bytes),
-        id_bytes,
+        len(message_id),
+        message_id,
         len(ttl_bytes),
         ttl_bytes,
         len(count_bytes),
@@ -217,16 +216,14 @@ _CONFIRM_1 = message_header(MessageType.CONFIRM, 1) + _ID_PACKET + b"%b"
 _CONFIRM_2 = message_header(MessageType.CONFIRM, 2) + _ID_PACKET + b"%b" + _TAG_PACKET + b"%b"
 
 
-def encode_confirm(message_id: str, tag: int | None) -> bytes:
+def encode_confirm(message_id: bytes, tag: int | None) -> bytes:
     """105 on the broker's hot path: one formatting call per confirm."""
-    id_bytes = message_id.encode()
     if tag is None:
-        return _CONFIRM_1 % (len(id_bytes), id_bytes)
+        return _CONFIRM_1 % (len(message_id), message_id)
     tag_bytes = b"%d" % tag
-    return _CONFIRM_2 % (len(id_bytes), id_bytes, len(tag_bytes), tag_bytes)
+    return _CONFIRM_2 % (len(message_id), message_id, len(tag_bytes), tag_bytes)
 
 
-def encode_ack(queue_packet: bytes, message_id: str) -> bytes:
+def encode_ack(queue_packet: bytes, message_id: bytes) -> bytes:
     """004 on the consumer's hot path."""
-    id_bytes = message_id.encode()
-    return b"".join((_ACK_HEADER, queue_packet, _ID_PACKET % len(id_bytes), id_bytes))
+    return b"".join((_ACK_HEADER, queue_packet, _ID_PACKET % len(message_id), message_id))

@@ -109,7 +109,7 @@ def hold(args: argparse.Namespace, ack_on_sigcont: bool) -> int:
             if message is not None:  # dispatched after rejoining: not expected by the tests
                 say("id", message.id, message.delivery_count)
         for error in list(client.errors):
-            say("error", error.code, error.message_id)
+            say("error", error.code, (error.message_id or b"").decode())
         say("done", "reconnects", client.reconnects)
     return 0
 

@@ -22,7 +22,7 @@ def test_queue_is_created_on_first_send_and_ids_are_32_lowercase_hex(core: CoreH
     got = dispatches(core.send(CONSUMER, p.Consume("jobs", 10)))
     assert [d.content for d in got] == [b"a", b"b"]
     for dispatch in got:
-        assert re.fullmatch(r"[0-9a-f]{32}", dispatch.message_id)
+        assert re.fullmatch(rb"[0-9a-f]{32}", dispatch.message_id)
     assert got[0].message_id != got[1].message_id
 
 
@@ -413,7 +413,7 @@ def test_dead_letters_can_be_listed_replayed_and_purged(core: CoreHarness) -> No
     replayed = admin(core, "dlq-replay", queue="jobs", ids=[keep])
     assert replayed == {"queue": "jobs", "replayed": 1}
     [dispatch] = dispatches(core.send(CONSUMER, p.Consume("jobs", 5)))
-    assert (dispatch.message_id, dispatch.content, dispatch.ttl) == (keep, b"0", 0)
+    assert (dispatch.message_id.decode(), dispatch.content, dispatch.ttl) == (keep, b"0", 0)
     assert admin(core, "dlq-purge", queue="jobs") == {"queue": "jobs", "purged": 2}
     assert admin(core, "dlq-list", queue="jobs")["total"] == 0
 
@@ -466,7 +466,7 @@ def test_dead_letter_entries_count_the_deliveries_made(core: CoreHarness) -> Non
     entries = {e.content: e.deliveries for e in core.core.queues["jobs"].dead}
     assert entries == {b"never": 0, b"twice": 2}
     core.send(CONSUMER, p.Consume("jobs", 0))
-    admin(core, "dlq-replay", queue="jobs", ids=[second.message_id])
+    admin(core, "dlq-replay", queue="jobs", ids=[second.message_id.decode()])
     [replayed] = dispatches(core.send(CONSUMER, p.Consume("jobs", 2)))
     assert replayed.delivery_count == 3
 

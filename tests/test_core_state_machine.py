@@ -55,7 +55,7 @@ LIVENESS = 3  # the broker's default, used when a HELLO does not say
 #: Examples per run; a soak: STATE_MACHINE_EXAMPLES=5000 pytest tests/test_core_state_machine.py
 EXAMPLES = int(os.environ.get("STATE_MACHINE_EXAMPLES", "400"))
 #: An ID the broker never hands out (its IDs are random); acking it is always refused.
-UNKNOWN_ID = "f" * 32
+UNKNOWN_ID = b"f" * 32
 
 consumers = st.sampled_from(CONSUMERS)
 extension_consumers = st.sampled_from(EXTENSION_CONSUMERS)
@@ -82,7 +82,7 @@ class Msg:
     #: While requeued with a delay: monotonic ns when it is back in its queue.
     delayed_until: int = 0
     #: The producer's HEADERS packet, passed on in every dispatch.
-    headers: dict | None = None
+    headers: bytes | None = None
 
 
 @dataclass
@@ -391,7 +391,7 @@ class CoreMachine(RuleBasedStateMachine):
         sends, refused = [], 0
         for ttl in ttl_list:
             content = b"m%d" % self.sent
-            headers = {"n": self.sent} if with_headers else None
+            headers = b'{"n": %d}' % self.sent if with_headers else None
             self.sent += 1
             sends.append(p.Send(queue, content, ttl, headers=headers))
             if self.draining:
@@ -599,7 +599,7 @@ class CoreMachine(RuleBasedStateMachine):
             ids = [e.id for e in sorted(entries, key=lambda e: e.content)]  # IDs are random
             wanted = data.draw(st.none() | st.lists(st.sampled_from(ids), unique=True), "ids")
             if wanted is not None:
-                options["ids"] = wanted
+                options["ids"] = [i.decode() for i in wanted]  # JSON carries them as text
                 chosen = [e for e in entries if e.id in wanted]
         for entry in chosen:
             msg = self.msgs[entry.content]
@@ -814,11 +814,11 @@ def test_a_replayed_dead_letter_keeps_its_headers() -> None:
     dead-letter entry, which had no headers field, so a replayed message reached consumers
     without the HEADERS packet its producer sent (a worker pool's per-message timeout, say)."""
     core = CoreHarness()
-    core.send(PRODUCER, p.Send("jobs", b"a", 0, headers={"timeout": 5}))
+    core.send(PRODUCER, p.Send("jobs", b"a", 0, headers=b'{"timeout": 5}'))
     [first] = dispatches(core.send(b"c0", p.Hello({}), p.Consume("jobs", 1)))
-    assert first.headers == {"timeout": 5}
+    assert first.headers == b'{"timeout": 5}'
     core.send(b"c0", p.DeadLetter("jobs", first.message_id))
     out = core.turn((ADMIN, p.Admin({"command": "dlq-replay", "queue": "jobs"})))
     [again] = dispatches(out[b"c0"])
     assert (again.message_id, again.delivery_count) == (first.message_id, 2)
-    assert again.headers == {"timeout": 5}  # was None
+    assert again.headers == b'{"timeout": 5}'  # was None

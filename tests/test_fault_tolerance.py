@@ -332,7 +332,7 @@ def test_a_peer_given_up_on_gets_errors_until_it_says_hello_again(tmp_path: Path
             )
         with broker.client() as second:
             message = next(second.consume("late", window=1, timeout=5))
-            assert (message.id, message.delivery_count) == (dispatch.message_id, 2)
+            assert (message.id, message.delivery_count) == (dispatch.message_id.decode(), 2)
             message.ack()
         assert broker.stats()["counters"]["acked"] == 1
     finally:
@@ -428,7 +428,7 @@ def test_a_stock_consumer_that_stops_acking_loses_its_lease(tmp_path: Path) -> N
                 elapsed = time.monotonic() - consumed_at
                 assert message is not None, "the message never came back"
                 print(f"\nstock lease of 500 ms: redelivered after {elapsed:.3f}s")
-                assert (message.id, message.content) == (dispatch.message_id, b"job")
+                assert (message.id, message.content) == (dispatch.message_id.decode(), b"job")
                 assert message.delivery_count == 2
                 assert 0.5 <= elapsed <= 0.5 + TOLERANCE_S
                 before = broker.stats()["counters"]

@@ -32,7 +32,7 @@ from phpmq.protocol import (
     queue_packet,
 )
 
-MESSAGE_ID = "d7e7f68761d34838494b233148b5486c"
+MESSAGE_ID = b"d7e7f68761d34838494b233148b5486c"
 
 
 def pkt(packet_type: int, content: bytes) -> bytes:
@@ -42,7 +42,7 @@ def pkt(packet_type: int, content: bytes) -> bytes:
 
 QUEUE = pkt(1, b"Foo")
 CONTENT = pkt(2, b"Hello World")
-ID = pkt(3, MESSAGE_ID.encode())
+ID = pkt(3, MESSAGE_ID)
 COUNT = pkt(4, b"5")
 TTL = pkt(5, b"3600")
 
@@ -372,7 +372,7 @@ def test_limit_applies_to_every_packet() -> None:
     ("wire", "expected"),
     [
         (b"H0100202" + pkt(1, b"F\xffo") + COUNT, None),
-        (b"H0100402" + QUEUE + pkt(3, b"\xc3"), None),  # truncated UTF-8 sequence
+        (b"H0100402" + pkt(1, b"\xc3") + ID, None),  # truncated UTF-8 sequence
         (b"H0100603" + QUEUE + ID + pkt(11, b"\xed\xa0\x80"), None),  # encoded surrogate
         (b"H0100202" + pkt(1, "Fö".encode()) + COUNT, Consume("Fö", 5)),
     ],

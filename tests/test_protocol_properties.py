@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -76,6 +77,9 @@ json_values = st.recursive(
     max_leaves=12,
 )
 options = st.dictionaries(texts, json_values, max_size=5)
+#: Message IDs and producer headers are bytes the codec passes through untouched.
+ids = st.binary(max_size=40)
+header_packets = st.none() | st.builds(msgspec.json.encode, options)
 
 sends = st.builds(
     Send,
@@ -84,17 +88,17 @@ sends = st.builds(
     optional_integers,
     tag=optional_integers,
     key=st.none() | texts,
-    headers=st.none() | options,
+    headers=header_packets,
 )
 consumes = st.builds(Consume, texts, integers, optional_integers)
 dispatches = st.builds(
-    Dispatch, texts, contents, texts, optional_integers, optional_integers, st.none() | options
+    Dispatch, texts, contents, ids, optional_integers, optional_integers, header_packets
 )
-acks = st.builds(Ack, texts, texts)
-requeues = st.builds(Requeue, texts, texts, integers, optional_integers)
-dead_letters = st.builds(DeadLetter, texts, texts, st.none() | texts)
-errors = st.builds(Error, integers, texts, st.none() | texts, st.none() | texts, optional_integers)
-confirms = st.builds(Confirm, texts, optional_integers)
+acks = st.builds(Ack, texts, ids)
+requeues = st.builds(Requeue, texts, ids, integers, optional_integers)
+dead_letters = st.builds(DeadLetter, texts, ids, st.none() | texts)
+errors = st.builds(Error, integers, texts, st.none() | ids, st.none() | texts, optional_integers)
+confirms = st.builds(Confirm, ids, optional_integers)
 hellos = st.builds(Hello, options)
 admins = st.builds(Admin, options)
 admin_replies = st.builds(AdminReply, options)
@@ -203,8 +207,8 @@ def test_encode_send_with_tag_and_key_matches_encode(
 
 
 @FAST
-@given(texts, optional_integers)
-def test_encode_confirm_matches_encode(message_id: str, tag: int | None) -> None:
+@given(ids, optional_integers)
+def test_encode_confirm_matches_encode(message_id: bytes, tag: int | None) -> None:
     assert encode_confirm(message_id, tag) == encode(Confirm(message_id, tag))
 
 
@@ -214,9 +218,9 @@ def test_a_tag_or_key_needs_the_ttl_form() -> None:
 
 
 @FAST
-@given(texts, contents, texts, optional_integers, optional_integers)
+@given(texts, contents, ids, optional_integers, optional_integers)
 def test_encode_dispatch_matches_encode(
-    queue: str, content: bytes, message_id: str, ttl: int | None, delivery_count: int | None
+    queue: str, content: bytes, message_id: bytes, ttl: int | None, delivery_count: int | None
 ) -> None:
     if ttl is None:
         # The hot path writes the pre-TTL form for stock peers, which take no extension.
@@ -227,8 +231,8 @@ def test_encode_dispatch_matches_encode(
 
 
 @FAST
-@given(texts, texts)
-def test_encode_ack_matches_encode(queue: str, message_id: str) -> None:
+@given(texts, ids)
+def test_encode_ack_matches_encode(queue: str, message_id: bytes) -> None:
     assert encode_ack(queue_packet(queue), message_id) == encode(Ack(queue, message_id))
 
 
@@ -358,7 +362,7 @@ def test_permuted_packets_decode_to_the_same_message(message: Message, data: st.
 
 
 def test_reversed_dispatch_packets() -> None:
-    message = Dispatch("Foo", b"Hello World", "id", 3300, 2)
+    message = Dispatch("Foo", b"Hello World", b"id", 3300, 2)
     header, packets = split_packets(encode(message))
     assert len(packets) == 5
     assert decode_message(header + b"".join(reversed(packets)))[0] == message

@@ -36,7 +36,7 @@ from phpmq.protocol import (
 )
 from phpmq.protocol.writer import message_header, packet
 
-MESSAGE_ID = "d7e7f68761d34838494b233148b5486c"
+MESSAGE_ID = b"d7e7f68761d34838494b233148b5486c"
 #: Stand-in for the PHP tests' `bin2hex(random_bytes(256))`; seeded so a failure reproduces.
 RANDOM_CONTENT = random.Random(20180102).randbytes(256).hex().encode()
 
@@ -288,23 +288,23 @@ VECTORS = [
     pytest.param(
         C_DISPATCH,
         142,
-        Dispatch("Unit-Test-Queue", b"Hello World", "Unit-Test-ID"),
+        Dispatch("Unit-Test-Queue", b"Hello World", b"Unit-Test-ID"),
         id="C-dispatch",
     ),
-    pytest.param(C_ACK, 99, Ack("Unit-Test-Queue", "Unit-Test-ID"), id="C-ack"),
+    pytest.param(C_ACK, 99, Ack("Unit-Test-Queue", b"Unit-Test-ID"), id="C-ack"),
     pytest.param(D_SEND, 91, Send("Test-Queue", b"Unit-Test"), id="D-send"),
     pytest.param(D_CONSUME, 83, Consume("Test-Queue", 5), id="D-consume"),
-    pytest.param(D_ACK, 94, Ack("Test-Queue", "Unit-Test-ID"), id="D-ack"),
+    pytest.param(D_ACK, 94, Ack("Test-Queue", b"Unit-Test-ID"), id="D-ack"),
     pytest.param(
         D_DISPATCH_1,
         139,
-        Dispatch("Test-Queue", b"Unit-Test-1", "Unit-Test-ID-1"),
+        Dispatch("Test-Queue", b"Unit-Test-1", b"Unit-Test-ID-1"),
         id="D-dispatch-1",
     ),
     pytest.param(
         D_DISPATCH_2,
         139,
-        Dispatch("Test-Queue", b"Unit-Test-2", "Unit-Test-ID-2"),
+        Dispatch("Test-Queue", b"Unit-Test-2", b"Unit-Test-ID-2"),
         id="D-dispatch-2",
     ),
     pytest.param(E_BINARY, 8 + 32 + 3 + 32 + 220066, Send("Foo", JPEG_LIKE), id="E-binary"),
@@ -443,12 +443,12 @@ def test_push_back_stream_is_ack_then_send() -> None:
     messages, error = decode_frame(C_PUSH_BACK)
     assert error is None
     assert messages == [
-        Ack("Unit-Test-Queue", "Unit-Test-ID"),
+        Ack("Unit-Test-Queue", b"Unit-Test-ID"),
         Send("Unit-Test-Queue", b"Unit-Test"),
     ]
     # Read as exactly 99 then 96 bytes, like the client test does.
     first, end = decode_message(C_PUSH_BACK)
-    assert (first, end) == (Ack("Unit-Test-Queue", "Unit-Test-ID"), 99)
+    assert (first, end) == (Ack("Unit-Test-Queue", b"Unit-Test-ID"), 99)
     second, end = decode_message(C_PUSH_BACK, end)
     assert (second, end) == (Send("Unit-Test-Queue", b"Unit-Test"), 195)
     assert encode_all(messages) == C_PUSH_BACK
@@ -457,7 +457,7 @@ def test_push_back_stream_is_ack_then_send() -> None:
 def test_server_dispatch_sequence_as_one_frame() -> None:
     messages, error = decode_frame(D_DISPATCH_1 + D_DISPATCH_2)
     assert error is None
-    assert [m.message_id for m in messages] == ["Unit-Test-ID-1", "Unit-Test-ID-2"]
+    assert [m.message_id for m in messages] == [b"Unit-Test-ID-1", b"Unit-Test-ID-2"]
     assert [m.content for m in messages] == [b"Unit-Test-1", b"Unit-Test-2"]
 
 
@@ -567,11 +567,11 @@ HOT_DISPATCHES = [
     Dispatch("Foo", b"Hello World", MESSAGE_ID, ttl=0),
     Dispatch("Foo", RANDOM_CONTENT, MESSAGE_ID, ttl=3300),
     Dispatch("Foo", b"Hello World", MESSAGE_ID),
-    Dispatch("Unit-Test-Queue", b"Hello World", "Unit-Test-ID"),
+    Dispatch("Unit-Test-Queue", b"Hello World", b"Unit-Test-ID"),
     Dispatch("Foo", b"Hello World", MESSAGE_ID, ttl=3300, delivery_count=2),
-    Dispatch("Ünïcødé-队列", JPEG_LIKE, "ïd", ttl=1, delivery_count=1),
+    Dispatch("Ünïcødé-队列", JPEG_LIKE, "ïd".encode(), ttl=1, delivery_count=1),
 ]
-HOT_ACKS = [Ack("Foo", MESSAGE_ID), Ack("Unit-Test-Queue", "Unit-Test-ID"), Ack("Ü", "é")]
+HOT_ACKS = [Ack("Foo", MESSAGE_ID), Ack("Unit-Test-Queue", b"Unit-Test-ID"), Ack("Ü", "é".encode())]
 
 
 @pytest.mark.parametrize("message", HOT_SENDS)
@@ -619,8 +619,8 @@ def test_hot_path_reproduces_vectors() -> None:
     assert encode_dispatch(foo, RANDOM_CONTENT, MESSAGE_ID, 3300, None) == A5_TEMPLATE
     assert encode_ack(foo, MESSAGE_ID) == A6
     unit = queue_packet("Unit-Test-Queue")
-    assert encode_ack(unit, "Unit-Test-ID") + encode_send(unit, b"Unit-Test", None) == C_PUSH_BACK
-    assert encode_dispatch(unit, b"Hello World", "Unit-Test-ID", None, None) == C_DISPATCH
+    assert encode_ack(unit, b"Unit-Test-ID") + encode_send(unit, b"Unit-Test", None) == C_PUSH_BACK
+    assert encode_dispatch(unit, b"Hello World", b"Unit-Test-ID", None, None) == C_DISPATCH
 
 
 def test_extension_delivery_count_packet_follows_ttl() -> None:

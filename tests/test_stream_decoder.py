@@ -43,10 +43,10 @@ C_DISPATCH = (
 PUSH_BACK = C_ACK + C_SEND
 STREAM = PUSH_BACK + C_REQUEST + C_DISPATCH
 EXPECTED = [
-    Ack("Unit-Test-Queue", "Unit-Test-ID"),
+    Ack("Unit-Test-Queue", b"Unit-Test-ID"),
     Send("Unit-Test-Queue", b"Unit-Test"),
     Consume("Unit-Test-Queue", 5),
-    Dispatch("Unit-Test-Queue", b"Hello World", "Unit-Test-ID"),
+    Dispatch("Unit-Test-Queue", b"Hello World", b"Unit-Test-ID"),
 ]
 
 
@@ -237,9 +237,9 @@ def test_content_up_to_the_limit_is_accepted() -> None:
 
 def test_large_message_in_small_chunks() -> None:
     content = bytes(range(256)) * 4096  # 1 MiB
-    wire = encode(Dispatch("q", content, "id", 60, 1))
+    wire = encode(Dispatch("q", content, b"id", 60, 1))
     chunks = [wire[i : i + 1000] for i in range(0, len(wire), 1000)]
-    assert feed(chunks) == [Dispatch("q", content, "id", 60, 1)]
+    assert feed(chunks) == [Dispatch("q", content, b"id", 60, 1)]
 
 
 def test_bytearray_and_memoryview_chunks() -> None:
@@ -258,7 +258,7 @@ MANY = 10_000
 
 
 def test_ten_thousand_small_messages_in_one_chunk() -> None:
-    small = [Heartbeat(), Consume("q", 1), Ack("q", "i")]
+    small = [Heartbeat(), Consume("q", 1), Ack("q", b"i")]
     batch = [small[i % 3] for i in range(MANY)]
     decoder = StreamDecoder()
     decoder.receive_data(encode_all(batch))
@@ -280,7 +280,7 @@ def test_draining_decodes_from_one_snapshot(monkeypatch: pytest.MonkeyPatch) -> 
         return real(data, pos, *args)
 
     monkeypatch.setattr(protocol_stream, "decode_message", spy)
-    wire = encode(Ack("q", "i"))
+    wire = encode(Ack("q", b"i"))
     decoder = StreamDecoder()
     decoder.receive_data(wire * MANY)
     assert len(drain(decoder)) == MANY
@@ -291,13 +291,13 @@ def test_draining_decodes_from_one_snapshot(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_partial_tail_survives_compaction() -> None:
     # Drain part of a buffer, then complete the tail with a new chunk.
-    wire = encode(Ack("q", "i"))
+    wire = encode(Ack("q", b"i"))
     decoder = StreamDecoder()
     decoder.receive_data(wire * 100 + wire[:10])
     assert len(drain(decoder)) == 100
     assert decoder.buffered == 10
     decoder.receive_data(wire[10:] + wire)
-    assert drain(decoder) == [Ack("q", "i")] * 2
+    assert drain(decoder) == [Ack("q", b"i")] * 2
     assert decoder.buffered == 0
 
 
@@ -311,10 +311,10 @@ _messages = st.one_of(
         Dispatch,
         st.text(max_size=20),
         st.binary(max_size=100),
-        st.text(max_size=32),
+        st.binary(max_size=32),
         st.none() | st.integers(0, 10**6),
     ),
-    st.builds(Ack, st.text(max_size=20), st.text(max_size=32)),
+    st.builds(Ack, st.text(max_size=20), st.binary(max_size=32)),
     st.builds(Hello, st.dictionaries(st.text(max_size=5), st.integers(), max_size=3)),
     st.just(Heartbeat()),
 )

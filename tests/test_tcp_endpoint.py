@@ -59,9 +59,9 @@ def stock_consume(queue: str, count: int) -> bytes:
     return b"H0100202" + _packet(1, queue.encode()) + _packet(4, b"%d" % count)
 
 
-def stock_ack(queue: str, message_id: str) -> bytes:
+def stock_ack(queue: str, message_id: bytes) -> bytes:
     """004; with TV-C's queue and a real 32-hex ID it is 119 bytes (TV-C's 99 + 20)."""
-    return b"H0100402" + _packet(1, queue.encode()) + _packet(3, message_id.encode())
+    return b"H0100402" + _packet(1, queue.encode()) + _packet(3, message_id)
 
 
 def test_the_literals_are_the_reference_vectors() -> None:
@@ -69,8 +69,8 @@ def test_the_literals_are_the_reference_vectors() -> None:
     assert stock_send(QUEUE, b"Unit-Test") == TV_SEND
     assert len(TV_CONSUME) == 88
     assert stock_consume(QUEUE, 5) == TV_CONSUME
-    assert len(stock_ack(QUEUE, "Unit-Test-ID")) == 99
-    assert len(stock_ack(QUEUE, "0" * 32) + TV_SEND) == 215
+    assert len(stock_ack(QUEUE, b"Unit-Test-ID")) == 99
+    assert len(stock_ack(QUEUE, b"0" * 32) + TV_SEND) == 215
 
 
 # ----------------------------------------------------------------- helpers
@@ -237,7 +237,7 @@ def test_a_consume_split_at_every_byte_gets_exact_pre_ttl_dispatches(broker: Tcp
             assert match, f"002 split at {at}: not the pre-TTL 003: {raw!r}"
             assert (dispatch.queue, dispatch.content) == (QUEUE, b"Unit-Test")
             assert (dispatch.ttl, dispatch.delivery_count) == (None, None)
-            ids.append(match.group(1).decode())
+            ids.append(match.group(1))
         assert len(set(ids)) == 5
         if at == 1:
             assert consumer.nothing_within(0.2), "more than the window of 5"
@@ -248,7 +248,7 @@ def test_a_consume_split_at_every_byte_gets_exact_pre_ttl_dispatches(broker: Tcp
 
 
 def test_an_ack_split_at_every_byte_is_decoded(broker: TcpBroker) -> None:
-    splits = len(stock_ack(QUEUE, "0" * 32)) - 1  # 118
+    splits = len(stock_ack(QUEUE, b"0" * 32)) - 1  # 118
     broker.peer().send(TV_SEND * (splits + 1))
     wait_for(lambda: broker.queue(QUEUE)["ready"] == splits + 1, "messages queued")
     consumer = broker.peer()
@@ -373,7 +373,7 @@ def test_closing_a_tcp_consumer_redelivers_its_window_at_once(broker: TcpBroker,
             message.ack()
     print(f"\nTCP consumer closed ({how}): 5 redelivered to a ZeroMQ consumer in {elapsed:.3f}s")
     assert [m.content for m in got] == contents
-    assert [m.id for m in got] == [d.message_id for d in held]
+    assert [m.id for m in got] == [d.message_id.decode() for d in held]
     assert [m.delivery_count for m in got] == [2] * 5
     assert elapsed < 2.0  # the close itself, not a lease (60 s by default)
 
@@ -421,7 +421,7 @@ def test_push_back_in_one_write_resends_with_a_new_id(broker: TcpBroker) -> None
     with broker.client() as other:
         message = next(other.consume("pb", window=1, timeout=5))
         assert message.content == b"pb-one"
-        assert message.id not in (first.message_id, again.message_id)
+        assert message.id.encode() not in (first.message_id, again.message_id)
         message.ack()
         assert other.receive(timeout=0.2) is None
     counters = broker.stats()["counters"]

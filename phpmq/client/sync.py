@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
+import msgspec
 import zmq
 
 from ..protocol import (
@@ -57,6 +58,8 @@ from ..protocol import (
 log = logging.getLogger("phpmq.client")
 
 DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
+_headers_encoder = msgspec.json.Encoder()
+_headers_decoder = msgspec.json.Decoder(dict[str, Any])
 #: Outgoing settlements buffered before they are sent without waiting for the next receive.
 MAX_BUFFERED_OUT = 512
 #: Largest packet the client decodes from a broker that announced a smaller limit.
@@ -127,10 +130,10 @@ class ReceivedMessage:
     __slots__ = (
         "_client",
         "_generation",
+        "_headers",
+        "_id",
         "content",
         "delivery_count",
-        "headers",
-        "id",
         "queue",
         "ttl",
     )
@@ -140,26 +143,42 @@ class ReceivedMessage:
         self._generation = generation
         self.queue = dispatch.queue
         self.content = dispatch.content
-        self.id = dispatch.message_id
+        #: The ID as the wire carries it: settling sends it back as it came.
+        self._id = dispatch.message_id
         #: Remaining time to live in seconds (0: never expires).
         self.ttl = dispatch.ttl or 0
         #: 1 on the first delivery, more after redeliveries.
         self.delivery_count = dispatch.delivery_count or 1
-        #: What the producer attached (`send(..., headers=...)`); empty if nothing.
-        self.headers = dispatch.headers or {}
+        self._headers = dispatch.headers
+
+    @property
+    def id(self) -> str:
+        """The broker's message ID (32 hex characters)."""
+        return self._id.decode(errors="replace")
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        """What the producer attached (`send(..., headers=...)`); empty if nothing, or if
+        what it attached is not a JSON object."""
+        if not self._headers:
+            return {}
+        try:
+            return _headers_decoder.decode(self._headers)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return {}
 
     def ack(self) -> None:
         client = self._client
-        client._settle(encode_ack(client._queue_packet(self.queue), self.id), self._generation)
+        client._settle(encode_ack(client._queue_packet(self.queue), self._id), self._generation)
 
     def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
         """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
         seconds out of it (a retry backoff)."""
         delay_ms = round(delay * 1000) or None
-        self._client._settle(encode(Requeue(self.queue, self.id, ttl, delay_ms)), self._generation)
+        self._client._settle(encode(Requeue(self.queue, self._id, ttl, delay_ms)), self._generation)
 
     def dead_letter(self, reason: str | None = None) -> None:
-        self._client._settle(encode(DeadLetter(self.queue, self.id, reason)), self._generation)
+        self._client._settle(encode(DeadLetter(self.queue, self._id, reason)), self._generation)
 
     def __repr__(self) -> str:
         return (
@@ -274,7 +293,9 @@ class Client:
         tag = self._next_tags(1) if confirm else None
         body = _as_bytes(content)
         if headers:
-            frame = encode(Send(queue, body, ttl, tag=tag, key=key, headers=headers))
+            frame = encode(
+                Send(queue, body, ttl, tag=tag, key=key, headers=_headers_encoder.encode(headers))
+            )
         else:
             frame = encode_send(self._queue_packet(queue), body, ttl, tag, key)
         with self._lock:
@@ -756,7 +777,7 @@ class Client:
     def _on_control(self, message: object) -> None:
         if type(message) is Confirm:
             if message.tag in self._awaited:
-                self._answers[message.tag] = message.message_id
+                self._answers[message.tag] = message.message_id.decode(errors="replace")
         elif isinstance(message, Error) and message.tag in self._awaited:
             self._answers[message.tag] = message  # raised to the sender, not logged
         elif isinstance(message, Error):
