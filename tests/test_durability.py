@@ -15,7 +15,7 @@ from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
 from phpmq.broker.durable import DurableStore, StorageError
-from phpmq.broker.journal import Journal
+from phpmq.broker.journal import DROP, Journal
 
 
 def kill(broker: BrokerProcess) -> None:
@@ -251,3 +251,19 @@ def test_an_unusable_data_dir_stops_the_broker_with_one_line(tmp_path: Path) -> 
     blocker.write_text("not a directory")
     with pytest.raises(RuntimeError, match="cannot open the data directory"):
         BrokerProcess(tmp_path / "b.log", "--data-dir", str(blocker / "sub")).stop()
+
+
+def test_a_store_written_with_text_ids_is_read_back_with_byte_ids(tmp_path: Path) -> None:
+    """Stores from before IDs were bytes hold them as TEXT, which never equals a BLOB: an ack
+    of such a message would be refused after the upgrade unless the store converts them."""
+    DurableStore(tmp_path).close()
+    with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
+        db.execute("INSERT INTO messages VALUES ('a1', 'q', 1, x'61', x'', 0, 1, 1)")
+        db.execute("INSERT INTO keys VALUES ('q', 'k', 'a1', 9e99)")
+    store = DurableStore(tmp_path)
+    [message], _ = store.load()
+    [key] = store.load_keys()
+    assert (message.id, key.id) == (b"a1", b"a1")
+    store.commit([(DROP, b"a1")])  # what an ack journals: it finds the converted row
+    assert store.load() == ([], [])
+    store.close()
