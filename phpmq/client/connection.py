@@ -15,7 +15,8 @@ Rules of this module:
 4. One transport at a time: `start(now)` begins one and gives up what was in flight on the
    last (messages held, settles buffered, answers awaited).
 5. Not thread-safe: a driver that uses it from several threads holds one lock around every
-   call. The tag counter is the exception (`next_tag`, `send_batches` may run outside it).
+   call, except the encoders of sends (`next_tag`, `send`, `send_batches`): they touch no
+   state but the tag counter, so a producer need not hold the lock while it reads its input.
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ class Connection:
         """The transport took `frame` (from `frame()`), holding `messages` sends whose
         `tags` now await an answer."""
         self._last_sent = now
+        # Identity: only the frame built around this transport's greeting proves it went out
+        # (frame() may have been called for a send that then failed, or before a rejoin).
         if frame is self._greeted_frame and self._greeting is not None:
             self._greeting = self._greeted_frame = None
             self._last_heard = now  # the broker's silence counts from HELLO
