@@ -31,7 +31,8 @@ class Inbound(Bridge):
     says how many it could not hand over). Broker refusals are counted (docs/bridges.md)."""
 
     def __init__(self, broker: str, name: str, report_seconds: float, sock: zmq.Socket) -> None:
-        super().__init__(broker, name, report_seconds, ("received", "sent", "send_retries"))
+        counters = ("received", "sent", "send_retries", "refused")
+        super().__init__(broker, name, report_seconds, counters)
         self.sock = sock
 
     def step(self) -> None:
@@ -61,6 +62,10 @@ class Inbound(Bridge):
                 try:
                     self.client.send_many(queue, contents)
                     self.counters["sent"] += len(contents)
+                    break
+                except ValueError as exc:  # a queue name no broker accepts: never sent
+                    self.counters["refused"] += len(contents)
+                    log.warning("dropping %d messages: %s", len(contents), exc)
                     break
                 except PartialSend as exc:
                     # Frames before the one refused went out: resend only the rest.
@@ -97,7 +102,6 @@ class PullIn(Inbound):
         sock = open_socket(zmq.Context.instance(), zmq.PULL, address, bind, hwm)
         super().__init__(broker, name, report_seconds, sock)
         self.queue = queue
-        self.counters["refused"] = 0
 
     def route(self, frames: list[bytes]) -> tuple[str, bytes] | None:
         """One frame: content for --queue. Two frames (no --queue): [queue, content]."""

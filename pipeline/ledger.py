@@ -20,7 +20,7 @@ from typing import Protocol
 
 
 class Delivery(Protocol):
-    """What the ledger needs of a received message (workers.client.ReceivedMessage)."""
+    """What the ledger needs of a received message (phpmq.client.ReceivedMessage)."""
 
     queue: str
     id: str

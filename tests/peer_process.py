@@ -6,7 +6,7 @@ stop and resume it like a real worker process.
     python tests/peer_process.py produce ADDRESS QUEUE COUNT HEARTBEAT_MS [--sleep S]
     python tests/peer_process.py consume ADDRESS QUEUE WINDOW HEARTBEAT_MS --last N [--sleep S]
 
-Every mode talks through workers.client.Client and prints one line per fact on stdout,
+Every mode talks through phpmq.client.Client and prints one line per fact on stdout,
 flushed at once, so the parent can follow along:
 
     ready                         the client is subscribed (hold, hold-then-ack, consume)

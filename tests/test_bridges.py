@@ -189,6 +189,12 @@ def test_pull_in_two_part_messages_name_their_queue(broker: Broker, start_bridge
     assert broker.bridge_counters("pull2")["sent"] == 600
     assert "dropping a 1-part message: expected 2 parts (queue, content)" in bridge.log()
     assert "dropping a 3-part message" in bridge.log()
+    # A queue name no broker accepts is dropped by the bridge, which goes on.
+    push.send_multipart([b"bad queue", b"x"])
+    push.send_multipart([b"q1", b"after"])
+    wait_for(lambda: broker.bridge_counters("pull2").get("refused") == 3, "3 refused")
+    wait_for(lambda: broker.queue("q1")["ready"] == 1, "the bridge still sends")
+    assert "queue name contains whitespace" in bridge.log()
 
 
 def _push_while_broker_paused(

@@ -1,0 +1,86 @@
+"""The blocking client's socket: one DEALER connected to the broker, and the pyzmq details
+the client relies on (send timeout, queue only to a live connection, linger on close)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import zmq
+
+from .errors import ClientError
+
+#: Frames the socket queues for the broker before a send blocks (then times out).
+SEND_HWM = 10_000
+
+
+class Dealer:
+    """A fresh DEALER per connection: a reconnect closes this one and makes another."""
+
+    def __init__(self, address: str, send_timeout: float) -> None:
+        """Raises ClientError if ZeroMQ cannot use `address`."""
+        self.address = address
+        self.send_timeout = send_timeout
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.sndtimeo = int(send_timeout * 1000)
+        sock.sndhwm = SEND_HWM
+        # Queue only to a live connection: with no broker, send() blocks for send_timeout and
+        # raises instead of parking messages in a socket that may never connect.
+        sock.immediate = True
+        try:
+            sock.connect(address)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            raise ClientError(f"invalid broker address {address!r}: {exc}") from None
+        self._socket = sock
+
+    def send(self, frame: bytes) -> None:
+        """Hand `frame` to the socket, blocking up to `send_timeout`.
+
+        Raises:
+            ClientError: the socket did not take it in time (no broker, or a slow one).
+        """
+        try:
+            self._socket.send(frame)
+        except zmq.Again:
+            raise ClientError(
+                f"could not hand the message to the broker at {self.address} within"
+                f" {self.send_timeout:g}s: it is not running, not reachable, or not keeping up"
+            ) from None
+
+    def try_send(self, frame: bytes) -> bool:
+        """Hand `frame` to the socket without blocking: False if it is not ready."""
+        try:
+            self._socket.send(frame, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        return True
+
+    def poll(self, seconds: float) -> bool:
+        """Wait up to `seconds` (at least 1 ms unless 0) for a frame to read."""
+        return bool(self._socket.poll(int(seconds * 1000) or (1 if seconds > 0 else 0)))
+
+    def frames(self) -> Iterator[bytes]:
+        """The frames that can be read without waiting."""
+        recv = self._socket.recv
+        while True:
+            try:
+                yield recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def close(self, linger_s: float) -> None:
+        """Close; frames handed over may still leave for `linger_s` seconds."""
+        self._socket.close(linger=int(linger_s * 1000))
+
+
+def check_address(address: str) -> None:
+    """Raise ClientError if ZeroMQ cannot use `address` (checked before starting processes
+    that would each fail on it)."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        sock.connect(address)
+    except zmq.ZMQError as exc:
+        raise ClientError(f"invalid broker address {address!r}: {exc}") from None
+    finally:
+        sock.close(linger=0)

@@ -1,0 +1,48 @@
+"""What the client raises. Every error is a ClientError, so one `except` catches them all."""
+
+from __future__ import annotations
+
+from ..protocol import Error, ErrorCode
+
+
+class ClientError(Exception):
+    """Raised when the client cannot do what was asked (send timed out, broker refused...)."""
+
+
+class PartialSend(ClientError):
+    """Raised by send_many when some frames were handed to the socket and then one was not:
+    `sent` messages (the first ones) went out, the rest did not."""
+
+    def __init__(self, message: str, sent: int) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class BrokerRefused(ClientError):
+    """Raised when the broker refuses a request (an ADMIN command, a confirmed send)."""
+
+    def __init__(self, error: Error) -> None:
+        super().__init__(f"broker refused: {error.code} {error.reason}")
+        self.error = error
+
+
+class Unconfirmed(ClientError):
+    """Raised when sends asked for confirms did not all get one. `ids[i]` is the broker's ID
+    for message i, or None; `errors` maps the index of each refused message to the broker's
+    ERROR. The other Nones got no answer (connection lost, timeout) or were never sent: they
+    may or may not be queued, so send them again, with their keys to be safe."""
+
+    def __init__(self, message: str, ids: list[str | None], errors: dict[int, Error]) -> None:
+        super().__init__(message)
+        self.ids = ids
+        self.errors = errors
+
+
+class InvalidArgument(ClientError, ValueError):
+    """Raised at once, before anything is sent, for a queue name or idempotency key that
+    breaks the protocol's rules (`phpmq.protocol.rules`): the broker would refuse it with
+    `code` (422). A ValueError too, since it is the caller's mistake."""
+
+    def __init__(self, problem: str, value: str) -> None:
+        self.code = ErrorCode.INVALID_VALUE
+        super().__init__(f"refused before sending: {int(self.code)} {problem}: {value!r}")

@@ -1,0 +1,64 @@
+"""What happens to a client's connection, in two forms.
+
+The typed events are what `Connection.receive` returns for the frames that need a driver's
+attention (everything but dispatches, confirms and admin replies, which it queues). The
+strings are what a driver passes to the application's `on_event(event, detail)` callback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import Error
+
+#: Events passed to `on_event(event, detail)`.
+BROKER_LOST = "broker-lost"  # silent for interval x liveness; reconnecting
+RECONNECTED = "reconnected"  # new socket, HELLO and consumes sent again
+REJOINED = "rejoined"  # the broker did not know us (it restarted); HELLO sent again
+BROKER_LEAVING = "broker-leaving"  # the broker said DISCONNECT (shutting down)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerGreeted:
+    """The broker answered HELLO; the heartbeat terms it agreed to are now in force."""
+
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerError:
+    """An ERROR that answers no awaited send (it is also kept in `Connection.errors`)."""
+
+    error: Error
+
+
+@dataclass(frozen=True, slots=True)
+class Rejoined:
+    """The broker said it does not know us: the greeting goes out again, and the messages
+    held from before are given up (the broker took them back)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLeaving:
+    """The broker said DISCONNECT for another reason: it is shutting down."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GoodbyeAnswered:
+    """KBAI: the broker read everything sent before the goodbye."""
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableFrame:
+    """A frame from the broker that did not decode (the messages before the bad one count)."""
+
+    reason: str
+
+
+Event = BrokerGreeted | BrokerError | Rejoined | BrokerLeaving | GoodbyeAnswered | UndecodableFrame
+NO_EVENTS: tuple[Event, ...] = ()

@@ -1,0 +1,99 @@
+"""A message the broker dispatched to us, and how it is settled.
+
+A ReceivedMessage knows nothing of sockets: settling it encodes the 004/005/006 and hands the
+bytes to `settle(frame, generation)`, which the driver provides (it buffers them and flushes
+them with others). `generation` names the connection the message came on: a settle for an
+older one is dropped, because the broker took those messages back when it lost us.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from ..protocol import DeadLetter, Dispatch, Requeue, encode, encode_ack, queue_name_problem
+from ..protocol import queue_packet as _encode_queue_packet
+from .errors import InvalidArgument
+
+_headers = msgspec.json.Decoder(dict[str, Any])
+
+#: Where a settle frame goes: (frame, generation of the connection the message came on).
+Settle = Callable[[bytes, int], object]
+
+
+@lru_cache(maxsize=4096)
+def queue_packet(queue: str) -> bytes:
+    """The queue's packet, built once per queue name (sends and acks carry it every time).
+
+    Raises:
+        InvalidArgument: the broker would refuse `queue` as a queue name.
+    """
+    problem = queue_name_problem(queue)
+    if problem is not None:
+        raise InvalidArgument(problem, queue)
+    return _encode_queue_packet(queue)
+
+
+class ReceivedMessage:
+    """A dispatched message. Settle it exactly once: ack, requeue or dead_letter."""
+
+    __slots__ = (
+        "_generation",
+        "_settle",
+        "_headers",
+        "_id",
+        "content",
+        "delivery_count",
+        "queue",
+        "ttl",
+    )
+
+    def __init__(self, settle: Settle, dispatch: Dispatch, generation: int) -> None:
+        self._settle = settle
+        self._generation = generation
+        self.queue = dispatch.queue
+        self.content = dispatch.content
+        #: The ID as the wire carried it: settling sends it back as it came.
+        self._id = dispatch.message_id
+        #: Remaining time to live in seconds (0: never expires).
+        self.ttl = dispatch.ttl or 0
+        #: 1 on the first delivery, more after redeliveries.
+        self.delivery_count = dispatch.delivery_count or 1
+        self._headers = dispatch.headers
+
+    @property
+    def id(self) -> str:
+        """The broker's message ID (32 hex characters)."""
+        return self._id.decode(errors="replace")
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        """What the producer attached (`send(..., headers=...)`), decoded when asked for;
+        empty if nothing, or if what it attached is not a JSON object."""
+        if not self._headers:
+            return {}
+        try:
+            return _headers.decode(self._headers)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return {}
+
+    def ack(self) -> None:
+        self._settle(encode_ack(queue_packet(self.queue), self._id), self._generation)
+
+    def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
+        """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
+        seconds out of it (a retry backoff)."""
+        delay_ms = round(delay * 1000) or None
+        self._settle(encode(Requeue(self.queue, self._id, ttl, delay_ms)), self._generation)
+
+    def dead_letter(self, reason: str | None = None) -> None:
+        self._settle(encode(DeadLetter(self.queue, self._id, reason)), self._generation)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ReceivedMessage {self.queue}/{self.id} {len(self.content)} bytes"
+            f" ttl={self.ttl} delivery={self.delivery_count}>"
+        )
