@@ -6,7 +6,7 @@ What it says and what the broker's frames mean is decided by the sans-IO `Connec
 """
 
 from .dealer import check_address
-from .errors import BrokerRefused, ClientError, PartialSend, Unconfirmed
+from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
 from .events import BROKER_LEAVING, BROKER_LOST, RECONNECTED, REJOINED
 from .message import ReceivedMessage
 from .sync import DEFAULT_ADDRESS, Client
@@ -20,6 +20,7 @@ __all__ = [
     "BrokerRefused",
     "Client",
     "ClientError",
+    "InvalidArgument",
     "PartialSend",
     "ReceivedMessage",
     "Unconfirmed",
