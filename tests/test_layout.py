@@ -189,3 +189,12 @@ def test_the_bare_names_are_not_installed(bare: str) -> None:
         [sys.executable, "-c", f"import {bare}"], cwd="/", capture_output=True, text=True
     )
     assert result.returncode != 0 and "ModuleNotFoundError" in result.stderr
+
+
+def test_every_public_name_of_phpmq_resolves() -> None:
+    import phpmq
+
+    missing = [name for name in phpmq.__all__ if getattr(phpmq, name, None) is None]
+    assert not missing
+    assert phpmq.Client.__module__.startswith("phpmq.client")
+    assert issubclass(phpmq.InvalidArgument, phpmq.ClientError)
