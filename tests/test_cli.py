@@ -159,6 +159,21 @@ def test_send_loads_the_client_but_not_the_broker_sqlite_or_spark(broker: Broker
     assert not loaded, f"phpmq send imported {loaded}"
 
 
+def test_pipeline_help_does_not_load_spark() -> None:
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phpmq", "pipeline", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "count them per key and minute" in result.stdout
+    modules = imported_modules(result.stderr)
+    assert "phpmq.cli.pipeline" in modules
+    assert not sorted(m for m in modules if m.partition(".")[0] == "pyspark")
+
+
 def test_version_is_the_package_version() -> None:
     result = phpmq("--version")
     assert result.returncode == 0
