@@ -10,9 +10,7 @@ the system-wide monotonic clock embedded in the content.
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 import struct
-import subprocess
 import sys
 import time
 from array import array
@@ -24,6 +22,7 @@ from rich.table import Table
 
 from .. import protocol as p
 from ..client import Client, Unconfirmed
+from ..testing import BrokerProcess, free_port
 
 QUEUE = "bench"
 #: Messages the producer may be ahead of the consumer.
@@ -32,12 +31,6 @@ MAX_LEAD = 5_000
 RUN_TIMEOUT = 300
 TARGET_MSGS_PER_S = 50_000
 TARGET_RATIO = 0.40
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _producer(address: str, messages: int, size: int, consumed: Any, confirms: Any = None) -> None:
@@ -187,51 +180,16 @@ def _percentiles(raw: bytes, prefix: str) -> dict[str, float]:
     }
 
 
-def _wait_for_broker(address: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError("the broker exited during start-up")
-        with Client(address, send_timeout=1) as client:
-            try:
-                client.admin("stats", timeout=0.5)
-                return
-            except Exception:
-                time.sleep(0.1)
-    raise RuntimeError("the broker did not answer within 20 s")
-
-
 def run_broker_pipe(
     messages: int, size: int, window: int, data_dir: str | None = None, confirm: bool = False
 ) -> dict:
     """The pipe through a real broker process; with `data_dir`, a durable one; with
     `confirm`, the producer waits for publisher confirms (pipelined)."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    durable = ["--data-dir", data_dir] if data_dir else []
-    broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "phpmq",
-            "broker",
-            "--bind",
-            address,
-            "--log-level",
-            "WARNING",
-            *durable,
-        ]
-    )
-    try:
-        _wait_for_broker(address, broker)
-        result = _run(address, _consume_broker, messages, size, window, confirm)
+    with BrokerProcess("--log-level", "WARNING", data_dir=data_dir) as broker:
+        result = _run(broker.address, _consume_broker, messages, size, window, confirm)
         if data_dir:
-            with Client(address) as client:
-                result["storage"] = client.admin("stats")["storage"]
+            result["storage"] = broker.stats()["storage"]
         return result
-    finally:
-        broker.terminate()
-        broker.wait(10)
 
 
 TARGET_DURABLE_MSGS_PER_S = 20_000
@@ -294,7 +252,7 @@ def run_durable_pipe(messages: int = 200_000, size: int = 100, window: int = 100
 
 
 def run_relay_pipe(messages: int, size: int, window: int) -> dict:
-    port = _free_port()
+    port = free_port()
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
     relay = ctx.Process(target=_relay, args=(port, ready), daemon=True)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from rich.console import Console
 from rich.table import Table
 
 from ..client import Client
-from .pipe import _free_port, _wait_for_broker
+from ..testing import BrokerProcess
 
 QUEUE = "bench-pool"
 RUN_TIMEOUT_S = 300
@@ -21,7 +22,10 @@ RUN_TIMEOUT_S = 300
 def _drain_rate(address: str, processes: int, messages: int, prefetch: int) -> float:
     with Client(address, name="bench-pool-producer") as producer:
         producer.send_many(QUEUE, (b"x" * 100 for _ in range(messages)))
-    with Client(address, name="bench-pool-watch") as watch:
+    with (
+        Client(address, name="bench-pool-watch") as watch,
+        tempfile.TemporaryFile() as log,
+    ):
         acked_before = watch.admin("stats")["counters"]["acked"]
         pool = subprocess.Popen(
             [
@@ -29,7 +33,7 @@ def _drain_rate(address: str, processes: int, messages: int, prefetch: int) -> f
                 "-m",
                 "phpmq",
                 "workers",
-                "bench.noop:handle",
+                "phpmq.bench.noop:handle",
                 "--broker",
                 address,
                 "-q",
@@ -41,12 +45,16 @@ def _drain_rate(address: str, processes: int, messages: int, prefetch: int) -> f
                 "--summary-seconds",
                 "60",
             ],
-            stderr=subprocess.DEVNULL,
+            stderr=log,
         )
         try:
             start = None
             deadline = time.monotonic() + RUN_TIMEOUT_S
             while time.monotonic() < deadline:
+                if pool.poll() is not None:
+                    log.seek(0)
+                    output = log.read().decode(errors="replace")[-2000:]
+                    raise RuntimeError(f"the pool exited with status {pool.returncode}:\n{output}")
                 stats = watch.admin("stats")
                 acked = stats["counters"]["acked"] - acked_before
                 if start is None and acked:
@@ -61,19 +69,10 @@ def _drain_rate(address: str, processes: int, messages: int, prefetch: int) -> f
 
 
 def run_pool_benchmark(messages: int = 20_000, prefetch: int = 10) -> dict[int, float]:
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    broker = subprocess.Popen(
-        [sys.executable, "-m", "phpmq", "broker", "--bind", address, "--log-level", "WARNING"]
-    )
     results: dict[int, float] = {}
-    try:
-        _wait_for_broker(address, broker)
+    with BrokerProcess("--log-level", "WARNING") as broker:
         for processes in (1, 2, 4):
-            results[processes] = _drain_rate(address, processes, messages, prefetch)
-    finally:
-        broker.terminate()
-        broker.wait(10)
+            results[processes] = _drain_rate(broker.address, processes, messages, prefetch)
     table = Table(title=f"pool: no-op handler, {messages:,} messages, prefetch {prefetch}")
     for column in ("processes", "msgs/s", "vs 1 process"):
         table.add_column(column, justify="right")

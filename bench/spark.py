@@ -14,13 +14,8 @@ counted. Needs `pip install .[spark]`; starts its own broker on a free loopback 
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -28,7 +23,8 @@ from pyspark.sql import functions as F  # noqa: N812 (the usual name for this mo
 from rich.console import Console
 from rich.table import Table
 
-from ..client import Client, ClientError
+from ..client import Client
+from ..testing import BrokerProcess
 
 #: Rows per batch on a broker with the default max_window (the window must exceed 2 x batch).
 DEFAULT_BROKER_BATCH = 4_999
@@ -51,14 +47,18 @@ def run_spark_benchmark(messages: int = 100_000, size: int = 100) -> list[dict]:
     try:
         with tempfile.TemporaryDirectory(prefix="phpmq-bench-") as scratch:
             work = Path(scratch)
-            with _broker() as address:
+            with BrokerProcess("--log-level", "WARNING") as broker:
+                address = broker.address
                 _source_to_parquet(spark, address, WARM_UP_MESSAGES, size, 1_000, work / "warm")
                 results.append(
                     _source_to_parquet(spark, address, messages, size, DEFAULT_BROKER_BATCH, work)
                 )
                 results.append(_sink(spark, address, messages, size))
-            with _broker("--max-window", str(2 * BIG_BATCH + 1)) as address:
-                results.append(_source_to_parquet(spark, address, messages, size, BIG_BATCH, work))
+            big_window = str(2 * BIG_BATCH + 1)
+            with BrokerProcess("--log-level", "WARNING", "--max-window", big_window) as broker:
+                results.append(
+                    _source_to_parquet(spark, broker.address, messages, size, BIG_BATCH, work)
+                )
     finally:
         spark.stop()
     console.print(_table(results))
@@ -138,33 +138,3 @@ def _table(results: list[dict]) -> Table:
             f"{in_batches:,.0f}" if in_batches else "-",
         )
     return table
-
-
-@contextmanager
-def _broker(*args: str) -> Iterator[str]:
-    """A broker subprocess on a free loopback port, stopped on exit."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
-    command = [sys.executable, "-m", "phpmq", "broker", "--bind", address]
-    process = subprocess.Popen([*command, "--log-level", "WARNING", *args])
-    try:
-        _wait_until_answering(address, process)
-        yield address
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-def _wait_until_answering(address: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError("the broker exited during start-up")
-        with Client(address, send_timeout=1, close_timeout=0.5) as client:
-            try:
-                client.admin("stats", timeout=0.5)
-                return
-            except ClientError:
-                pass
-    raise RuntimeError("the broker did not answer within 20 s")

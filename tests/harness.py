@@ -1,4 +1,5 @@
-"""Test helpers shared by the suite: a core driven by a fake clock, and a real broker process.
+"""Test helpers shared by the suite: a core driven by a fake clock, a real broker process
+(phpmq.testing's), raw DEALER sockets.
 
 Import them from test modules (`from harness import CoreHarness`); pytest puts tests/ on the
 path.
@@ -6,23 +7,20 @@ path.
 
 from __future__ import annotations
 
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import zmq
 
 import phpmq.protocol as p
+from phpmq import testing
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
 from phpmq.broker.journal import Journal
-from phpmq.client import Client
+from phpmq.testing import free_port as free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -86,74 +84,11 @@ def errors(messages: list) -> list[p.Error]:
 # --------------------------------------------------------------------------- real processes
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class BrokerProcess(testing.BrokerProcess):
+    """phpmq.testing's broker called the suite's way: the log file first, then the flags."""
 
-
-class BrokerProcess:
-    """A `phpmq broker` subprocess on a free loopback port, with its log captured to a file."""
-
-    def __init__(self, log_path: Path, *args: str, address: str | None = None) -> None:
-        self.address = address or f"tcp://127.0.0.1:{free_port()}"
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "phpmq", "broker", "--bind", self.address, *args],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-        self.wait_ready()
-
-    def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"broker exited at start-up:\n{self.log()}")
-            with Client(self.address, send_timeout=1, close_timeout=0.2) as client:
-                try:
-                    client.admin("stats", timeout=0.5)
-                    return
-                except Exception:
-                    time.sleep(0.05)
-        raise RuntimeError(f"broker did not answer within {timeout}s:\n{self.log()}")
-
-    def client(self, **kwargs: object) -> Client:
-        return Client(self.address, **kwargs)  # type: ignore[arg-type]
-
-    def stats(self) -> dict:
-        with self.client(close_timeout=1) as client:
-            return client.admin("stats")
-
-    def signal(self, signum: int = signal.SIGTERM) -> None:
-        self.process.send_signal(signum)
-
-    def wait(self, timeout: float = 20.0) -> int:
-        return self.process.wait(timeout)
-
-    def wait_draining(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.stats()["draining"]:
-            if time.monotonic() > deadline:
-                raise AssertionError("the broker did not start draining")
-            time.sleep(0.02)
-
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
+    def __init__(self, log_path: Path, *flags: str, **options: Any) -> None:
+        super().__init__(*flags, log_path=log_path, **options)
 
 
 @contextmanager

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from harness import REPO, BrokerProcess, free_port
+from phpmq import __version__
 
 
 def phpmq(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -125,6 +126,70 @@ def test_bad_configuration_is_refused_with_one_line(tmp_path) -> None:
     result = phpmq("broker", "--max-window", "0", "--bind", f"tcp://127.0.0.1:{free_port()}")
     assert result.returncode == 1
     assert "max_window must be positive" in result.stderr
+
+
+def imported_modules(importtime_log: str) -> set[str]:
+    """The modules named in a `python -X importtime` log."""
+    return {
+        line.rpartition("|")[2].strip()
+        for line in importtime_log.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+def test_send_loads_the_client_but_not_the_broker_sqlite_or_spark(broker: BrokerProcess) -> None:
+    command = ["send", "--broker", broker.address, "q", "x"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phpmq", *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "sent 1 message to q" in result.stderr
+    modules = imported_modules(result.stderr)
+    assert {"phpmq.client", "phpmq.cli.messages"} <= modules  # the log is read right
+    unwanted = ("phpmq.broker", "sqlite3", "pyspark")
+    loaded = sorted(
+        module
+        for module in modules
+        if any(module == name or module.startswith(f"{name}.") for name in unwanted)
+    )
+    assert not loaded, f"phpmq send imported {loaded}"
+
+
+def test_pipeline_help_does_not_load_spark() -> None:
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phpmq", "pipeline", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "count them per key and minute" in result.stdout
+    modules = imported_modules(result.stderr)
+    assert "phpmq.cli.pipeline" in modules
+    assert not sorted(m for m in modules if m.partition(".")[0] == "pyspark")
+
+
+def test_version_is_the_package_version() -> None:
+    result = phpmq("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"phpmq {__version__}"
+
+
+def test_python_dash_m_phpmq_runs_the_command_line_from_anywhere(tmp_path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "phpmq", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: phpmq [OPTIONS] COMMAND")
 
 
 def test_help_explains_every_command() -> None:

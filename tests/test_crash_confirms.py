@@ -29,12 +29,6 @@ def start_broker(tmp_path: Path, address: str, data: Path, cycle: int) -> Broker
     return BrokerProcess(tmp_path / f"broker-{cycle}.log", "--data-dir", str(data), address=address)
 
 
-def kill(broker: BrokerProcess) -> None:
-    broker.process.send_signal(signal.SIGKILL)
-    broker.process.wait(10)
-    broker.stop()
-
-
 class Producer(threading.Thread):
     """Sends m0, m1, ... with keys m0, m1, ..., confirmed, in chunks; retries what a chunk
     did not get confirmed (same keys) until it is, so a crash never costs a message."""
@@ -168,7 +162,7 @@ def test_confirmed_messages_survive_20_kills_and_persisted_acks_never_come_back(
     try:
         for cycle in range(1, CYCLES + 1):
             time.sleep(rng.uniform(0.1, 0.6))
-            kill(broker)
+            broker.kill()
             broker = start_broker(tmp_path, address, data, cycle)
         producer.stop.set()
         producer.join(30)
@@ -212,7 +206,7 @@ def test_a_keyed_producer_retrying_across_kills_queues_each_message_once(
     try:
         for cycle in range(1, 6):
             time.sleep(0.3)
-            kill(broker)
+            broker.kill()
             broker = start_broker(tmp_path, address, data, cycle)
         producer.join(120)
         assert not producer.is_alive(), "the producer did not finish"

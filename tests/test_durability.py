@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -16,12 +15,6 @@ from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
 from phpmq.broker.durable import DurableStore, StorageError
 from phpmq.broker.journal import DROP, Journal
-
-
-def kill(broker: BrokerProcess) -> None:
-    broker.process.send_signal(signal.SIGKILL)
-    broker.process.wait(10)
-    broker.stop()
 
 
 def test_a_killed_broker_recovers_order_ttl_delivery_counts_and_dead_letters(
@@ -44,7 +37,7 @@ def test_a_killed_broker_recovers_order_ttl_delivery_counts_and_dead_letters(
         consumer = first.client()
         assert next(consumer.consume("jobs", window=2, timeout=5)).content == b"m2"
         time.sleep(0.3)  # m2 and m3 are in flight (delivery 2) when the broker is killed
-        kill(first)
+        first.kill()
         consumer.close()
         time.sleep(1.1)  # the short-lived message expires while the broker is down
         second = BrokerProcess(tmp_path / "2.log", "--data-dir", str(data), address=address)

@@ -491,7 +491,7 @@ def test_demo_pipeline_counts_events_per_key_and_minute(
 def test_cli_offers_the_demo_without_loading_spark() -> None:
     from click.testing import CliRunner
 
-    from phpmq.pipeline.cli import pipeline
+    from phpmq.cli.pipeline import pipeline
 
     result = CliRunner().invoke(pipeline, ["demo", "--help"])
     assert result.exit_code == 0 and "count them per key and minute" in result.output

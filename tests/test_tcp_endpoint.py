@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import phpmq.protocol as p
-from harness import REPO, BrokerProcess, free_port
+from harness import REPO, BrokerProcess
 from phpmq.client import Client
 
 # ----------------------------------------------------------------- the stock client's bytes
@@ -176,11 +176,11 @@ class TcpBroker(BrokerProcess):
     """A broker process with the raw-TCP endpoint on a free loopback port."""
 
     def __init__(self, log_path: Path, *args: str) -> None:
-        self.tcp_port = free_port()
-        super().__init__(log_path, "--tcp-bind", f"tcp://127.0.0.1:{self.tcp_port}", *args)
+        super().__init__(log_path, *args, tcp=True)
         self.admin = Client(self.address, name="test-admin", close_timeout=1)
 
     def peer(self) -> TcpPeer:
+        assert self.tcp_port is not None
         return TcpPeer(self.tcp_port)
 
     def stats(self) -> dict:

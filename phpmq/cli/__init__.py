@@ -1,5 +1,37 @@
-"""The `phpmq` command line: a thin shell over the public API."""
+"""`phpmq`: run a broker, move messages from the shell, inspect queues, benchmark.
 
-from .main import main
+A thin shell over the public API, one module per command group; each command imports what it
+needs when it runs, so `phpmq send` loads the client and not the broker or Spark. Every
+command that talks to a broker takes --broker (or PHPMQ_BROKER). Errors print one line on
+stderr and exit non-zero: 1 for a refused or failed request, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from . import bench, bridge, broker, dlq, messages, pipeline, stats, workers
 
 __all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="phpmq", message="%(prog)s %(version)s")
+def main() -> None:
+    """phpmq-zmq: a PHPMQ message broker on ZeroMQ.
+
+    Start a broker with `phpmq broker`, then `phpmq send QUEUE MESSAGE` and
+    `phpmq consume QUEUE`. The wire protocol is documented in docs/protocol.md.
+    """
+
+
+main.add_command(broker.broker)
+main.add_command(messages.send)
+main.add_command(messages.consume)
+main.add_command(stats.stats)
+main.add_command(dlq.dlq)
+main.add_command(bridge.bridge)
+main.add_command(workers.workers)
+main.add_command(bench.bench)
+main.add_command(pipeline.pipeline)

@@ -1,42 +1,37 @@
-"""`phpmq pipeline`: the Spark pipeline's commands (Spark itself is loaded only when they run).
-
-Wired into the `phpmq` group by broker/cli.py; runnable alone as `python -m pipeline.cli`.
-"""
+"""`phpmq pipeline`: the Spark pipeline's commands (Spark loads only when one of them runs)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
-from ..client import DEFAULT_ADDRESS, ClientError
+from .shared import broker_option, fail
 
 SPARK_MISSING = "this needs Spark: pip install '.[spark]' (pyspark 4.3, and Java 17 or 21)"
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"phpmq: {message}", err=True)
-    sys.exit(1)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group()
 def pipeline() -> None:
     """Spark pipelines on phpmq queues (the `phpmq` format: docs/pipeline.md)."""
 
 
 @pipeline.command()
+@broker_option
 @click.option(
-    "--broker",
-    "address",
-    envvar="PHPMQ_BROKER",
-    default=DEFAULT_ADDRESS,
+    "--events",
+    type=click.IntRange(min=1),
+    default=5_000,
     show_default=True,
-    help="Broker address (env PHPMQ_BROKER).",
+    help="Events to produce.",
 )
-@click.option("--events", type=click.IntRange(min=1), default=5_000, show_default=True)
-@click.option("--keys", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--keys",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Sensors the events come from (sensor-0 ...).",
+)
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -51,28 +46,42 @@ def demo(address: str, events: int, keys: int, workdir: Path) -> None:
     query ingests them into WORKDIR/events, and a batch job writes the counts to WORKDIR/counts
     and to queue demo.counts.
     """
+    from ..client import ClientError
+
     try:
         from rich.console import Console
 
-        from .demo import run_demo
-        from .session import SparkUnavailable, local_session
+        from ..pipeline.demo import run_demo
+        from ..pipeline.session import SparkUnavailable, local_session
     except ImportError:
-        _fail(SPARK_MISSING)
+        fail(SPARK_MISSING)
     try:
         spark = local_session("phpmq-pipeline-demo")
     except SparkUnavailable as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
         run_demo(spark, address, workdir.resolve(), events, keys, Console())
     except ClientError as exc:
-        _fail(f"{exc} (start one with `phpmq broker`)")
+        fail(f"{exc} (start one with `phpmq broker`)")
     finally:
         spark.stop()
 
 
 @pipeline.command()
-@click.option("--messages", type=click.IntRange(min=1), default=100_000, show_default=True)
-@click.option("--size", type=click.IntRange(min=0), default=100, show_default=True)
+@click.option(
+    "--messages",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="Messages through each path.",
+)
+@click.option(
+    "--size",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="Content bytes per message.",
+)
 def bench(messages: int, size: int) -> None:
     """Rows/s through the phpmq source (queue -> Parquet) and sink (DataFrame -> queue).
 
@@ -81,9 +90,5 @@ def bench(messages: int, size: int) -> None:
     try:
         from ..bench.spark import run_spark_benchmark
     except ImportError:
-        _fail(SPARK_MISSING)
+        fail(SPARK_MISSING)
     run_spark_benchmark(messages=messages, size=size)
-
-
-if __name__ == "__main__":
-    pipeline()

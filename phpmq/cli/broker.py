@@ -1,0 +1,84 @@
+"""`phpmq broker`: run a broker in the foreground."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import click
+
+from .shared import fail
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--bind", help="ROUTER address to bind. [default: tcp://127.0.0.1:5555]")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    help="Keep messages in this directory (SQLite, fsync per loop turn). [default: in memory]",
+)
+@click.option(
+    "--tcp-bind",
+    help="Also listen for stock PHPMQ clients on plain TCP (e.g. tcp://0.0.0.0:5556)."
+    " [default: off]",
+)
+@click.option(
+    "--dialect",
+    type=click.Choice(["ttl", "pre-ttl"]),
+    help="Form of 003 for peers that have not spoken the TTL form. [default: ttl]",
+)
+@click.option("--max-content-bytes", type=int, help="Largest message content accepted.")
+@click.option("--max-window", type=int, help="Largest consume window a consumer may ask for.")
+@click.option("--dead-letter-limit", type=int, help="Dead letters kept per queue.")
+@click.option("--grace-seconds", type=float, help="On SIGTERM, how long to wait for acks.")
+@click.option(
+    "--heartbeat-ms",
+    type=int,
+    help="Heartbeat interval the broker suggests in HELLO. [default: 1000]",
+)
+@click.option(
+    "--lease-ms",
+    type=int,
+    help="Ack timeout for peers that do not heartbeat (stock PHPMQ); 0 = never. [default: 60000]",
+)
+@click.option("--max-in-flight-ms", type=int, help="Ack timeout for every peer; 0 = none.")
+@click.option(
+    "--max-deliveries", type=int, help="Dead-letter a message after this many; 0 = no limit."
+)
+@click.option("--max-queue-length", type=int, help="Ready messages per queue; 0 = no limit.")
+@click.option(
+    "--overflow",
+    type=click.Choice(["reject", "drop-oldest"]),
+    help="A send to a full queue: refuse it, or dead-letter the oldest. [default: reject]",
+)
+@click.option(
+    "--dedup-window-seconds",
+    type=float,
+    help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",
+)
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+def broker(config_path: str | None, **flags: Any) -> None:
+    """Run a broker in the foreground until SIGINT/SIGTERM.
+
+    Settings come from (later wins) defaults, --config FILE.toml, PHPMQ_* environment
+    variables (e.g. PHPMQ_BIND) and these flags. On the first signal the broker stops taking
+    sends, waits --grace-seconds for acks, and exits; a second signal exits at once.
+    """
+    # The CLI names the broker's modules here and nowhere else: they load for this command only.
+    from ..broker.config import ConfigError, load_config
+    from ..broker.server import BrokerError, BrokerServer
+
+    try:
+        config = load_config(config_path, flags)
+    except ConfigError as exc:
+        fail(str(exc))
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        server = BrokerServer(config)
+    except BrokerError as exc:
+        fail(str(exc))
+    server.install_signal_handlers()
+    server.run()

@@ -1,0 +1,75 @@
+"""phpmq.testing: the public helper that runs a real broker for a test, used as users would."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from phpmq import Client
+from phpmq.testing import BrokerProcess, BrokerStartError
+
+#: Far below start_timeout: a broker that fails at start-up is reported, not waited for.
+START_FAILURE_BOUND_S = 8.0
+
+
+def test_a_broker_starts_answers_and_stops_gracefully(tmp_path: Path) -> None:
+    log_path = tmp_path / "broker.log"
+    with BrokerProcess("--grace-seconds", "0", log_path=log_path) as broker:
+        assert broker.address.startswith("tcp://127.0.0.1:")
+        assert broker.process.poll() is None
+        with Client(broker.address) as client:
+            client.send("orders", b"order 17")
+        assert broker.stats()["queues"]["orders"]["ready"] == 1
+    assert broker.process.returncode == 0  # SIGTERM: drained and exited by itself
+    assert "in memory" in log_path.read_text()
+    assert broker.log() == log_path.read_text()
+
+
+def test_without_a_log_path_the_log_outlives_its_temporary_file() -> None:
+    broker = BrokerProcess()
+    try:
+        assert broker.log_path.exists()
+    finally:
+        assert broker.stop() == 0
+    assert not broker.log_path.exists()
+    assert "in memory" in broker.log()
+
+
+def test_flags_tcp_and_data_dir_reach_the_broker(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with BrokerProcess("--max-deliveries", "3", tcp=True, data_dir=data) as broker:
+        assert broker.tcp_port is not None
+        assert broker.tcp_address == f"tcp://127.0.0.1:{broker.tcp_port}"
+        with socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=5):
+            pass
+        with Client(broker.address) as client:
+            client.send("q", b"x")
+        stats = broker.stats()
+        assert stats["storage"]["data_dir"] == str(data)
+        assert stats["queues"]["q"]["settings"]["max_deliveries"] == 3
+
+
+def test_a_bad_flag_reports_the_brokers_error_instead_of_hanging(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(BrokerStartError, match="max_window must be positive") as refused:
+        BrokerProcess("--max-window", "0", log_path=tmp_path / "b.log", start_timeout=30)
+    assert "exited at start-up (status 1)" in str(refused.value)
+    with pytest.raises(BrokerStartError, match="No such option '--no-such-flag'"):
+        BrokerProcess("--no-such-flag", start_timeout=30)
+    assert time.monotonic() - started < START_FAILURE_BOUND_S
+
+
+def test_stop_kills_a_broker_that_does_not_exit_in_time() -> None:
+    broker = BrokerProcess(stop_timeout=0.5)
+    broker.signal(signal.SIGSTOP)  # a stopped process cannot act on SIGTERM
+    assert broker.stop() == -signal.SIGKILL
+
+
+def test_kill_is_a_crash() -> None:
+    broker = BrokerProcess()
+    assert broker.kill() == -signal.SIGKILL
+    assert broker.stop() == -signal.SIGKILL  # already gone: nothing more to do
