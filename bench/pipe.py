@@ -106,7 +106,7 @@ def _consume_relay(address: str, messages: int, window: int, consumed: Any, out:
             if type(message) is not p.Send:
                 continue  # the producer's HELLO
             latencies.append(clock() - unpack(message.content)[0])
-            acks.append(p.encode_ack(packet, "d7e7f68761d34838494b233148b5486c"))
+            acks.append(p.encode_ack(packet, b"d7e7f68761d34838494b233148b5486c"))
         consumed.value = len(latencies)
         sock.send(b"".join(acks))
     sock.close()

@@ -198,3 +198,14 @@ def test_help_explains_every_command() -> None:
         assert command in top.stdout
     broker_help = phpmq("broker", "--help").stdout
     assert "--config" in broker_help and "PHPMQ_" in broker_help and "--dialect" in broker_help
+
+
+def test_every_benchmark_runs_to_its_figures() -> None:
+    """A smoke run of each workload with few messages: the figures are not judged here (they
+    live in `phpmq bench`), but a benchmark that cannot finish is a broken tool."""
+    result = phpmq("bench", "--messages", "2000", "--codec", "--durable", "--pool", timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Traceback" not in output
+    for figure in ("broker/relay ratio", "durable + confirms", "2,000 confirmed, 0 not", "pool"):
+        assert figure in output, figure
