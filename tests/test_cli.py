@@ -203,7 +203,7 @@ def test_help_explains_every_command() -> None:
 def test_every_benchmark_runs_to_its_figures() -> None:
     """A smoke run of each workload with few messages: the figures are not judged here (they
     live in `phpmq bench`), but a benchmark that cannot finish is a broken tool."""
-    result = phpmq("bench", "--messages", "2000", "--codec", "--durable", "--pool", timeout=240)
+    result = phpmq("bench", "--messages", "2000", "--codec", "--durable", "--pool", timeout=100)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "Traceback" not in output
