@@ -42,7 +42,7 @@ class QueueSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Where the ROUTER socket binds. Loopback by default: opening to the LAN is a choice.
-    bind: str = "tcp://127.0.0.1:5555"
+    bind: str = rules.DEFAULT_ADDRESS
     #: The form of 003 sent to a peer until it speaks the TTL form itself: "ttl" (the
     #: README's 4-packet dispatch) or "pre-ttl" (the stock php-mq client's 3 packets).
     dialect: str = "ttl"

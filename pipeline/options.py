@@ -11,8 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..client import DEFAULT_ADDRESS
-from ..protocol import queue_name_problem
+from ..protocol import DEFAULT_ADDRESS, queue_name_problem, rules
 
 #: Rows per micro-batch when `maxRecordsPerBatch` is not given.
 DEFAULT_MAX_RECORDS_PER_BATCH = 1_000
@@ -23,10 +22,10 @@ DEFAULT_NUM_PARTITIONS = 2
 DEFAULT_HEARTBEAT_MS = 500
 #: Room left in a 255-byte idempotency key for `/<partition>/<row>`.
 MAX_KEY_SCOPE_BYTES = 200
-DEFAULT_LIVENESS = 3
-#: The broker clamps heartbeats to this range and liveness to 2-10 (docs/protocol.md §6.2).
-HEARTBEAT_RANGE_MS = (50, 60_000)
-LIVENESS_RANGE = (2, 10)
+DEFAULT_LIVENESS = rules.DEFAULT_LIVENESS
+#: The broker clamps heartbeats and liveness to these ranges (docs/protocol.md §6.2).
+HEARTBEAT_RANGE_MS = (rules.MIN_HEARTBEAT_MS, rules.MAX_HEARTBEAT_MS)
+LIVENESS_RANGE = (rules.MIN_LIVENESS, rules.MAX_LIVENESS)
 
 
 class OptionError(ValueError):

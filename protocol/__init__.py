@@ -34,6 +34,7 @@ from .messages import (
 )
 from .reader import decode_frame, decode_message
 from .rules import (
+    DEFAULT_ADDRESS,
     MAX_KEY_BYTES,
     MAX_QUEUE_NAME_BYTES,
     clamp_liveness,
@@ -53,6 +54,7 @@ from .writer import (
 )
 
 __all__ = [
+    "DEFAULT_ADDRESS",
     "DEFAULT_MAX_CONTENT_BYTES",
     "EXTENSION_TYPES",
     "MAX_KEY_BYTES",

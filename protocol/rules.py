@@ -7,6 +7,10 @@ reported where it was made instead of as an ERROR later.
 
 from __future__ import annotations
 
+#: Where a broker listens unless told otherwise, and where clients look for it: loopback, so
+#: that opening a broker to the LAN is a choice.
+DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
+
 #: Queue names: 1-255 bytes of UTF-8, no whitespace or control characters.
 MAX_QUEUE_NAME_BYTES = 255
 #: Idempotency keys are short producer-chosen strings (a UUID, "batch-7:row-42").

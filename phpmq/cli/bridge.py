@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..client import DEFAULT_ADDRESS
+from ..protocol import DEFAULT_ADDRESS
 from .shared import fail
 
 

@@ -7,12 +7,13 @@ from typing import Any
 
 import click
 
+from ..protocol import DEFAULT_ADDRESS
 from .shared import fail
 
 
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
-@click.option("--bind", help="ROUTER address to bind. [default: tcp://127.0.0.1:5555]")
+@click.option("--bind", help=f"ROUTER address to bind. [default: {DEFAULT_ADDRESS}]")
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False),

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from ..client import DEFAULT_ADDRESS, BrokerRefused, Client, ClientError
+from ..protocol import DEFAULT_ADDRESS
+
+if TYPE_CHECKING:
+    from ..client import Client
 
 Result = TypeVar("Result")
 
@@ -34,6 +37,8 @@ def fail(message: str) -> NoReturn:
 
 def with_client(address: str, action: Callable[[Client], Result], timeout: float = 5.0) -> Result:
     """Run `action` with a client of the broker at `address`; a ClientError fails the command."""
+    from ..client import Client, ClientError  # only commands that talk to a broker load it
+
     client = Client(address, name="phpmq-cli", send_timeout=timeout, close_timeout=timeout)
     try:
         return action(client)
@@ -45,6 +50,8 @@ def with_client(address: str, action: Callable[[Client], Result], timeout: float
 
 def admin(client: Client, command: str, **options: Any) -> dict[str, Any]:
     """An ADMIN command; the broker's refusal fails the command with its reason."""
+    from ..client import BrokerRefused
+
     try:
         return client.admin(command, **options)
     except BrokerRefused as exc:

@@ -34,7 +34,7 @@ from typing import Any
 
 import zmq
 
-from ..protocol import Error
+from ..protocol import DEFAULT_ADDRESS, Error
 from .confirms import ConfirmedSends
 from .connection import BATCH_MESSAGES, Connection
 from .dealer import Dealer
@@ -55,7 +55,6 @@ from .message import ReceivedMessage
 
 log = logging.getLogger("phpmq.client")
 
-DEFAULT_ADDRESS = "tcp://127.0.0.1:5555"
 #: Reconnect delays: the first retry is quick, then doubling (Paranoid Pirate), with jitter so
 #: that a pool of clients does not reconnect in lockstep.
 RECONNECT_FIRST_S = 0.1
