@@ -31,6 +31,7 @@ class Context:
         "counters",
         "dirty",
         "draining",
+        "handling",
         "journal",
         "new_id",
         "now",
@@ -67,6 +68,8 @@ class Context:
         self.draining = False
         #: Set while the store cannot write: sends are refused with this reason.
         self.storage_problem: str | None = None
+        #: The type of the message being handled, which a refusal names (ERROR packet 19).
+        self.handling: int | None = None
         self._last_log: dict[str, tuple[int, int]] = {}
 
     def wall_at(self, monotonic_ns: int) -> float:
@@ -95,10 +98,11 @@ class Context:
         queue: str | None = None,
         tag: int | None = None,
     ) -> None:
-        """An ERROR to extension peers; a counted, rate-limited log line for stock peers."""
+        """An ERROR to extension peers, naming the type of the message refused; a counted,
+        rate-limited log line for stock peers."""
         self.counters.errors += 1
         if peer.extensions:
-            self.reply(peer, Error(int(code), reason, message_id, queue, tag))
+            self.reply(peer, Error(int(code), reason, message_id, queue, tag, self.handling))
         else:
             self.log_limited(f"refused from {peer.id.hex()}: {code} {reason}", str(int(code)))
 

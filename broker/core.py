@@ -195,17 +195,18 @@ class Core:
         peer = peers.get(peer_id, profile)
         peer.last_seen = self.ctx.now  # any message counts as a heartbeat
         handlers = self._handlers
+        ctx = self.ctx
         for message in messages:
             if peer.forgotten:  # a KBAI earlier in the same frame
                 peer = peers.get(peer_id, profile)
-            kind = message.TYPE
+            kind = ctx.handling = message.TYPE
             if kind >= FIRST_EXTENSION_TYPE:
                 peer.opt_in()
             elif kind in TTL_DIALECT_ONLY_TYPES:
                 peer.ttl_form = True
             handler = handlers.get(type(message))
             if handler is None:
-                self.ctx.refuse(
+                ctx.refuse(
                     peer, ErrorCode.UNSUPPORTED_TYPE, f"clients may not send {kind.name} messages"
                 )
             else:
@@ -213,7 +214,8 @@ class Core:
         if error is not None:
             if peer.forgotten:
                 peer = peers.get(peer_id, profile)
-            self.ctx.refuse(peer, error.code, error.reason)
+            ctx.handling = error.message_type
+            ctx.refuse(peer, error.code, error.reason)
         peers.after_input(peer)
 
     def end_turn(self) -> Turn:

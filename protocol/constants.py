@@ -63,6 +63,7 @@ class PacketType(IntEnum):
     DELAY_MS = 16
     HEADERS = 17
     TAG = 18
+    REFUSED = 19
 
 
 class ErrorCode(IntEnum):

@@ -17,6 +17,8 @@ class ProtocolError(Exception):
         super().__init__(reason)
         self.reason = reason
         self.code = code
+        #: The type of the message being decoded, once its header was read (None before).
+        self.message_type: int | None = None
 
 
 class RemoteProtocolError(ProtocolError):

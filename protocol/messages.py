@@ -99,6 +99,9 @@ class Error(msgspec.Struct, frozen=True, gc=False):
     queue: str | None = None
     #: The TAG of the send this refuses, when it carried one.
     tag: int | None = None
+    #: The type of the message refused (1 a send, 2 a consume, ...), when the broker knows
+    #: it: lets a client tell a refused send from a refused subscription.
+    refused: int | None = None
 
 
 class Confirm(msgspec.Struct, frozen=True, gc=False):

@@ -96,7 +96,11 @@ def decode_message(
         values.append(raw if convert is None else convert(raw))
     else:
         return entry.cls(*values), p
-    return _decode_any_order(data, pos, entry, max_content_bytes)
+    try:
+        return _decode_any_order(data, pos, entry, max_content_bytes)
+    except ProtocolError as exc:
+        exc.message_type = entry.spec.type  # the refusal can say what it refuses (413 a send)
+        raise
 
 
 def _decode_any_order(

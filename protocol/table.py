@@ -57,6 +57,7 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.HEADERS: "headers",
     P.KEY: "key",
     P.TAG: "tag",
+    P.REFUSED: "refused",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -75,7 +76,9 @@ SPECS: dict[MessageType, TypeSpec] = {
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
         TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
         TypeSpec(m.DeadLetter, (P.QUEUE, P.MESSAGE_ID), (P.REASON,)),
-        TypeSpec(m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE, P.TAG)),
+        TypeSpec(
+            m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE, P.TAG, P.REFUSED)
+        ),
         TypeSpec(m.Confirm, (P.MESSAGE_ID,), (P.TAG,)),
         TypeSpec(m.Hello, (), (P.OPTIONS,)),
         TypeSpec(m.Heartbeat, ()),
@@ -138,4 +141,5 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.HEADERS: None,
     P.KEY: _text,
     P.TAG: _integer,
+    P.REFUSED: _integer,
 }

@@ -19,6 +19,7 @@ from phpmq.protocol import (
     ErrorCode,
     Hello,
     LocalProtocolError,
+    MessageType,
     ProtocolError,
     RemoteProtocolError,
     Requeue,
@@ -151,7 +152,7 @@ def test_unknown_message_type(type_code: bytes) -> None:
         (b"H0100604", QUEUE + ID + pkt(11, b"x") * 2, "carries 2-3 packets, header says 4"),
         (b"H0110201", pkt(13, b"{}"), "carries 0 packets, header says 1"),
         (b"H0110002", pkt(10, b"400") + pkt(11, b"x"), None),  # valid: control case
-        (b"H0110001", pkt(10, b"400"), "carries 2-5 packets, header says 1"),
+        (b"H0110001", pkt(10, b"400"), "carries 2-6 packets, header says 1"),
     ],
 )
 def test_header_count_disagrees_with_type(header: bytes, body: bytes, reason: str | None) -> None:
@@ -348,6 +349,7 @@ def test_length_over_max_content_bytes() -> None:
     error = refused(wire, ErrorCode.TOO_LARGE, "over the limit", max_content_bytes=10)
     assert "11" in error.reason
     assert "10" in error.reason
+    assert error.message_type == MessageType.SEND  # so the broker can say a send was refused
     # At the limit it is fine.
     assert decode_message(wire, max_content_bytes=11)[0] == Send("Foo", b"x" * 11)
 

@@ -97,7 +97,9 @@ dispatches = st.builds(
 acks = st.builds(Ack, texts, ids)
 requeues = st.builds(Requeue, texts, ids, integers, optional_integers)
 dead_letters = st.builds(DeadLetter, texts, ids, st.none() | texts)
-errors = st.builds(Error, integers, texts, st.none() | ids, st.none() | texts, optional_integers)
+errors = st.builds(
+    Error, integers, texts, st.none() | ids, st.none() | texts, optional_integers, optional_integers
+)
 confirms = st.builds(Confirm, ids, optional_integers)
 hellos = st.builds(Hello, options)
 admins = st.builds(Admin, options)
