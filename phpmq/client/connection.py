@@ -38,10 +38,12 @@ from ..protocol import (
     Disconnect,
     Dispatch,
     Error,
+    ErrorCode,
     Heartbeat,
     Hello,
     Kbai,
     Message,
+    MessageType,
     Send,
     clamp_liveness,
     decode_frame,
@@ -62,6 +64,7 @@ from .events import (
     UndecodableFrame,
 )
 from .message import ReceivedMessage, Settle, queue_packet
+from .refusals import Refusals
 
 VERSION = "phpmq-zmq-python/0.1"
 #: Outgoing settlements buffered before the driver is told to send them without waiting.
@@ -130,12 +133,17 @@ class Connection:
         #: The broker is trusted: its packets are bounded by its own limit (it says which in
         #: its HELLO answer), so the client only guards against nonsense lengths.
         self._max_content_bytes = max(DEFAULT_MAX_CONTENT_BYTES, TRUSTED_PACKET_BYTES)
+        #: The largest content the broker takes, once its HELLO answer said (sends over it
+        #: are refused here, at once, instead of by a 413 that answers no tag).
+        self._broker_limit = TRUSTED_PACKET_BYTES
         #: Counts transports and rejoins; messages from an earlier one cannot be settled.
         self.generation = 0
         self.received: deque[ReceivedMessage] = deque()
         self.admin_replies: deque[AdminReply] = deque()
         self.broker_info: dict[str, Any] = {}
         self.errors: deque[Error] = deque(maxlen=1000)
+        #: Refused sends and subscriptions that answer no tag, until the caller is told.
+        self.refusals = Refusals()
         #: ERRORs received in all (the deque keeps the last 1000).
         self.error_count = 0
         #: Messages handed over since the broker was last heard from: what a broker crash
@@ -212,6 +220,7 @@ class Connection:
         if key is not None:
             _check_key(key)
         body = content.encode() if isinstance(content, str) else content
+        self._check_size(queue, body)
         if headers:
             encoded = _headers.encode(headers)
             return encode(Send(queue, body, ttl, tag=tag, key=key, headers=encoded))
@@ -238,10 +247,11 @@ class Connection:
         packet = queue_packet(queue)
         if isinstance(contents, Sized) and isinstance(keys, Sized) and len(keys) < len(contents):
             raise ValueError(f"{len(keys)} keys for {len(contents)} messages")
-        return self._batches(packet, contents, ttl, keys, confirm, batch_messages)
+        return self._batches(queue, packet, contents, ttl, keys, confirm, batch_messages)
 
     def _batches(
         self,
+        queue: str,
         packet: bytes,
         contents: Iterable[bytes | str],
         ttl: int,
@@ -264,9 +274,10 @@ class Connection:
             if tags is not None:
                 tag = next(tags)
                 batch_tags.append(tag)
-            data = encode_send(
-                packet, content.encode() if isinstance(content, str) else content, ttl, tag, key
-            )
+            body = content.encode() if isinstance(content, str) else content
+            if len(body) > self._broker_limit:
+                self._check_size(queue, body)
+            data = encode_send(packet, body, ttl, tag, key)
             batch.append(data)
             size += len(data)
             if len(batch) >= batch_messages or size >= BATCH_BYTES:
@@ -274,6 +285,20 @@ class Connection:
                 batch, batch_tags, size = [], [], 0
         if batch:
             yield b"".join(batch), len(batch), batch_tags
+
+    def _check_size(self, queue: str, body: bytes) -> None:
+        if len(body) > self._broker_limit:
+            raise InvalidArgument(
+                f"content of {len(body)} bytes is over the broker's limit of"
+                f" {self._broker_limit}",
+                queue,
+                ErrorCode.TOO_LARGE,
+            )
+
+    @property
+    def knows_limits(self) -> bool:
+        """The broker's HELLO answer came: sizes are checked against its limit."""
+        return "max_content_bytes" in self.broker_info
 
     def take_answers(self, tags: list[int]) -> list[str | Error | None]:
         """The answers to `tags`, in order (an ID, the refusing ERROR, or LOST: none came),
@@ -304,11 +329,27 @@ class Connection:
             queue_packet(queue)
         frame = encode(Consume(queue, window))
         self._windows[queue] = window
+        self.refusals.forget(queue)
         # Send acks once half the smallest window is settled, so the broker refills the
         # window while the rest is still being handled (pipe benchmark: +10% msgs/s).
         smallest = min((size for size in self._windows.values() if size > 0), default=0)
         self._flush_at = min(MAX_BUFFERED_OUT, max(1, smallest // 2) if smallest else 512)
         return frame
+
+    def _subscription_refused(self, queue: str, error: Error, now: float) -> None:
+        if not self._windows.get(queue):
+            return  # stopped since: nothing to retry or report
+        if not self.refusals.subscription_refused(queue, error, now):
+            del self._windows[queue]  # for good: later greetings do not ask again
+
+    def resubscribes(self, now: float) -> bytes:
+        """The consumes to send again now, for subscriptions refused for a limit (429) whose
+        backoff is over (b"" if none)."""
+        queues = self.refusals.due(now)
+        windows = self._windows
+        return b"".join(
+            encode(Consume(queue, windows[queue])) for queue in queues if windows.get(queue)
+        )
 
     def window(self, queue: str) -> int | None:
         """The window last asked for on `queue`, or None."""
@@ -365,7 +406,7 @@ class Connection:
             if type(message) is Dispatch:
                 received.append(ReceivedMessage(settle, message, generation))
                 continue
-            event = self._on_control(message)
+            event = self._on_control(message, now)
             if event is not None:
                 if events is None:
                     events = []
@@ -374,7 +415,7 @@ class Connection:
             events = [*(events or ()), UndecodableFrame(error.reason)]
         return events or NO_EVENTS
 
-    def _on_control(self, message: Message) -> Event | None:
+    def _on_control(self, message: Message, now: float) -> Event | None:
         if isinstance(message, Confirm):
             if message.tag in self._awaited:
                 self._answers[message.tag] = message.message_id.decode(errors="replace")
@@ -385,6 +426,10 @@ class Connection:
                 return None
             self.errors.append(message)
             self.error_count += 1
+            if message.refused == MessageType.SEND:
+                self.refusals.send_refused(message)
+            elif message.refused == MessageType.CONSUME and message.queue is not None:
+                self._subscription_refused(message.queue, message, now)
             return BrokerError(message)
         if isinstance(message, AdminReply):
             self.admin_replies.append(message)
@@ -419,8 +464,10 @@ class Connection:
             self._heartbeat_s = heartbeat_ms / 1000
             self._expiry_s = self._heartbeat_s * liveness
         limit = options.get("max_content_bytes")
-        if type(limit) is int and limit > self._max_content_bytes:
-            self._max_content_bytes = limit
+        if type(limit) is int:
+            self._broker_limit = limit
+            if limit > self._max_content_bytes:
+                self._max_content_bytes = limit
 
     # ------------------------------------------------------------------ liveness
 
@@ -458,12 +505,15 @@ class Connection:
         return None
 
     def next_deadline(self) -> float | None:
-        """When `keepalive` or `broker_lost` next has something to say (None: never)."""
+        """When `keepalive`, `broker_lost` or `resubscribes` next has something to say
+        (None: never)."""
+        retry = self.refusals.next_due()
         if not self._heartbeat_s:
-            return None
+            return retry
         if self._greeting is not None:
             return self._last_sent
-        return min(self._last_sent + self._heartbeat_s, self._last_heard + self._expiry_s)
+        due = min(self._last_sent + self._heartbeat_s, self._last_heard + self._expiry_s)
+        return due if retry is None else min(due, retry)
 
 
 def _check_key(key: str) -> None:

@@ -19,11 +19,18 @@ class PartialSend(ClientError):
 
 
 class BrokerRefused(ClientError):
-    """Raised when the broker refuses a request (an ADMIN command, a confirmed send)."""
+    """Raised when the broker refuses a request: an ADMIN command, a send (confirmed: at once;
+    fire-and-forget: at the next call or flush), a subscription. `error` is the broker's
+    ERROR (`.code`, `.reason`, `.queue`); `refusals` all the ones told at once, `error` first.
+    """
 
-    def __init__(self, error: Error) -> None:
-        super().__init__(f"broker refused: {error.code} {error.reason}")
+    def __init__(self, error: Error, refusals: list[Error] | None = None) -> None:
+        more = len(refusals) - 1 if refusals else 0
+        also = f" (and {more} more refusals)" if more else ""
+        queue = f" ({error.queue})" if error.queue else ""
+        super().__init__(f"broker refused: {error.code} {error.reason}{queue}{also}")
         self.error = error
+        self.refusals = refusals or [error]
 
 
 class Unconfirmed(ClientError):
@@ -40,9 +47,12 @@ class Unconfirmed(ClientError):
 
 class InvalidArgument(ClientError, ValueError):
     """Raised at once, before anything is sent, for a queue name or idempotency key that
-    breaks the protocol's rules (`phpmq.protocol.rules`): the broker would refuse it with
-    `code` (422). A ValueError too, since it is the caller's mistake."""
+    breaks the protocol's rules (`phpmq.protocol.rules`), or content over the broker's size
+    limit: the broker would refuse it with `code` (422, 413). A ValueError too, since it is
+    the caller's mistake."""
 
-    def __init__(self, problem: str, value: str) -> None:
-        self.code = ErrorCode.INVALID_VALUE
-        super().__init__(f"refused before sending: {int(self.code)} {problem}: {value!r}")
+    def __init__(
+        self, problem: str, value: str, code: ErrorCode = ErrorCode.INVALID_VALUE
+    ) -> None:
+        self.code = code
+        super().__init__(f"refused before sending: {int(code)} {problem}: {value!r}")

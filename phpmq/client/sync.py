@@ -151,12 +151,19 @@ class Client:
 
         Raises:
             ClientError: the socket did not take it within `send_timeout` (no broker); or
-                (also a ValueError) the queue name or key breaks the protocol's rules.
-            BrokerRefused: (confirm) the broker refused it; `.error` says why.
+                (InvalidArgument, also a ValueError) the queue name or key breaks the
+                protocol's rules, or the content is over the broker's size limit.
+            BrokerRefused: (confirm) the broker refused it; `.error` says why. Without
+                confirm: the broker refused an earlier send that asked for no answer (this
+                one was not sent); `.refusals` lists every one not told before.
             Unconfirmed: (confirm) no answer within `confirm_timeout`, or the connection was
                 lost: it may or may not be queued.
         """
         connection = self._connection
+        if connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not connection.knows_limits:
+            self._await_limits()
         tag = connection.next_tag() if confirm else None
         frame = connection.send(queue, content, ttl, headers, tag, key)
         with self._lock:
@@ -198,6 +205,10 @@ class Client:
             ValueError: `keys` has fewer entries than `contents`; or (also a ClientError)
                 the queue name or a key breaks the protocol's rules.
         """
+        if self._connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not self._connection.knows_limits:
+            self._await_limits()
         batch_messages = max(1, min(BATCH_MESSAGES, max_unconfirmed)) if confirm else BATCH_MESSAGES
         batches = self._connection.send_batches(
             queue, contents, ttl, keys, confirm=confirm, batch_messages=batch_messages
@@ -267,11 +278,22 @@ class Client:
             self._send_frame(self._connection.subscribe(queue, window))
 
     def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
-        """The next dispatched message, or None if none came within `timeout` seconds."""
-        received = self._connection.received
+        """The next dispatched message, or None if none came within `timeout` seconds.
+
+        Raises:
+            BrokerRefused: the broker refused a subscription for a reason that retrying
+                cannot change (422: a window over its maximum); it is dropped. One refused
+                for a limit that may lift (429: too many consumers) is asked for again, with
+                backoff, and raises nothing.
+        """
+        connection = self._connection
+        received = connection.received
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
+                if connection.refusals.subscriptions:
+                    _, refusal = connection.refusals.subscriptions.popitem()
+                    raise BrokerRefused(refusal)
                 if received:
                     return received.popleft()
                 self._flush_quietly()
@@ -293,15 +315,36 @@ class Client:
             yield message
 
     def flush(self) -> None:
-        """Send buffered acks, requeues and dead letters now.
+        """Send buffered acks, requeues and dead letters now, and read what the broker
+        sent back.
 
         Raises:
             ClientError: the socket did not take them within `send_timeout`.
+            BrokerRefused: the broker refused sends that asked for no answer.
         """
         with self._lock:
             payload = self._connection.take_settles()
             if payload:
                 self._send_frame(payload)
+            self._read_available()
+            self._tell_refused_sends()
+
+    def _await_limits(self) -> None:
+        """Before the first confirmed send: the broker's HELLO answer, so that content over
+        its size limit is refused here at once (a 413 answers no tag: the send would wait
+        out `confirm_timeout`). Without an answer the send goes ahead and is Unconfirmed."""
+        connection = self._connection
+        with self._lock:
+            if not connection.greeted:
+                self._send_frame(b"")
+            deadline = time.monotonic() + self.confirm_timeout
+            while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
+                self._wait_and_read(min(wait, WAIT_SLICE_S))
+
+    def _tell_refused_sends(self) -> None:
+        refused = self._connection.refusals.take_sends()
+        if refused:
+            raise BrokerRefused(refused[0], refused)
 
     def _settle(self, frame: bytes, generation: int) -> None:
         """Where received messages hand their ack, requeue or dead letter."""
@@ -364,13 +407,16 @@ class Client:
             try:
                 if self._connection.greeted:  # something was sent: make sure it all arrived
                     self._connection.goodbye()
-                    self.flush()
+                    payload = self._connection.take_settles()  # flush, telling nothing yet
+                    self._send_frame(payload)
                     self._await_goodbye_answer()
             except ClientError as exc:
                 log.warning("closing %s: %s", self.address, exc)
             finally:
                 self.closed = True
                 self._dealer.close(self.close_timeout)
+            # The goodbye's answer proves the broker read every send: tell what it refused.
+            self._tell_refused_sends()
 
     def _await_goodbye_answer(self) -> None:
         deadline = time.monotonic() + self.close_timeout
@@ -386,8 +432,14 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # leaving with an error already: do not hide it behind a refusal
+            self.close()
+        except BrokerRefused as refused:
+            log.warning("closing %s: %s", self.address, refused)
 
     # ------------------------------------------------------------------ the socket
 
@@ -458,9 +510,12 @@ class Client:
         """Liveness duties, run by whichever thread holds the socket: notice a silent broker,
         reconnect when due, and send the greeting or a heartbeat when owed."""
         connection = self._connection
+        now = time.monotonic()
+        resubscribes = connection.resubscribes(now)
+        if resubscribes:
+            self._try_send(connection.frame(resubscribes))
         if not connection.heartbeat_interval:
             return
-        now = time.monotonic()
         if self._reconnect_at is not None:
             if now >= self._reconnect_at:
                 self._reconnect()

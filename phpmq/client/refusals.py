@@ -1,0 +1,77 @@
+"""Refusals that answer no awaited tag, kept until the caller can be told.
+
+A send that asked for no answer returns before the broker has read it, so its refusal (a full
+queue, a draining broker) arrives later: it is kept here and raised by the driver at the next
+call or flush, never only logged. A subscription refused for a limit that may lift (429: the
+queue has its maximum of consumers) is asked for again with backoff; one refused for a reason
+that retrying cannot change (422) is dropped and raised by the next receive.
+
+The broker names the type of the message an ERROR refuses (docs/protocol.md §6.1, packet 19),
+which is how a refused send is told from a refused subscription.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..protocol import Error, ErrorCode
+
+#: Send refusals kept for the caller; past this the oldest are dropped (and counted).
+MAX_KEPT_REFUSALS = 1000
+#: A subscription refused with 429 is asked for again after this, doubling up to the max.
+RESUBSCRIBE_FIRST_S = 0.1
+RESUBSCRIBE_MAX_S = 5.0
+
+
+class Refusals:
+    __slots__ = ("_delays", "_due", "dropped", "sends", "subscriptions")
+
+    def __init__(self) -> None:
+        #: Refused sends that asked for no answer, oldest first.
+        self.sends: deque[Error] = deque(maxlen=MAX_KEPT_REFUSALS)
+        #: Send refusals dropped because too many were kept unread.
+        self.dropped = 0
+        #: Subscriptions refused for good, by queue.
+        self.subscriptions: dict[str, Error] = {}
+        #: Subscriptions refused for a limit: when to ask again, and the delay used.
+        self._due: dict[str, float] = {}
+        self._delays: dict[str, float] = {}
+
+    def send_refused(self, error: Error) -> None:
+        if len(self.sends) == self.sends.maxlen:
+            self.dropped += 1
+        self.sends.append(error)
+
+    def take_sends(self) -> list[Error]:
+        """The send refusals not yet told, oldest first; they are told now."""
+        refused = list(self.sends)
+        self.sends.clear()
+        return refused
+
+    def subscription_refused(self, queue: str, error: Error, now: float) -> bool:
+        """Note a refused subscription; True if it is to be asked for again (429)."""
+        if error.code == ErrorCode.LIMIT_REACHED:
+            delay = min(self._delays.get(queue, RESUBSCRIBE_FIRST_S / 2) * 2, RESUBSCRIBE_MAX_S)
+            self._delays[queue] = delay
+            self._due[queue] = now + delay
+            return True
+        self.subscriptions[queue] = error
+        self.forget(queue, keep_refusal=True)
+        return False
+
+    def forget(self, queue: str, keep_refusal: bool = False) -> None:
+        """The caller subscribed anew (or stopped): earlier refusals no longer apply."""
+        self._due.pop(queue, None)
+        self._delays.pop(queue, None)
+        if not keep_refusal:
+            self.subscriptions.pop(queue, None)
+
+    def due(self, now: float) -> list[str]:
+        """Queues whose refused subscription is to be asked for again now."""
+        queues = [queue for queue, at in self._due.items() if at <= now]
+        for queue in queues:
+            del self._due[queue]
+        return queues
+
+    def next_due(self) -> float | None:
+        return min(self._due.values(), default=None)

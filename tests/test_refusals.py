@@ -1,0 +1,138 @@
+"""Every refusal reaches the caller: refused sends that asked for no answer are raised at the
+next call, on flush or on close; a subscription refused for good raises, one refused for a
+limit is asked for again until it is taken; content over the broker's limit is refused at once.
+Real broker processes on loopback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harness import BrokerProcess
+from phpmq.client import BrokerRefused, Client, InvalidArgument
+from phpmq.protocol import ErrorCode
+
+
+@pytest.fixture
+def small_broker(tmp_path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path / "broker.log",
+        "--max-queue-length",
+        "1",
+        "--max-window",
+        "10",
+        "--max-content-bytes",
+        "1000",
+        "--grace-seconds",
+        "0",
+    )
+    yield process
+    process.stop()
+
+
+def wait_for_refusal(client: Client, timeout: float = 5.0) -> None:
+    """Let the client read until the broker's ERROR for a fire-and-forget send is in."""
+    deadline = time.monotonic() + timeout
+    while client.error_count == 0 and time.monotonic() < deadline:
+        client.receive(timeout=0.05)
+
+
+def test_a_refused_fire_and_forget_send_is_raised_at_the_next_send(
+    small_broker: BrokerProcess,
+) -> None:
+    with small_broker.client() as client:
+        client.send("full", b"first")
+        client.send("full", b"over the length limit")  # returns: nothing asked for an answer
+        wait_for_refusal(client)
+        with pytest.raises(BrokerRefused) as refused:
+            client.send("full", b"not sent")
+        assert refused.value.error.code == ErrorCode.LIMIT_REACHED
+        assert refused.value.error.queue == "full"
+        client.send("other", b"told once: the next send goes")
+    assert small_broker.stats()["queues"]["full"]["ready"] == 1
+
+
+def test_flush_tells_the_refusals_that_came_back(small_broker: BrokerProcess) -> None:
+    with small_broker.client() as client:
+        client.send_many("full", [b"1", b"2", b"3"])
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                client.flush()
+            except BrokerRefused as refused:
+                assert [e.code for e in refused.refusals] == [429, 429]
+                assert "and 1 more refusals" in str(refused)
+                break
+            assert time.monotonic() < deadline, "no refusal came back"
+            time.sleep(0.05)
+
+
+def test_close_tells_a_refusal_the_caller_has_not_seen(small_broker: BrokerProcess) -> None:
+    client = small_broker.client()
+    client.send("full", b"first")
+    client.send("full", b"refused")
+    with pytest.raises(BrokerRefused, match="429"):
+        client.close()  # the goodbye's answer proves the broker read both sends
+    # Leaving a `with` block by an exception does not hide it behind a refusal.
+    with pytest.raises(KeyError), small_broker.client() as other:
+        other.send("full", b"refused too")
+        raise KeyError("the application's own error")
+
+
+def test_a_subscription_refused_for_good_raises_from_consume(
+    small_broker: BrokerProcess,
+) -> None:
+    with small_broker.client() as client:
+        started = time.monotonic()
+        with pytest.raises(BrokerRefused) as refused:
+            list(client.consume("jobs", window=11, timeout=5))
+        assert refused.value.error.code == ErrorCode.INVALID_VALUE
+        assert time.monotonic() - started < 4  # at once, not after the idle timeout
+        # The refused window is not asked for again; a valid one works.
+        client.send("jobs", b"x")
+        [message] = list(client.consume("jobs", window=5, timeout=1))
+        message.ack()
+
+
+def test_a_subscription_refused_for_a_limit_is_retried_until_taken(tmp_path) -> None:
+    config = tmp_path / "broker.toml"
+    config.write_text("max_consumers = 1\n")
+    broker = BrokerProcess(tmp_path / "b.log", "--config", str(config))
+    try:
+        first = broker.client()
+        first.subscribe("jobs", window=1)
+        assert wait_until(lambda: broker.stats()["queues"].get("jobs", {}).get("consumers"))
+        with broker.client() as second:
+            second.subscribe("jobs", window=1)  # refused: the queue has its one consumer
+            assert wait_until(lambda: second.error_count > 0)
+            first.close()  # room again: the retry takes it
+            with broker.client() as producer:
+                producer.send("jobs", b"for the second", confirm=True)
+            message = second.receive(timeout=10)
+            assert message is not None and message.content == b"for the second"
+            message.ack()
+    finally:
+        broker.stop()
+
+
+def test_content_over_the_brokers_limit_is_refused_at_once(small_broker: BrokerProcess) -> None:
+    with small_broker.client() as client:
+        started = time.monotonic()
+        with pytest.raises(InvalidArgument) as refused:
+            client.send("jobs", b"x" * 1001, confirm=True)  # the first send: limits unknown
+        assert refused.value.code == ErrorCode.TOO_LARGE and "1001 bytes" in str(refused.value)
+        with pytest.raises(InvalidArgument, match="413"):
+            client.send_many("jobs", [b"ok", b"y" * 1001])
+        assert time.monotonic() - started < 2  # not the 10 s confirm timeout
+        assert client.send("jobs", b"x" * 1000, confirm=True)
+
+
+def wait_until(condition, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
