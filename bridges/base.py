@@ -70,8 +70,15 @@ class Bridge:
 
     def report(self) -> None:
         self._next_report = time.monotonic() + self.report_seconds
-        # Refusals (full queue, draining, storage down, bad queue name) arrive as ERRORs:
-        # without publisher confirms they are counted here, not retried.
+        # Refusals (full queue, draining, storage down) arrive as ERRORs: without publisher
+        # confirms they are counted here, not retried; a flush collects those come back.
+        if not self.client.closed:
+            try:
+                self.client.flush()
+            except BrokerRefused as refused:
+                self.refused_by_broker(refused)
+            except ClientError as exc:
+                log.debug("could not flush: %s", exc)
         self.counters["broker_errors"] = self.client.error_count
         log.info(
             "%s %s: %s",
@@ -86,12 +93,27 @@ class Bridge:
         except (ClientError, BrokerRefused) as exc:
             log.debug("could not report to the broker: %s", exc)
 
+    #: The counter of messages handed to the broker, which a later refusal takes back.
+    handed_over = "sent"
+
+    def refused_by_broker(self, refused: BrokerRefused) -> None:
+        """Messages handed to the broker earlier were refused (a full queue, a draining
+        broker): they are lost to the tool, so count and log them."""
+        counters = self.counters
+        counters["refused"] = counters.get("refused", 0) + len(refused.refusals)
+        if self.handed_over in counters:
+            counters[self.handed_over] -= len(refused.refusals)
+        log.warning("the broker refused %d messages: %s", len(refused.refusals), refused)
+
     def close(self) -> None:
         """Close the tool's socket, then say goodbye: every message the client received but
         did not settle goes back to the broker's queue."""
         if self.sock is not None:
             self.sock.close(linger=0)
-        self.client.close()
+        try:
+            self.client.close()
+        except BrokerRefused as refused:
+            self.refused_by_broker(refused)
 
 
 def open_socket(

@@ -14,7 +14,7 @@ import time
 
 import zmq
 
-from ..client import PartialSend
+from ..client import BrokerRefused, PartialSend
 from .base import POLL_MS, Bridge, open_socket
 
 log = logging.getLogger("phpmq.bridge")
@@ -67,6 +67,8 @@ class Inbound(Bridge):
                     self.counters["refused"] += len(contents)
                     log.warning("dropping %d messages: %s", len(contents), exc)
                     break
+                except BrokerRefused as exc:  # earlier sends (a full queue): not these yet
+                    self.refused_by_broker(exc)
                 except PartialSend as exc:
                     # Frames before the one refused went out: resend only the rest.
                     self.counters["sent"] += exc.sent

@@ -21,7 +21,7 @@ import logging
 
 import zmq
 
-from ..client import ReceivedMessage
+from ..client import BrokerRefused, ReceivedMessage
 from .base import POLL_MS, Bridge, open_socket
 
 log = logging.getLogger("phpmq.bridge")
@@ -113,6 +113,7 @@ class PubOut(Outbound):
 
 class ReqOut(Outbound):
     kind = "req-out"
+    handed_over = "replies_queued"
 
     def __init__(
         self,
@@ -142,6 +143,14 @@ class ReqOut(Outbound):
     def _new_socket(self) -> zmq.Socket:
         return open_socket(zmq.Context.instance(), zmq.REQ, self.address, bind=False)
 
+    def _queue_reply(self, reply: bytes) -> None:
+        try:
+            self.client.send(self.reply_queue, reply)  # type: ignore[arg-type]
+        except BrokerRefused as refused:  # earlier replies were refused: this one goes now
+            self.refused_by_broker(refused)
+            self.client.send(self.reply_queue, reply)  # type: ignore[arg-type]
+        self.counters["replies_queued"] += 1
+
     def deliver(self, message: ReceivedMessage) -> bool:
         for attempt in range(1 + self.retries):
             if self.stopping:
@@ -152,8 +161,7 @@ class ReqOut(Outbound):
                 reply = self.sock.recv()
                 self.counters["replies"] += 1
                 if self.reply_queue is not None:
-                    self.client.send(self.reply_queue, reply)
-                    self.counters["replies_queued"] += 1
+                    self._queue_reply(reply)
                 return True
             # Lazy pirate: a REQ socket that got no reply is stuck; start over on a new one.
             self.counters["timeouts"] += 1

@@ -171,6 +171,26 @@ def test_pull_in_single_part_messages_go_to_the_queue_once(
     assert broker.bridge_counters("pull")["refused"] == 0
 
 
+def test_pull_in_counts_what_a_full_queue_refuses_and_goes_on(
+    tmp_path: Path, start_bridge, context
+) -> None:
+    full = Broker(tmp_path / "broker-full.log", "--max-queue-length", "5")
+    try:
+        push, address = bound(context, zmq.PUSH, sndtimeo=10_000)
+        bridge = start_bridge("pull-in", address, "--queue", "jobs", "--name", "full", on=full)
+        for i in range(8):
+            push.send(b"job-%d" % i)
+        wait_for(lambda: full.queue("jobs")["ready"] == 5, "the queue is full")
+        # Sent without confirms: the refusals come back as ERRORs the bridge collects.
+        wait_for(lambda: full.bridge_counters("full").get("refused") == 3, "3 refused")
+        assert full.bridge_counters("full")["sent"] == 5
+        assert "the broker refused" in bridge.log() and "429" in bridge.log()
+        push.send(b"after")  # the bridge goes on
+        wait_for(lambda: full.bridge_counters("full").get("received") == 9, "still reading")
+    finally:
+        full.stop()
+
+
 def test_pull_in_two_part_messages_name_their_queue(broker: Broker, start_bridge, context) -> None:
     push, address = bound(context, zmq.PUSH, sndtimeo=10_000)
     bridge = start_bridge("pull-in", address, "--name", "pull2")
