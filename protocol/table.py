@@ -76,9 +76,7 @@ SPECS: dict[MessageType, TypeSpec] = {
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
         TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
         TypeSpec(m.DeadLetter, (P.QUEUE, P.MESSAGE_ID), (P.REASON,)),
-        TypeSpec(
-            m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE, P.TAG, P.REFUSED)
-        ),
+        TypeSpec(m.Error, (P.ERROR_CODE, P.REASON), (P.MESSAGE_ID, P.QUEUE, P.TAG, P.REFUSED)),
         TypeSpec(m.Confirm, (P.MESSAGE_ID,), (P.TAG,)),
         TypeSpec(m.Hello, (), (P.OPTIONS,)),
         TypeSpec(m.Heartbeat, ()),

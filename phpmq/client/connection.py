@@ -289,8 +289,7 @@ class Connection:
     def _check_size(self, queue: str, body: bytes) -> None:
         if len(body) > self._broker_limit:
             raise InvalidArgument(
-                f"content of {len(body)} bytes is over the broker's limit of"
-                f" {self._broker_limit}",
+                f"content of {len(body)} bytes is over the broker's limit of {self._broker_limit}",
                 queue,
                 ErrorCode.TOO_LARGE,
             )

@@ -51,8 +51,6 @@ class InvalidArgument(ClientError, ValueError):
     limit: the broker would refuse it with `code` (422, 413). A ValueError too, since it is
     the caller's mistake."""
 
-    def __init__(
-        self, problem: str, value: str, code: ErrorCode = ErrorCode.INVALID_VALUE
-    ) -> None:
+    def __init__(self, problem: str, value: str, code: ErrorCode = ErrorCode.INVALID_VALUE) -> None:
         self.code = code
         super().__init__(f"refused before sending: {int(code)} {problem}: {value!r}")
