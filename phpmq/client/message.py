@@ -86,11 +86,20 @@ class ReceivedMessage:
     def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
         """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
         seconds out of it (a retry backoff)."""
-        delay_ms = round(delay * 1000) or None
-        self._settle(encode(Requeue(self.queue, self._id, ttl, delay_ms)), self._generation)
+        self._settle(self._requeue_frame(ttl, delay), self._generation)
 
     def dead_letter(self, reason: str | None = None) -> None:
-        self._settle(encode(DeadLetter(self.queue, self._id, reason)), self._generation)
+        self._settle(self._dead_letter_frame(reason), self._generation)
+
+    def _ack_frame(self) -> bytes:
+        return encode_ack(queue_packet(self.queue), self._id)
+
+    def _requeue_frame(self, ttl: int, delay: float) -> bytes:
+        delay_ms = round(delay * 1000) or None
+        return encode(Requeue(self.queue, self._id, ttl, delay_ms))
+
+    def _dead_letter_frame(self, reason: str | None) -> bytes:
+        return encode(DeadLetter(self.queue, self._id, reason))
 
     def __repr__(self) -> str:
         return (
