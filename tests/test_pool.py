@@ -262,13 +262,14 @@ def test_ten_thousand_messages_are_each_handled_exactly_once(
 # --------------------------------------------------------------------------- outcomes
 
 
+@pytest.mark.parametrize("handler", ["outcomes", "async_outcomes"])
 def test_a_failing_handler_is_retried_then_dead_lettered_with_its_exception(
-    broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess], handler: str
 ) -> None:
     contents = [f"fail-{i}" for i in range(3)]
     send(broker, "jobs", contents)
     pool = start_pool(
-        "outcomes", "-q", "jobs", "-p", "2", "--max-retries", "2", "--retry-delay", "0.05", *FAST
+        handler, "-q", "jobs", "-p", "2", "--max-retries", "2", "--retry-delay", "0.05", *FAST
     )
 
     pool.wait_for(lambda: len(dead_letters(broker, "jobs")) == 3, 20, "3 dead letters")
@@ -305,11 +306,12 @@ def test_a_handler_asking_for_a_retry_gets_the_message_again_and_acks(
     assert dead_letters(broker, "jobs") == {}
 
 
+@pytest.mark.parametrize("handler", ["outcomes", "async_outcomes"])
 def test_a_rejected_message_is_dead_lettered_at_once_with_the_reason(
-    broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess], handler: str
 ) -> None:
     send(broker, "jobs", ["reject-0", "ok-0"])
-    pool = start_pool("outcomes", "-q", "jobs", "--max-retries", "5", *FAST)
+    pool = start_pool(handler, "-q", "jobs", "--max-retries", "5", *FAST)
 
     pool.wait_for(lambda: len(dead_letters(broker, "jobs")) == 1, 20, "1 dead letter")
     pool.wait_for(lambda: settled(broker, "jobs"), 5, "the queue to settle")
@@ -332,6 +334,7 @@ def test_an_async_handler_is_awaited_and_its_messages_acked(
 
     assert sorted(r["content"] for r in pool.records()) == contents
     assert {r["loop"] for r in pool.records()} <= {"_UnixSelectorEventLoop"}
+    assert {r["message_type"] for r in pool.records()} == {"AsyncReceivedMessage"}
     assert dead_letters(broker, "async") == {}
 
 
