@@ -5,11 +5,11 @@
 decided by the sans-IO `Connection` (connection.py) they share (docs/client.md).
 """
 
-from .aio import AsyncClient, AsyncReceivedMessage
+from .aio import AsyncClient
 from .dealer import check_address
 from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
 from .events import BROKER_LEAVING, BROKER_LOST, RECONNECTED, REJOINED
-from .message import ReceivedMessage
+from .message import AsyncReceivedMessage, ReceivedMessage
 from .sync import DEFAULT_ADDRESS, Client
 
 __all__ = [

@@ -44,28 +44,10 @@ from .events import (
     Rejoined,
     UndecodableFrame,
 )
-from .message import ReceivedMessage
+from .message import AsyncReceivedMessage
 from .sync import RECONNECT_FIRST_S, RECONNECT_LINGER_S, RECONNECT_MAX_S
 
 log = logging.getLogger("phpmq.client")
-
-
-class AsyncReceivedMessage(ReceivedMessage):
-    """A message from `AsyncClient`: settle it exactly once with `await message.ack()`,
-    `requeue(...)` or `dead_letter(...)`."""
-
-    __slots__ = ()
-
-    async def ack(self) -> None:  # type: ignore[override]
-        await self._settle(self._ack_frame(), self._generation)  # type: ignore[misc]
-
-    async def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:  # type: ignore[override]
-        """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
-        seconds out of it (a retry backoff)."""
-        await self._settle(self._requeue_frame(ttl, delay), self._generation)  # type: ignore[misc]
-
-    async def dead_letter(self, reason: str | None = None) -> None:  # type: ignore[override]
-        await self._settle(self._dead_letter_frame(reason), self._generation)  # type: ignore[misc]
 
 
 class AsyncClient:
@@ -85,12 +67,8 @@ class AsyncClient:
         liveness: int = 3,
         on_event: Callable[[str, str], None] | None = None,
     ) -> None:
-        """Makes the socket (ZeroMQ connects in the background); the tasks that read it and
-        heartbeat start with `async with` or the first awaited call.
-
-        Raises:
-            ClientError: ZeroMQ cannot use `address`.
-        """
+        """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
+        `address`); the tasks that read and heartbeat start with `async with` or a first call."""
         self.address = address
         self.send_timeout = send_timeout
         self.close_timeout = close_timeout
@@ -240,8 +218,7 @@ class AsyncClient:
     # ------------------------------------------------------------------ consuming
 
     async def subscribe(self, queue: str, window: int = 100) -> None:
-        """Ask for at most `window` unacked messages of `queue` at a time (0 stops); renewed
-        by itself after a reconnect. A bad queue name raises InvalidArgument at once."""
+        """At most `window` unacked messages of `queue` at a time (0 stops), as `Client`'s."""
         await self._send_frame(self._connection.subscribe(queue, window))
 
     async def receive(self, timeout: float | None = None) -> AsyncReceivedMessage | None:
@@ -277,11 +254,8 @@ class AsyncClient:
             yield message
 
     async def flush(self) -> None:
-        """Send buffered acks, requeues and dead letters now.
-
-        Raises:
-            ClientError: the socket did not take them within `send_timeout`.
-        """
+        """Send buffered acks, requeues and dead letters now (ClientError: not taken within
+        `send_timeout`)."""
         payload = self._connection.take_settles()
         if payload:
             await self._send_frame(payload)
