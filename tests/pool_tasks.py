@@ -120,6 +120,13 @@ async def async_record(message: ReceivedMessage) -> None:
     )
 
 
+async def async_slow(message: ReceivedMessage) -> None:
+    """`slow` as an async handler: the worker's event loop runs while it sleeps."""
+    _record(message, "start")
+    await asyncio.sleep(_sleep_seconds())
+    _record(message, "end")
+
+
 async def async_outcomes(message: ReceivedMessage) -> None:
     """`outcomes` as an async handler."""
     await asyncio.sleep(0)
