@@ -391,7 +391,10 @@ class AsyncClient:
     def _try_send(self, frame: bytes) -> bool:
         """Send a framed `frame` without waiting: False if the socket is not ready."""
         sent = self._socket.send(frame, zmq.NOBLOCK)
-        if sent.exception() is not None:  # done at once: taken, or zmq.Again
+        if not sent.done():  # queued behind a pending send: not ours to wait for
+            sent.cancel()
+            return False
+        if sent.exception() is not None:  # zmq.Again: the socket is not ready
             return False
         self._connection.sent(frame, time.monotonic())
         return True
