@@ -57,7 +57,9 @@ class DrivenClient:
     """Either client behind `Client`'s blocking interface: a method's coroutine is run on
     `loop`, an async iterator is iterated there, and messages settle through DrivenMessage."""
 
-    def __init__(self, client: Client | AsyncClient, loop: asyncio.AbstractEventLoop | None):
+    def __init__(
+        self, client: Client | AsyncClient, loop: asyncio.AbstractEventLoop | None
+    ) -> None:
         self.client = client
         self.loop = loop
 
@@ -119,7 +121,9 @@ def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
             loop.close()
 
 
-def test_send_consume_ack_round_trip_carries_headers(broker: BrokerProcess, connect: Connect):
+def test_send_consume_ack_round_trip_carries_headers(
+    broker: BrokerProcess, connect: Connect
+) -> None:
     with connect(broker.address) as producer:
         producer.send("emails", b"hello", ttl=3600, headers={"timeout": 30})
         producer.send("emails", "world")
@@ -140,7 +144,7 @@ def test_send_consume_ack_round_trip_carries_headers(broker: BrokerProcess, conn
 
 def test_requeue_redelivers_and_dead_letter_keeps_the_reason(
     broker: BrokerProcess, connect: Connect
-):
+) -> None:
     with connect(broker.address) as client:
         client.send("jobs", b"flaky")
         first = next(client.consume("jobs", window=1, timeout=5))
@@ -155,7 +159,9 @@ def test_requeue_redelivers_and_dead_letter_keeps_the_reason(
     assert "gave up" in str(dead)
 
 
-def test_a_confirmed_send_returns_the_id_the_consumer_sees(broker: BrokerProcess, connect: Connect):
+def test_a_confirmed_send_returns_the_id_the_consumer_sees(
+    broker: BrokerProcess, connect: Connect
+) -> None:
     with connect(broker.address) as client:
         message_id = client.send("orders", b"order 17", confirm=True)
         assert message_id is not None and MESSAGE_ID.match(message_id)
@@ -166,7 +172,7 @@ def test_a_confirmed_send_returns_the_id_the_consumer_sees(broker: BrokerProcess
 
 def test_send_many_confirms_in_order_and_a_repeated_key_confirms_the_first_id(
     broker: BrokerProcess, connect: Connect
-):
+) -> None:
     confirmed: list[tuple[int, str]] = []
     with connect(broker.address) as client:
         ids = client.send_many(
@@ -186,7 +192,7 @@ def test_send_many_confirms_in_order_and_a_repeated_key_confirms_the_first_id(
 
 def test_a_refused_confirmed_send_raises_broker_refused_with_the_code(
     tmp_path: Path, connect: Connect
-):
+) -> None:
     broker = BrokerProcess(tmp_path / "broker.log", "--max-queue-length", "1")
     with broker, connect(broker.address) as client:
         client.send("small", b"fits", confirm=True)
@@ -201,7 +207,7 @@ def test_a_refused_confirmed_send_raises_broker_refused_with_the_code(
 
 def test_admin_answers_stats_and_refuses_an_unknown_command(
     broker: BrokerProcess, connect: Connect
-):
+) -> None:
     with connect(broker.address) as client:
         client.send("stats-q", b"one")
         stats = client.admin("stats")
@@ -210,7 +216,7 @@ def test_admin_answers_stats_and_refuses_an_unknown_command(
             client.admin("no-such-command")
 
 
-def test_the_window_bounds_unacked_messages(broker: BrokerProcess, connect: Connect):
+def test_the_window_bounds_unacked_messages(broker: BrokerProcess, connect: Connect) -> None:
     with connect(broker.address) as producer:
         producer.send_many("windowed", [b"%d" % i for i in range(10)])
     with connect(broker.address) as consumer:
@@ -227,7 +233,7 @@ def test_the_window_bounds_unacked_messages(broker: BrokerProcess, connect: Conn
 
 def test_a_clean_close_returns_unacked_messages_to_the_queue(
     broker: BrokerProcess, connect: Connect
-):
+) -> None:
     with connect(broker.address) as producer:
         producer.send_many("held", [b"a", b"b", b"c"])
     consumer = connect(broker.address)
@@ -242,7 +248,7 @@ def test_a_clean_close_returns_unacked_messages_to_the_queue(
         assert again.content == b"a" and again.delivery_count == 2
 
 
-def test_consuming_goes_on_across_a_broker_restart(tmp_path: Path, connect: Connect):
+def test_consuming_goes_on_across_a_broker_restart(tmp_path: Path, connect: Connect) -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
     events: list[str] = []
     options = {"heartbeat_ms": 100, "liveness": 3, "send_timeout": 2}
@@ -271,7 +277,7 @@ def test_consuming_goes_on_across_a_broker_restart(tmp_path: Path, connect: Conn
             second.stop()
 
 
-def test_a_broker_that_never_answers_leaves_a_confirmed_send_unconfirmed(connect: Connect):
+def test_a_broker_that_never_answers_leaves_a_confirmed_send_unconfirmed(connect: Connect) -> None:
     silent = zmq.Context.instance().socket(zmq.ROUTER)
     silent.linger = 0
     port = silent.bind_to_random_port("tcp://127.0.0.1")
@@ -292,7 +298,7 @@ def test_a_broker_that_never_answers_leaves_a_confirmed_send_unconfirmed(connect
 # --------------------------------------------------------------------------- asyncio only
 
 
-def test_concurrent_confirmed_sends_from_many_tasks_get_distinct_ids(broker: BrokerProcess):
+def test_concurrent_confirmed_sends_from_many_tasks_get_distinct_ids(broker: BrokerProcess) -> None:
     async def main() -> list[str | None]:
         async with AsyncClient(broker.address) as client:
 
@@ -311,7 +317,7 @@ def test_concurrent_confirmed_sends_from_many_tasks_get_distinct_ids(broker: Bro
     assert broker.stats()["queues"]["many"]["ready"] == 200
 
 
-def test_a_cancelled_consume_loop_leaves_the_client_usable(broker: BrokerProcess):
+def test_a_cancelled_consume_loop_leaves_the_client_usable(broker: BrokerProcess) -> None:
     async def main() -> None:
         async with AsyncClient(broker.address) as client:
             got: list[bytes] = []
