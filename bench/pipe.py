@@ -2,6 +2,7 @@
 loopback, against (a) a real broker process and (b) a bare pyzmq relay that forwards the same
 frames with no broker logic: the ceiling. Both runs use the same producer; the producer keeps
 at most MAX_LEAD messages ahead of the consumer so latency measures the path, not a backlog.
+A third run puts the asyncio client (AsyncClient) on both ends of the broker pipe.
 
 Latency is measured per message from the producer's encode to the consumer's receipt, with
 the system-wide monotonic clock embedded in the content.
@@ -9,6 +10,7 @@ the system-wide monotonic clock embedded in the content.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import struct
 import sys
@@ -21,7 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import protocol as p
-from ..client import Client, Unconfirmed
+from ..client import AsyncClient, Client, Unconfirmed
+from ..client.connection import BATCH_MESSAGES
 from ..testing import BrokerProcess, free_port
 
 QUEUE = "bench"
@@ -31,6 +34,8 @@ MAX_LEAD = 5_000
 RUN_TIMEOUT = 300
 TARGET_MSGS_PER_S = 50_000
 TARGET_RATIO = 0.40
+#: The asyncio client's pipe against the sync client's, through the same broker.
+TARGET_ASYNC_RATIO = 0.80
 
 
 def _producer(address: str, messages: int, size: int, consumed: Any, confirms: Any = None) -> None:
@@ -83,6 +88,49 @@ def _consume_broker(address: str, messages: int, window: int, consumed: Any, out
                 break
         client.flush()
     out.put((len(latencies), clock() - (start or clock()), latencies.tobytes()))
+
+
+def _async_producer(address: str, messages: int, size: int, consumed: Any, _: Any = None) -> None:
+    """`_producer`'s work on the AsyncClient: frames of BATCH_MESSAGES, as send_many packs."""
+    asyncio.run(_produce_async(address, messages, size, consumed))
+
+
+async def _produce_async(address: str, messages: int, size: int, consumed: Any) -> None:
+    pad = b"x" * max(0, size - 8)
+    clock = time.monotonic_ns
+    pack = struct.Struct("<q").pack
+    async with AsyncClient(address, name="bench-producer", send_timeout=30) as client:
+        for first in range(0, messages, BATCH_MESSAGES):
+            while first - consumed.value > MAX_LEAD:
+                await asyncio.sleep(0.0002)
+            count = min(BATCH_MESSAGES, messages - first)
+            await client.send_many(QUEUE, [pack(clock()) + pad for _ in range(count)])
+
+
+def _consume_async(address: str, messages: int, window: int, consumed: Any, out: Any) -> None:
+    """`_consume_broker`'s work on the AsyncClient."""
+    out.put(asyncio.run(_consume_async_run(address, messages, window, consumed)))
+
+
+async def _consume_async_run(
+    address: str, messages: int, window: int, consumed: Any
+) -> tuple[int, int, bytes]:
+    latencies = array("q")
+    clock = time.monotonic_ns
+    unpack = struct.Struct("<q").unpack_from
+    start = None
+    async with AsyncClient(address, name="bench-consumer") as client:
+        async for message in client.consume(QUEUE, window=window, timeout=30):
+            if start is None:
+                start = clock()
+            latencies.append(clock() - unpack(message.content)[0])
+            await message.ack()
+            if len(latencies) % 256 == 0:
+                consumed.value = len(latencies)
+            if len(latencies) >= messages:
+                break
+        await client.flush()
+    return len(latencies), clock() - (start or clock()), latencies.tobytes()
 
 
 def _consume_relay(address: str, messages: int, window: int, consumed: Any, out: Any) -> None:
@@ -145,13 +193,16 @@ def _run(
     size: int,
     window: int,
     confirm: bool = False,
+    producer_target: Any = _producer,
 ) -> dict:
     ctx = mp.get_context("spawn")
     consumed = ctx.Value("q", 0, lock=False)
     out = ctx.Queue()
     confirms = ctx.Queue() if confirm else None
     consumer = ctx.Process(target=consumer_target, args=(address, messages, window, consumed, out))
-    producer = ctx.Process(target=_producer, args=(address, messages, size, consumed, confirms))
+    producer = ctx.Process(
+        target=producer_target, args=(address, messages, size, consumed, confirms)
+    )
     consumer.start()
     time.sleep(0.3)
     producer.start()
@@ -251,6 +302,14 @@ def run_durable_pipe(messages: int = 200_000, size: int = 100, window: int = 100
     return runs
 
 
+def run_async_client_pipe(messages: int, size: int, window: int) -> dict:
+    """The broker pipe with the AsyncClient as producer and consumer."""
+    with BrokerProcess("--log-level", "WARNING") as broker:
+        return _run(
+            broker.address, _consume_async, messages, size, window, producer_target=_async_producer
+        )
+
+
 def run_relay_pipe(messages: int, size: int, window: int) -> dict:
     port = free_port()
     ctx = mp.get_context("spawn")
@@ -272,11 +331,17 @@ def run_pipe_benchmark(messages: int = 200_000, size: int = 100, window: int = 1
         f" of {size} bytes, window {window}, loopback"
     )
     broker = run_broker_pipe(messages, size, window)
+    async_client = run_async_client_pipe(messages, size, window)
     relay = run_relay_pipe(messages, size, window)
     table = Table()
     for column in ("path", "received", "msgs/s", "p50 ms", "p99 ms"):
         table.add_column(column, justify="right")
-    for name, r in (("broker", broker), ("bare pyzmq relay (ceiling)", relay)):
+    rows = (
+        ("broker", broker),
+        ("broker, asyncio client", async_client),
+        ("bare pyzmq relay (ceiling)", relay),
+    )
+    for name, r in rows:
         table.add_row(
             name,
             f"{r['received']:,}",
@@ -290,7 +355,18 @@ def run_pipe_benchmark(messages: int = 200_000, size: int = 100, window: int = 1
         f"broker/relay ratio: {ratio:.0%} (target ≥ {TARGET_RATIO:.0%});"
         f" broker {broker['msgs_per_s']:,.0f} msgs/s (target ≥ {TARGET_MSGS_PER_S:,})"
     )
-    return {"broker": broker, "relay": relay, "ratio": ratio}
+    async_ratio = async_client["msgs_per_s"] / broker["msgs_per_s"] if broker["msgs_per_s"] else 0.0
+    console.print(
+        f"asyncio/sync client ratio: {async_ratio:.0%} (target ≥ {TARGET_ASYNC_RATIO:.0%});"
+        f" asyncio client {async_client['msgs_per_s']:,.0f} msgs/s"
+    )
+    return {
+        "broker": broker,
+        "async_client": async_client,
+        "relay": relay,
+        "ratio": ratio,
+        "async_ratio": async_ratio,
+    }
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The names users touch, importable from here:
 
-    from phpmq import Client, Retry, Reject
+    from phpmq import AsyncClient, Client, Retry, Reject
 
 Parts: `phpmq.protocol` (the sans-IO codec), `phpmq.broker` (the broker), `phpmq.client`
 (the Python client), `phpmq.workers` (the worker pool), `phpmq.bridges`, `phpmq.pipeline`
@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .client import (
+        AsyncClient,
         BrokerRefused,
         Client,
         ClientError,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 #: Public name -> the module that defines it.
 _LAZY = {
+    "AsyncClient": ".client",
     "BrokerRefused": ".client",
     "Client": ".client",
     "ClientError": ".client",
@@ -43,6 +45,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "AsyncClient",
     "BrokerRefused",
     "Client",
     "ClientError",

@@ -113,7 +113,24 @@ def paced(message: ReceivedMessage) -> None:
 async def async_record(message: ReceivedMessage) -> None:
     """An async handler: awaits, then records."""
     await asyncio.sleep(0.01)
-    _record(message, loop=type(asyncio.get_running_loop()).__name__)
+    _record(
+        message,
+        loop=type(asyncio.get_running_loop()).__name__,
+        message_type=type(message).__name__,
+    )
+
+
+async def async_slow(message: ReceivedMessage) -> None:
+    """`slow` as an async handler: the worker's event loop runs while it sleeps."""
+    _record(message, "start")
+    await asyncio.sleep(_sleep_seconds())
+    _record(message, "end")
+
+
+async def async_outcomes(message: ReceivedMessage) -> None:
+    """`outcomes` as an async handler."""
+    await asyncio.sleep(0)
+    outcomes(message)
 
 
 def _rss_mb() -> int:

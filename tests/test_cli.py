@@ -207,5 +207,6 @@ def test_every_benchmark_runs_to_its_figures() -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "Traceback" not in output
-    for figure in ("broker/relay ratio", "durable + confirms", "2,000 confirmed, 0 not", "pool"):
+    figures = ("broker/relay ratio", "asyncio/sync client ratio", "durable + confirms")
+    for figure in (*figures, "2,000 confirmed, 0 not", "pool"):
         assert figure in output, figure

@@ -262,13 +262,14 @@ def test_ten_thousand_messages_are_each_handled_exactly_once(
 # --------------------------------------------------------------------------- outcomes
 
 
+@pytest.mark.parametrize("handler", ["outcomes", "async_outcomes"])
 def test_a_failing_handler_is_retried_then_dead_lettered_with_its_exception(
-    broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess], handler: str
 ) -> None:
     contents = [f"fail-{i}" for i in range(3)]
     send(broker, "jobs", contents)
     pool = start_pool(
-        "outcomes", "-q", "jobs", "-p", "2", "--max-retries", "2", "--retry-delay", "0.05", *FAST
+        handler, "-q", "jobs", "-p", "2", "--max-retries", "2", "--retry-delay", "0.05", *FAST
     )
 
     pool.wait_for(lambda: len(dead_letters(broker, "jobs")) == 3, 20, "3 dead letters")
@@ -305,11 +306,12 @@ def test_a_handler_asking_for_a_retry_gets_the_message_again_and_acks(
     assert dead_letters(broker, "jobs") == {}
 
 
+@pytest.mark.parametrize("handler", ["outcomes", "async_outcomes"])
 def test_a_rejected_message_is_dead_lettered_at_once_with_the_reason(
-    broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess], handler: str
 ) -> None:
     send(broker, "jobs", ["reject-0", "ok-0"])
-    pool = start_pool("outcomes", "-q", "jobs", "--max-retries", "5", *FAST)
+    pool = start_pool(handler, "-q", "jobs", "--max-retries", "5", *FAST)
 
     pool.wait_for(lambda: len(dead_letters(broker, "jobs")) == 1, 20, "1 dead letter")
     pool.wait_for(lambda: settled(broker, "jobs"), 5, "the queue to settle")
@@ -332,7 +334,24 @@ def test_an_async_handler_is_awaited_and_its_messages_acked(
 
     assert sorted(r["content"] for r in pool.records()) == contents
     assert {r["loop"] for r in pool.records()} <= {"_UnixSelectorEventLoop"}
+    assert {r["message_type"] for r in pool.records()} == {"AsyncReceivedMessage"}
     assert dead_letters(broker, "async") == {}
+
+
+def test_an_async_handler_awaiting_past_liveness_keeps_its_message(
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
+) -> None:
+    """The worker's event loop heartbeats while the handler awaits: 1 s jobs against a
+    liveness of 3 x 200 ms are not taken back and handled twice."""
+    contents = [f"long-{i}" for i in range(3)]
+    send(broker, "long", contents)
+    pool = start_pool("async_slow", "-q", "long", *FAST, env={"POOL_SLEEP": "1.0"})
+
+    pool.wait_for(lambda: len(pool.records("end")) >= 3, 20, "3 finished jobs")
+    pool.wait_for(lambda: settled(broker, "long"), 5, "the queue to settle")
+
+    assert deliveries(pool.records("start")) == {content: [1] for content in contents}
+    assert broker.stats()["counters"]["peers_expired"] == 0
 
 
 # --------------------------------------------------------------------------- timeouts, crashes
@@ -521,13 +540,14 @@ def test_a_worker_killed_while_writing_its_slot_does_not_hang_the_supervisor(
         pool.process.kill()  # a hung supervisor never acts on SIGTERM
 
 
+@pytest.mark.parametrize("handler", ["slow", "async_slow"])
 def test_sigterm_lets_running_jobs_finish_and_leaves_the_rest_queued(
-    broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess], handler: str
 ) -> None:
     contents = [f"work-{i:02d}" for i in range(40)]
     send(broker, "work", contents)
     pool = start_pool(
-        "slow", "-q", "work", "-p", "4", "--prefetch", "3", "--grace-seconds", "10", *FAST,
+        handler, "-q", "work", "-p", "4", "--prefetch", "3", "--grace-seconds", "10", *FAST,
         env={"POOL_SLEEP": "0.3"},
     )  # fmt: skip
     pool.wait_for(lambda: len(pool.records("start")) >= 6, 20, "the second round of jobs")

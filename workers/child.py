@@ -1,5 +1,6 @@
 """One worker process of a pool: its own DEALER connection, a weighted pick among its queues,
-and the handler called for one message at a time.
+and the handler called for one message at a time. A sync handler runs on the blocking Client
+(`Child`); an `async def` one on the AsyncClient, in one event loop per process (`AsyncChild`).
 
 It reports to the supervisor over a pipe (`("start", id, queue, timeout)` before each job,
 `("done", id, outcome)` after) so the supervisor can enforce timeouts by killing it, and it
@@ -22,11 +23,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from ..client import Client, ClientError, ReceivedMessage
+from ..client import AsyncClient, AsyncReceivedMessage, Client, ClientError, ReceivedMessage
 from .outcome import Reject, Retry
 from .slot import JobSlot
 
@@ -112,13 +113,26 @@ class WeightedPick:
         return self.waiting[name].popleft()
 
 
-class Child:
+class Settlement(NamedTuple):
+    """How a message ends: the outcome reported, and the message's settle method to call."""
+
+    outcome: str
+    method: str
+    args: tuple[Any, ...] = ()
+
+
+class ChildBase:
+    """What a worker does whichever client drives it: read the supervisor, decide how each
+    message ends. `Child` (sync handlers, the blocking Client) and `AsyncChild` (async
+    handlers, the AsyncClient: async_child.py) move the messages."""
+
     def __init__(
         self,
         spec: ChildSpec,
         conn: Connection,
         slot: JobSlot,
         notes: dict[str, tuple[int, str]],
+        handler: Callable[[ReceivedMessage], Any],
     ) -> None:
         self.spec = spec
         self.conn = conn
@@ -126,17 +140,84 @@ class Child:
         #: message id -> (delivery count of the run that died, why it died)
         self.notes: dict[str, tuple[int, str]] = dict(notes)
         self.stopping = False
-        self.handler = load_handler(spec.handler)
-        self.is_async = inspect.iscoroutinefunction(self.handler)
-        self.loop = asyncio.new_event_loop() if self.is_async else None
+        self.handler = handler
         self.picker = WeightedPick(spec.queues)
-        self.client = Client(
-            spec.broker,
-            name=f"{spec.pool}/{spec.index}",
-            role="worker",
-            heartbeat_ms=spec.heartbeat_ms,
-            liveness=spec.liveness,
+        self.client_options: dict[str, Any] = {
+            "name": f"{spec.pool}/{spec.index}",
+            "role": "worker",
+            "heartbeat_ms": spec.heartbeat_ms,
+            "liveness": spec.liveness,
+        }
+
+    def _read_supervisor(self) -> None:
+        while self.conn.poll():
+            command = self.conn.recv()
+            if command[0] == "note":
+                if len(self.notes) >= MAX_NOTES:
+                    self.notes.pop(next(iter(self.notes)))
+                self.notes[command[1]] = (command[2], command[3])
+            elif command[0] == "stop":
+                self.stopping = True
+
+    def _settlement_before(self, message: ReceivedMessage) -> Settlement | None:
+        """The end of a message that must not run again, or None (then `_begin` it)."""
+        note = self.notes.get(message.id)
+        if note is not None and note[0] + 1 == message.delivery_count:
+            # The redelivery right after this message killed or outlasted a worker: that run
+            # was a failed attempt. Out of retries: dead-letter it with that reason; else
+            # this delivery is the retry.
+            failed_run, why = note
+            if failed_run > self.spec.max_retries:
+                return Settlement(DEAD, "dead_letter", (f"{why} (after {failed_run} deliveries)",))
+        return None
+
+    def _begin(self, message: ReceivedMessage) -> None:
+        timeout = _message_timeout(message, self.spec.timeout)
+        started = time.monotonic()
+        self.slot.begin(
+            message.id, message.delivery_count, started + timeout if timeout else 0.0, started
         )
+
+    def _settlement_after(self, message: ReceivedMessage, failure: Exception | None) -> Settlement:
+        """How a message ends after the handler returned or raised `failure`."""
+        if failure is None:
+            return Settlement(ACKED, "ack")
+        if isinstance(failure, Reject):
+            log.info("%s dead-lettered by the handler: %s", message.id, _reason(failure))
+            return Settlement(DEAD, "dead_letter", (_reason(failure),))
+        if isinstance(failure, Retry):
+            return self._retry_or_bury(message, _reason(failure), failure.delay)
+        log.warning(
+            "%s failed (delivery %d): %s", message.id, message.delivery_count, _reason(failure)
+        )
+        return self._retry_or_bury(message, _reason(failure), None)
+
+    def _retry_or_bury(
+        self, message: ReceivedMessage, reason: str, delay: float | None
+    ) -> Settlement:
+        spec = self.spec
+        if message.delivery_count > spec.max_retries:
+            reason = f"{reason} (after {message.delivery_count} deliveries)"
+            return Settlement(DEAD, "dead_letter", (reason,))
+        if delay is None:
+            delay = spec.retry_delay * 2 ** (message.delivery_count - 1)
+        delay = min(max(delay, 0.0), spec.max_retry_delay)
+        return Settlement(RETRIED, "requeue", (message.ttl, delay))
+
+
+class Child(ChildBase):
+    """A worker for a sync handler, on the blocking Client."""
+
+    def __init__(
+        self,
+        spec: ChildSpec,
+        conn: Connection,
+        slot: JobSlot,
+        notes: dict[str, tuple[int, str]],
+        handler: Callable[[ReceivedMessage], Any],
+    ) -> None:
+        super().__init__(spec, conn, slot, notes, handler)
+        self.client = Client(spec.broker, **self.client_options)
 
     def run(self) -> str:
         """Work until stopped, recycled or orphaned; returns why it ended."""
@@ -167,64 +248,18 @@ class Child:
             message = self.client.receive(timeout=0)
         return self.picker.pick()
 
-    def _read_supervisor(self) -> None:
-        while self.conn.poll():
-            command = self.conn.recv()
-            if command[0] == "note":
-                if len(self.notes) >= MAX_NOTES:
-                    self.notes.pop(next(iter(self.notes)))
-                self.notes[command[1]] = (command[2], command[3])
-            elif command[0] == "stop":
-                self.stopping = True
-
     def _handle(self, message: ReceivedMessage) -> None:
-        note = self.notes.get(message.id)
-        if note is not None and note[0] + 1 == message.delivery_count:
-            # The redelivery right after this message killed or outlasted a worker: that run
-            # was a failed attempt. Out of retries: dead-letter it with that reason; else
-            # this delivery is the retry.
-            failed_run, why = note
-            if failed_run > self.spec.max_retries:
-                message.dead_letter(f"{why} (after {failed_run} deliveries)")
-                self.slot.end(DEAD)
-                return
-        timeout = _message_timeout(message, self.spec.timeout)
-        started = time.monotonic()
-        self.slot.begin(
-            message.id, message.delivery_count, started + timeout if timeout else 0.0, started
-        )
-        self.slot.end(self._run_handler(message))
-
-    def _run_handler(self, message: ReceivedMessage) -> str:
-        try:
-            if self.loop is not None:
-                self.loop.run_until_complete(self.handler(message))
-            else:
+        settlement = self._settlement_before(message)
+        if settlement is None:
+            self._begin(message)
+            failure = None
+            try:
                 self.handler(message)
-        except Reject as exc:
-            message.dead_letter(_reason(exc))
-            log.info("%s dead-lettered by the handler: %s", message.id, _reason(exc))
-            return DEAD
-        except Retry as exc:
-            return self._retry_or_bury(message, _reason(exc), exc.delay)
-        except Exception as exc:
-            log.warning(
-                "%s failed (delivery %d): %s", message.id, message.delivery_count, _reason(exc)
-            )
-            return self._retry_or_bury(message, _reason(exc), None)
-        message.ack()
-        return ACKED
-
-    def _retry_or_bury(self, message: ReceivedMessage, reason: str, delay: float | None) -> str:
-        spec = self.spec
-        if message.delivery_count > spec.max_retries:
-            message.dead_letter(f"{reason} (after {message.delivery_count} deliveries)")
-            return DEAD
-        if delay is None:
-            delay = spec.retry_delay * 2 ** (message.delivery_count - 1)
-        delay = min(max(delay, 0.0), spec.max_retry_delay)
-        message.requeue(ttl=message.ttl, delay=delay)
-        return RETRIED
+            except Exception as exc:
+                failure = exc
+            settlement = self._settlement_after(message, failure)
+        getattr(message, settlement.method)(*settlement.args)
+        self.slot.end(settlement.outcome)
 
     def _leave(self) -> None:
         """Stop taking work and say goodbye: what was prefetched but not started goes back
@@ -232,8 +267,69 @@ class Child:
         with contextlib.suppress(ClientError):
             self.client.flush()
         self.client.close()
-        if self.loop is not None:
-            self.loop.close()
+
+
+class AsyncChild(ChildBase):
+    """A worker for an `async def` handler, on the AsyncClient: the handler, the client's
+    reads and its heartbeats share the process's one event loop."""
+
+    def __init__(
+        self,
+        spec: ChildSpec,
+        conn: Connection,
+        slot: JobSlot,
+        notes: dict[str, tuple[int, str]],
+        handler: Callable[[ReceivedMessage], Any],
+    ) -> None:
+        super().__init__(spec, conn, slot, notes, handler)
+        self.client = AsyncClient(spec.broker, **self.client_options)
+
+    async def run(self) -> str:
+        """Work until stopped, recycled or orphaned; returns why it ended."""
+        parent = os.getppid()
+        jobs = 0
+        try:
+            for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
+                await self.client.subscribe(queue, window)
+            while not self.stopping:
+                self._read_supervisor()
+                if os.getppid() != parent:
+                    return "supervisor gone"
+                message = await self._next_message()
+                if message is None:
+                    continue
+                await self._handle(message)
+                jobs += 1
+                if self.spec.max_jobs and jobs >= self.spec.max_jobs:
+                    return f"recycled after {jobs} jobs"
+            return "stopped"
+        finally:
+            await self._leave()
+
+    async def _next_message(self) -> AsyncReceivedMessage | None:
+        message = await self.client.receive(timeout=0 if len(self.picker) else 0.1)
+        while message is not None:
+            self.picker.add(message)
+            message = await self.client.receive(timeout=0)
+        return self.picker.pick()  # type: ignore[return-value]
+
+    async def _handle(self, message: AsyncReceivedMessage) -> None:
+        settlement = self._settlement_before(message)
+        if settlement is None:
+            self._begin(message)
+            failure = None
+            try:
+                await self.handler(message)
+            except Exception as exc:
+                failure = exc
+            settlement = self._settlement_after(message, failure)
+        await getattr(message, settlement.method)(*settlement.args)
+        self.slot.end(settlement.outcome)
+
+    async def _leave(self) -> None:
+        with contextlib.suppress(ClientError):
+            await self.client.flush()
+        await self.client.close()
 
 
 def _message_timeout(message: ReceivedMessage, default: float) -> float:
@@ -246,6 +342,21 @@ def _message_timeout(message: ReceivedMessage, default: float) -> float:
 def _reason(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def make_child(
+    spec: ChildSpec, conn: Connection, slot: JobSlot, notes: dict[str, tuple[int, str]]
+) -> Child | AsyncChild:
+    """The worker for the spec's handler: an `async def` one gets the AsyncClient.
+
+    Raises:
+        ValueError: the handler cannot be loaded.
+        ClientError: the broker address is unusable.
+    """
+    handler = load_handler(spec.handler)
+    if inspect.iscoroutinefunction(handler):
+        return AsyncChild(spec, conn, slot, notes, handler)
+    return Child(spec, conn, slot, notes, handler)
 
 
 def child_main(
@@ -263,7 +374,7 @@ def child_main(
     stop = {"flag": False}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; Ctrl-C reaches us too
     try:
-        child = Child(spec, conn, slot, notes)
+        child = make_child(spec, conn, slot, notes)
     except (ValueError, ClientError) as exc:
         log.error("cannot start: %s", exc)
         _tell(conn, ("fatal", str(exc)))
@@ -281,7 +392,7 @@ def child_main(
 
     signal.signal(signal.SIGTERM, on_term)
     _tell(conn, ("ready", os.getpid()))
-    why = child.run()
+    why = child.run() if isinstance(child, Child) else asyncio.run(child.run())
     _tell(conn, ("exit", why))
     log.debug("worker exits: %s", why)
 

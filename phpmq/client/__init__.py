@@ -1,14 +1,15 @@
 """The Python client for a phpmq-zmq broker (docs/protocol.md).
 
-`Client` (sync.py) is the blocking driver: a ZeroMQ socket, a heartbeat thread, reconnects.
-What it says and what the broker's frames mean is decided by the sans-IO `Connection`
-(connection.py), which an asyncio driver can share.
+`Client` (sync.py) is the blocking driver: a ZeroMQ socket, a heartbeat thread, reconnects;
+`AsyncClient` (aio.py) is the asyncio one. What both say and what the broker's frames mean is
+decided by the sans-IO `Connection` (connection.py) they share (docs/client.md).
 """
 
+from .aio import AsyncClient
 from .dealer import check_address
 from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
 from .events import BROKER_LEAVING, BROKER_LOST, RECONNECTED, REJOINED
-from .message import ReceivedMessage
+from .message import AsyncReceivedMessage, ReceivedMessage
 from .sync import DEFAULT_ADDRESS, Client
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "DEFAULT_ADDRESS",
     "RECONNECTED",
     "REJOINED",
+    "AsyncClient",
+    "AsyncReceivedMessage",
     "BrokerRefused",
     "Client",
     "ClientError",

@@ -97,10 +97,12 @@ class Connection:
         heartbeat_ms: int = 1000,
         liveness: int = 3,
         settle: Settle | None = None,
+        message_type: type[ReceivedMessage] = ReceivedMessage,
     ) -> None:
         """`heartbeat_ms` and `liveness` are asked for in HELLO (0: no heartbeats); until the
         broker answers, they count as the broker will clamp them. `settle` is where received
-        messages hand their settle frames (default: `buffer_settle`)."""
+        messages hand their settle frames (default: `buffer_settle`); `message_type` is what
+        dispatched messages are made as (the asyncio driver's settle methods are awaitable)."""
         self._hello = encode(
             Hello(
                 {
@@ -118,6 +120,7 @@ class Connection:
             self._heartbeat_s = min(max(heartbeat_ms, MIN_HEARTBEAT_MS), MAX_HEARTBEAT_MS) / 1000
             self._expiry_s = self._heartbeat_s * clamp_liveness(liveness)
         self._settle = settle or self.buffer_settle
+        self._message_type = message_type
         #: Subscriptions, consumed again by the greeting of every new transport.
         self._windows: dict[str, int] = {}
         self._out: list[bytes] = []
@@ -399,11 +402,12 @@ class Connection:
         messages, error = decode_frame(frame, self._max_content_bytes)
         received = self.received
         settle = self._settle
+        make_message = self._message_type
         generation = self.generation
         events: list[Event] | None = None
         for message in messages:
             if type(message) is Dispatch:
-                received.append(ReceivedMessage(settle, message, generation))
+                received.append(make_message(settle, message, generation))
                 continue
             event = self._on_control(message, now)
             if event is not None:

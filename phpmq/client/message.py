@@ -4,6 +4,8 @@ A ReceivedMessage knows nothing of sockets: settling it encodes the 004/005/006 
 bytes to `settle(frame, generation)`, which the driver provides (it buffers them and flushes
 them with others). `generation` names the connection the message came on: a settle for an
 older one is dropped, because the broker took those messages back when it lost us.
+An AsyncReceivedMessage (AsyncClient's) is the same with `async def` settle methods: its
+`settle` is a coroutine function, awaited.
 """
 
 from __future__ import annotations
@@ -86,14 +88,41 @@ class ReceivedMessage:
     def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
         """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
         seconds out of it (a retry backoff)."""
-        delay_ms = round(delay * 1000) or None
-        self._settle(encode(Requeue(self.queue, self._id, ttl, delay_ms)), self._generation)
+        self._settle(self._requeue_frame(ttl, delay), self._generation)
 
     def dead_letter(self, reason: str | None = None) -> None:
-        self._settle(encode(DeadLetter(self.queue, self._id, reason)), self._generation)
+        self._settle(self._dead_letter_frame(reason), self._generation)
+
+    def _ack_frame(self) -> bytes:
+        return encode_ack(queue_packet(self.queue), self._id)
+
+    def _requeue_frame(self, ttl: int, delay: float) -> bytes:
+        delay_ms = round(delay * 1000) or None
+        return encode(Requeue(self.queue, self._id, ttl, delay_ms))
+
+    def _dead_letter_frame(self, reason: str | None) -> bytes:
+        return encode(DeadLetter(self.queue, self._id, reason))
 
     def __repr__(self) -> str:
         return (
             f"<ReceivedMessage {self.queue}/{self.id} {len(self.content)} bytes"
             f" ttl={self.ttl} delivery={self.delivery_count}>"
         )
+
+
+class AsyncReceivedMessage(ReceivedMessage):
+    """A message from `AsyncClient`: settle it exactly once with `await message.ack()`,
+    `requeue(...)` or `dead_letter(...)`."""
+
+    __slots__ = ()
+
+    async def ack(self) -> None:  # type: ignore[override]
+        await self._settle(self._ack_frame(), self._generation)  # type: ignore[misc]
+
+    async def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:  # type: ignore[override]
+        """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
+        seconds out of it (a retry backoff)."""
+        await self._settle(self._requeue_frame(ttl, delay), self._generation)  # type: ignore[misc]
+
+    async def dead_letter(self, reason: str | None = None) -> None:  # type: ignore[override]
+        await self._settle(self._dead_letter_frame(reason), self._generation)  # type: ignore[misc]

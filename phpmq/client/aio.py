@@ -1,0 +1,499 @@
+"""The asyncio client: the same sans-IO `Connection` (connection.py) as the blocking `Client`
+(sync.py), moved by a `zmq.asyncio` DEALER, with background tasks instead of a thread.
+
+    async with AsyncClient("tcp://127.0.0.1:5555") as client:
+        await client.send("emails", b"hello", ttl=3600)
+        async for message in client.consume("emails", window=100, timeout=1.0):
+            handle(message.content)
+            await message.ack()
+
+Semantics are `Client`'s (docs/client.md): settles are buffered and flushed together, a
+background task heartbeats and notices a silent broker, reconnects with backoff and jitter,
+and renews every subscription. One task reads the socket and wakes whoever waits (for a
+message, a confirm, an admin reply); any number of tasks may send and wait at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from ..protocol import DEFAULT_ADDRESS, Error
+from .confirms import ConfirmedSends
+from .connection import BATCH_MESSAGES, Connection
+from .dealer import SEND_HWM
+from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
+from .events import (
+    BROKER_LEAVING,
+    BROKER_LOST,
+    RECONNECTED,
+    REJOINED,
+    BrokerError,
+    BrokerGreeted,
+    BrokerLeaving,
+    Event,
+    Rejoined,
+    UndecodableFrame,
+)
+from .message import AsyncReceivedMessage
+from .sync import RECONNECT_FIRST_S, RECONNECT_LINGER_S, RECONNECT_MAX_S
+
+log = logging.getLogger("phpmq.client")
+
+
+class AsyncClient:
+    """A connection to one broker for one event loop. Its coroutines may be awaited from
+    many tasks of that loop at once; it is not thread-safe."""
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        name: str = "phpmq-python",
+        role: str = "client",
+        send_timeout: float = 5.0,
+        close_timeout: float = 5.0,
+        confirm_timeout: float = 10.0,
+        heartbeat_ms: int = 1000,
+        liveness: int = 3,
+        on_event: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
+        `address`); the tasks that read and heartbeat start with `async with` or a first call."""
+        self.address = address
+        self.send_timeout = send_timeout
+        self.close_timeout = close_timeout
+        #: How long a confirmed send waits for the broker's answer (per message for send,
+        #: without progress for send_many).
+        self.confirm_timeout = confirm_timeout
+        self.on_event = on_event
+        self.closed = False
+        #: How often the connection was lost and made again.
+        self.reconnects = 0
+        self._connection = Connection(
+            name=name,
+            role=role,
+            heartbeat_ms=heartbeat_ms,
+            liveness=liveness,
+            settle=self._settle,
+            message_type=AsyncReceivedMessage,
+        )
+        #: One sender at a time, so the greeting goes first on a new socket and a reconnect
+        #: gives up exactly the tags that went out on the old one.
+        self._send_lock = asyncio.Lock()
+        #: Set and replaced whenever the broker was heard from or the socket was replaced.
+        self._news = asyncio.Event()
+        self._reconnect_delay = RECONNECT_FIRST_S
+        self._reconnect_at: float | None = None
+        self._socket = self._connect()
+        self._reader: asyncio.Task[None] | None = None
+        self._liveness: asyncio.Task[None] | None = None
+
+    @property
+    def broker_info(self) -> dict[str, Any]:
+        """The broker's HELLO answer (empty until it came)."""
+        return self._connection.broker_info
+
+    @property
+    def errors(self) -> deque[Error]:
+        """The last 1000 ERRORs that answered no confirmed send."""
+        return self._connection.errors
+
+    @property
+    def error_count(self) -> int:
+        """ERRORs received in all."""
+        return self._connection.error_count
+
+    @property
+    def sent_since_heard(self) -> int:
+        """Messages handed to the socket since the broker was last heard from."""
+        return self._connection.sent_since_heard
+
+    # ------------------------------------------------------------------ producing
+
+    async def send(
+        self,
+        queue: str,
+        content: bytes | str,
+        ttl: int = 0,
+        headers: dict[str, Any] | None = None,
+        *,
+        confirm: bool = False,
+        key: str | None = None,
+    ) -> str | None:
+        """Send one message; with `confirm=True` return its ID once the broker has it.
+        As `Client.send`, with the same exceptions."""
+        connection = self._connection
+        tag = connection.next_tag() if confirm else None
+        frame = connection.send(queue, content, ttl, headers, tag, key)
+        await self._send_frame(frame, 1, () if tag is None else (tag,))
+        if tag is None:
+            return None
+        [answer] = await self._await_answers([tag], self.confirm_timeout)
+        if isinstance(answer, Error):
+            raise BrokerRefused(answer)
+        if answer is None:
+            raise Unconfirmed(f"no confirm from the broker at {self.address}", [None], {})
+        return answer
+
+    async def send_many(
+        self,
+        queue: str,
+        contents: Iterable[bytes | str],
+        ttl: int = 0,
+        *,
+        confirm: bool = False,
+        keys: Iterable[str] | None = None,
+        max_unconfirmed: int = 5_000,
+        on_confirm: Callable[[int, str], None] | None = None,
+    ) -> int | list[str]:
+        """Send many messages to one queue, packed several to a frame: the count, or with
+        `confirm=True` the IDs in order. As `Client.send_many`, with the same exceptions."""
+        batch_messages = max(1, min(BATCH_MESSAGES, max_unconfirmed)) if confirm else BATCH_MESSAGES
+        batches = self._connection.send_batches(
+            queue, contents, ttl, keys, confirm=confirm, batch_messages=batch_messages
+        )
+        if confirm:
+            return await self._send_confirmed(batches, ConfirmedSends(max_unconfirmed, on_confirm))
+        sent = 0
+        try:
+            for frame, count, _ in batches:
+                await self._send_frame(frame, count)
+                sent += count
+        except InvalidArgument:
+            raise
+        except ClientError as exc:
+            raise PartialSend(str(exc), sent) from None
+        return sent
+
+    async def _send_confirmed(
+        self, batches: Iterable[tuple[bytes, int, list[int]]], sends: ConfirmedSends
+    ) -> list[str]:
+        try:
+            for frame, count, tags in batches:
+                first = sends.read(count)
+                oldest = sends.to_wait_for(count)
+                if oldest:
+                    sends.record(await self._await_answers(oldest, self.confirm_timeout))
+                if sends.stopped:
+                    break
+                await self._send_frame(frame, count, tags)
+                sends.sent(first, tags)
+            sends.record(await self._await_answers(sends.outstanding_tags(), self.confirm_timeout))
+        except BaseException as exc:
+            self._connection.take_answers(sends.outstanding_tags())
+            if not isinstance(exc, ClientError) or isinstance(exc, InvalidArgument):
+                raise
+            raise sends.interrupted(exc) from None
+        return sends.result(self.confirm_timeout)
+
+    async def _await_answers(self, tags: list[int], timeout: float) -> list[str | Error | None]:
+        """The answers to `tags`, in that order, once they are all in or `timeout` seconds
+        passed without a new one (those get None)."""
+        connection = self._connection
+        deadline = time.monotonic() + timeout
+        answered = 0
+        while True:
+            before = answered
+            answered = connection.answered(tags, answered)
+            if answered == len(tags):
+                break
+            if answered > before:
+                deadline = time.monotonic() + timeout  # progress: the wait starts over
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                break
+            await self._news_within(wait)
+        return connection.take_answers(tags)
+
+    # ------------------------------------------------------------------ consuming
+
+    async def subscribe(self, queue: str, window: int = 100) -> None:
+        """At most `window` unacked messages of `queue` at a time (0 stops), as `Client`'s."""
+        await self._send_frame(self._connection.subscribe(queue, window))
+
+    async def receive(self, timeout: float | None = None) -> AsyncReceivedMessage | None:
+        """The next dispatched message, or None if none came within `timeout` seconds."""
+        self._start()
+        received = self._connection.received
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if received:
+                return received.popleft()  # type: ignore[return-value]
+            if self.closed:
+                raise ClientError("client is closed")
+            self._flush_quietly()
+            if deadline is None:
+                await self._news_within(None)
+                continue
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                await asyncio.sleep(0)  # one turn of the loop: the reader takes what is there
+                return received.popleft() if received else None  # type: ignore[return-value]
+            await self._news_within(wait)
+
+    async def consume(
+        self, queue: str, window: int = 100, timeout: float | None = None
+    ) -> AsyncIterator[AsyncReceivedMessage]:
+        """Subscribe to `queue` and yield its messages; stop after `timeout` seconds idle."""
+        if self._connection.window(queue) != window:
+            await self.subscribe(queue, window)
+        while True:
+            message = await self.receive(timeout)
+            if message is None:
+                return
+            yield message
+
+    async def flush(self) -> None:
+        """Send buffered acks, requeues and dead letters now (ClientError: not taken within
+        `send_timeout`)."""
+        payload = self._connection.take_settles()
+        if payload:
+            await self._send_frame(payload)
+
+    async def _settle(self, frame: bytes, generation: int) -> None:
+        """Where received messages hand their ack, requeue or dead letter."""
+        if self._connection.buffer_settle(frame, generation):
+            self._flush_quietly()
+
+    def _flush_quietly(self) -> None:
+        """Send settlements without waiting; keep them if the socket is busy or not ready (a
+        lost broker takes the messages back anyway, so nothing waits on them)."""
+        connection = self._connection
+        if self._send_lock.locked():
+            return  # a sender holds the socket; the next wait flushes
+        payload = connection.take_settles()
+        if payload and not self._try_send(connection.frame(payload)):
+            connection.keep_settles(payload)
+
+    # ------------------------------------------------------------------ admin
+
+    async def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
+        """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
+
+        Raises:
+            BrokerRefused: the broker refused the command (bad command or options).
+            ClientError: no answer within `timeout` seconds.
+        """
+        connection = self._connection
+        deadline = time.monotonic() + timeout
+        await self._send_frame(connection.admin(command, options))
+        while not connection.admin_replies:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise ClientError(
+                    f"no answer from the broker at {self.address} within {timeout}s"
+                    " (is it running?)"
+                )
+            await self._news_within(wait)
+        result = connection.admin_replies.popleft().options
+        refusal = result.get("error")
+        if isinstance(refusal, dict):
+            raise BrokerRefused(Error(int(refusal.get("code", 0)), str(refusal.get("reason"))))
+        return result
+
+    # ------------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        """Flush, say goodbye, wait for the broker's answer, and close. Messages received but
+        not settled go back to the head of their queue (see `Client.close`)."""
+        if self.closed:
+            return
+        await _cancel(self._liveness)
+        self._liveness = None
+        try:
+            if self._connection.greeted:  # something was sent: make sure it all arrived
+                self._start()
+                self._connection.goodbye()
+                await self.flush()
+                await self._await_goodbye_answer()
+        except ClientError as exc:
+            log.warning("closing %s: %s", self.address, exc)
+        finally:
+            self.closed = True
+            await _cancel(self._reader)
+            self._reader = None
+            self._socket.close(linger=int(self.close_timeout * 1000))
+            self._wake()
+
+    async def _await_goodbye_answer(self) -> None:
+        deadline = time.monotonic() + self.close_timeout
+        while not self._connection.goodbye_answered:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise ClientError(
+                    f"the broker did not answer goodbye within {self.close_timeout}s:"
+                    " messages sent just before closing may not have arrived"
+                )
+            await self._news_within(wait)
+
+    async def __aenter__(self) -> AsyncClient:
+        self._start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ the socket
+
+    def _connect(self) -> zmq.asyncio.Socket:
+        """A fresh socket whose first frame will be HELLO and a consume per subscription."""
+        sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.sndtimeo = int(self.send_timeout * 1000)
+        sock.sndhwm = SEND_HWM
+        sock.immediate = True  # as the sync Dealer: queue only to a live connection
+        try:
+            sock.connect(self.address)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            raise ClientError(f"invalid broker address {self.address!r}: {exc}") from None
+        self._connection.start(time.monotonic())
+        return sock
+
+    def _start(self) -> None:
+        """Start the reader and liveness tasks on the running loop, if not yet running."""
+        if self._reader is None and not self.closed:
+            self._reader = asyncio.get_running_loop().create_task(self._read(self._socket))
+        if self._liveness is None and not self.closed and self._connection.heartbeat_interval:
+            self._liveness = asyncio.get_running_loop().create_task(self._keep_alive())
+
+    async def _send_frame(
+        self, payload: bytes, messages: int = 0, tags: Iterable[int] = ()
+    ) -> None:
+        """Hand `payload` (`messages` 001s, whose `tags` then await answers) to the socket,
+        waiting up to `send_timeout`; the greeting goes first if owed."""
+        self._start()
+        async with self._send_lock:
+            if self.closed:
+                raise ClientError("client is closed")
+            connection = self._connection
+            frame = connection.frame(payload)
+            try:
+                await self._socket.send(frame)
+            except zmq.Again:
+                raise ClientError(
+                    f"could not hand the message to the broker at {self.address} within"
+                    f" {self.send_timeout:g}s: it is not running, not reachable, or not"
+                    " keeping up"
+                ) from None
+            connection.sent(frame, time.monotonic(), messages, tags)
+
+    def _try_send(self, frame: bytes) -> bool:
+        """Send a framed `frame` without waiting: False if the socket is not ready."""
+        sent = self._socket.send(frame, zmq.NOBLOCK)
+        if not sent.done():  # queued behind a pending send: not ours to wait for
+            sent.cancel()
+            return False
+        if sent.exception() is not None:  # zmq.Again: the socket is not ready
+            return False
+        self._connection.sent(frame, time.monotonic())
+        return True
+
+    async def _read(self, sock: zmq.asyncio.Socket) -> None:
+        """Read the broker's frames from `sock` until it is replaced or closed."""
+        connection = self._connection
+        try:
+            while True:
+                frame = await sock.recv()
+                for event in connection.receive(frame, time.monotonic()):
+                    self._on_event(event)
+                self._wake()
+        except zmq.ZMQError as exc:  # the socket was closed under us
+            log.debug("reader stops: %s", exc)
+
+    def _wake(self) -> None:
+        self._news.set()
+        self._news = asyncio.Event()
+
+    async def _news_within(self, seconds: float | None) -> None:
+        """Wait until the broker is heard from (or the socket replaced), at most `seconds`."""
+        news = self._news
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await news.wait()
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, BrokerGreeted):
+            self._reconnect_delay = RECONNECT_FIRST_S
+        elif isinstance(event, BrokerError):
+            log.warning("broker error %d: %s", event.error.code, event.error.reason)
+        elif isinstance(event, Rejoined):
+            self._event(REJOINED, event.reason)
+        elif isinstance(event, BrokerLeaving):
+            self._event(BROKER_LEAVING, event.reason)
+        elif isinstance(event, UndecodableFrame):
+            log.error("undecodable frame from broker %s: %s", self.address, event.reason)
+
+    # ------------------------------------------------------------------ liveness
+
+    async def _keep_alive(self) -> None:
+        tick = min(max(self._connection.heartbeat_interval / 4, 0.01), 0.25)
+        while not self.closed:
+            await asyncio.sleep(tick)
+            await self._tick()
+
+    async def _tick(self) -> None:
+        """Notice a silent broker, reconnect when due, send the greeting or a heartbeat when
+        owed (sync.py's `_tick`)."""
+        connection = self._connection
+        now = time.monotonic()
+        if self._reconnect_at is not None:
+            if now >= self._reconnect_at:
+                await self._reconnect()
+            return
+        if connection.broker_lost(now):
+            self._lost(f"no word from the broker for {connection.silence(now):.1f}s", now)
+            return
+        frame = connection.keepalive(now)
+        if frame is not None and not self._send_lock.locked():
+            self._try_send(frame)
+
+    def _lost(self, why: str, now: float) -> None:
+        delay = self._reconnect_delay * random.uniform(0.5, 1.5)
+        self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
+        self._reconnect_at = now + delay
+        self._event(
+            BROKER_LOST,
+            f"{why}; reconnecting in {delay:.2f}s; {self.sent_since_heard} messages sent since"
+            " it was last heard may be lost",
+        )
+
+    async def _reconnect(self) -> None:
+        async with self._send_lock:
+            if self.closed:
+                return
+            self._reconnect_at = None
+            await _cancel(self._reader)
+            # Linger: frames already handed to the old socket still leave if its connection
+            # comes back (a broker that was only frozen), instead of being thrown away.
+            self._socket.close(linger=int(RECONNECT_LINGER_S * 1000))
+            self._socket = self._connect()  # the connection gives up the old socket's work
+            self._reader = asyncio.get_running_loop().create_task(self._read(self._socket))
+            self.reconnects += 1
+        self._wake()  # confirms awaited on the old socket are now answered LOST
+        self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
+
+    def _event(self, event: str, detail: str) -> None:
+        log.warning("broker %s: %s: %s", self.address, event, detail)
+        if self.on_event is not None:
+            try:
+                self.on_event(event, detail)
+            except Exception:
+                log.exception("on_event callback failed")
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    if task is None or task.done():
+        return
+    task.cancel()
+    await asyncio.wait([task])  # unlike `await task`, our own cancellation still reaches us
