@@ -24,7 +24,7 @@ from rich.table import Table
 
 from .. import protocol as p
 from ..client import AsyncClient, Client, Unconfirmed
-from ..client.connection import BATCH_MESSAGES
+from ..client.batches import BATCH_MESSAGES
 from ..testing import BrokerProcess, free_port
 
 QUEUE = "bench"

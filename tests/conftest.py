@@ -4,8 +4,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from driven import connect
 
 from harness import BrokerProcess, CoreHarness
+
+__all__ = ["connect"]  # a fixture: either client (tests/driven.py)
 
 
 @pytest.fixture

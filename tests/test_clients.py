@@ -1,23 +1,20 @@
 """The clients' behaviour against a real broker, once with `Client` and once with `AsyncClient`.
 
-Tests drive either client the blocking way through `DrivenClient`: for the asyncio client
-each coroutine runs to completion on an event loop owned by the test thread (its background
-tasks run while the test waits in a call, which is when a blocking client works too).
+Tests drive either client the blocking way through the `connect` fixture (tests/driven.py).
 The asyncio-only tests at the end use the loop directly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zmq
+from driven import Connect
 
 from harness import BrokerProcess, free_port
 from phpmq.client import (
@@ -25,100 +22,10 @@ from phpmq.client import (
     REJOINED,
     AsyncClient,
     BrokerRefused,
-    Client,
-    ReceivedMessage,
     Unconfirmed,
 )
 
 MESSAGE_ID = re.compile(r"^[0-9a-f]{32}$")
-
-
-class DrivenMessage:
-    """A received message of either client, settled the blocking way."""
-
-    def __init__(self, message: ReceivedMessage, driver: DrivenClient) -> None:
-        self.message = message
-        self._driver = driver
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.message, name)
-
-    def ack(self) -> None:
-        self._driver.result(self.message.ack())
-
-    def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
-        self._driver.result(self.message.requeue(ttl, delay))
-
-    def dead_letter(self, reason: str | None = None) -> None:
-        self._driver.result(self.message.dead_letter(reason))
-
-
-class DrivenClient:
-    """Either client behind `Client`'s blocking interface: a method's coroutine is run on
-    `loop`, an async iterator is iterated there, and messages settle through DrivenMessage."""
-
-    def __init__(
-        self, client: Client | AsyncClient, loop: asyncio.AbstractEventLoop | None
-    ) -> None:
-        self.client = client
-        self.loop = loop
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self.client, name)
-        if not callable(attribute):
-            return attribute
-        return lambda *args, **options: self.result(attribute(*args, **options))
-
-    def result(self, value: Any) -> Any:
-        if inspect.iscoroutine(value):
-            assert self.loop is not None
-            value = self.loop.run_until_complete(value)
-        if inspect.isasyncgen(value) or inspect.isgenerator(value):
-            return self._iterate(value)
-        if isinstance(value, ReceivedMessage):
-            return DrivenMessage(value, self)
-        return value
-
-    def _iterate(self, messages: Any) -> Iterator[Any]:
-        while True:
-            try:
-                if self.loop is not None and inspect.isasyncgen(messages):
-                    item = self.loop.run_until_complete(anext(messages))
-                else:
-                    item = next(messages)
-            except (StopIteration, StopAsyncIteration):
-                return
-            yield self.result(item)
-
-    def __enter__(self) -> DrivenClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-Connect = Callable[..., DrivenClient]
-
-
-@pytest.fixture(params=["sync", "async"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    """`connect(address, **options)`: a client of the kind under test, closed at the end."""
-    made: list[DrivenClient] = []
-    loop = asyncio.new_event_loop() if request.param == "async" else None
-
-    def connect(address: str, **options: Any) -> DrivenClient:
-        kind = Client if loop is None else AsyncClient
-        driven = DrivenClient(kind(address, **options), loop)
-        made.append(driven)
-        return driven
-
-    try:
-        yield connect
-    finally:
-        for driven in made:
-            driven.close()
-        if loop is not None:
-            loop.close()
 
 
 def test_send_consume_ack_round_trip_carries_headers(

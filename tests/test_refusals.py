@@ -1,7 +1,7 @@
-"""Every refusal reaches the caller: refused sends that asked for no answer are raised at the
-next call, on flush or on close; a subscription refused for good raises, one refused for a
-limit is asked for again until it is taken; content over the broker's limit is refused at once.
-Real broker processes on loopback."""
+"""Every refusal reaches the caller, with both clients: refused sends that asked for no answer
+are raised at the next call, on flush or on close; a subscription refused for good raises, one
+refused for a limit is asked for again until it is taken; content over the broker's limit is
+refused at once. Real broker processes on loopback."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from driven import Connect, DrivenClient
 
 from harness import BrokerProcess
-from phpmq.client import BrokerRefused, Client, InvalidArgument
+from phpmq.client import BrokerRefused, InvalidArgument
 from phpmq.protocol import ErrorCode
 
 
@@ -32,7 +33,7 @@ def small_broker(tmp_path) -> Iterator[BrokerProcess]:
     process.stop()
 
 
-def wait_for_refusal(client: Client, timeout: float = 5.0) -> None:
+def wait_for_refusal(client: DrivenClient, timeout: float = 5.0) -> None:
     """Let the client read until the broker's ERROR for a fire-and-forget send is in."""
     deadline = time.monotonic() + timeout
     while client.error_count == 0 and time.monotonic() < deadline:
@@ -40,9 +41,9 @@ def wait_for_refusal(client: Client, timeout: float = 5.0) -> None:
 
 
 def test_a_refused_fire_and_forget_send_is_raised_at_the_next_send(
-    small_broker: BrokerProcess,
+    small_broker: BrokerProcess, connect: Connect
 ) -> None:
-    with small_broker.client() as client:
+    with connect(small_broker.address) as client:
         client.send("full", b"first")
         client.send("full", b"over the length limit")  # returns: nothing asked for an answer
         wait_for_refusal(client)
@@ -54,8 +55,10 @@ def test_a_refused_fire_and_forget_send_is_raised_at_the_next_send(
     assert small_broker.stats()["queues"]["full"]["ready"] == 1
 
 
-def test_flush_tells_the_refusals_that_came_back(small_broker: BrokerProcess) -> None:
-    with small_broker.client() as client:
+def test_flush_tells_the_refusals_that_came_back(
+    small_broker: BrokerProcess, connect: Connect
+) -> None:
+    with connect(small_broker.address) as client:
         client.send_many("full", [b"1", b"2", b"3"])
         deadline = time.monotonic() + 5
         while True:
@@ -69,22 +72,24 @@ def test_flush_tells_the_refusals_that_came_back(small_broker: BrokerProcess) ->
             time.sleep(0.05)
 
 
-def test_close_tells_a_refusal_the_caller_has_not_seen(small_broker: BrokerProcess) -> None:
-    client = small_broker.client()
+def test_close_tells_a_refusal_the_caller_has_not_seen(
+    small_broker: BrokerProcess, connect: Connect
+) -> None:
+    client = connect(small_broker.address)
     client.send("full", b"first")
     client.send("full", b"refused")
     with pytest.raises(BrokerRefused, match="429"):
         client.close()  # the goodbye's answer proves the broker read both sends
     # Leaving a `with` block by an exception does not hide it behind a refusal.
-    with pytest.raises(KeyError), small_broker.client() as other:
+    with pytest.raises(KeyError), connect(small_broker.address) as other:
         other.send("full", b"refused too")
         raise KeyError("the application's own error")
 
 
 def test_a_subscription_refused_for_good_raises_from_consume(
-    small_broker: BrokerProcess,
+    small_broker: BrokerProcess, connect: Connect
 ) -> None:
-    with small_broker.client() as client:
+    with connect(small_broker.address) as client:
         started = time.monotonic()
         with pytest.raises(BrokerRefused) as refused:
             list(client.consume("jobs", window=11, timeout=5))
@@ -96,17 +101,20 @@ def test_a_subscription_refused_for_good_raises_from_consume(
         message.ack()
 
 
-def test_a_subscription_refused_for_a_limit_is_retried_until_taken(tmp_path) -> None:
+def test_a_subscription_refused_for_a_limit_is_retried_until_taken(
+    tmp_path, connect: Connect
+) -> None:
     config = tmp_path / "broker.toml"
     config.write_text("max_consumers = 1\n")
     broker = BrokerProcess(tmp_path / "b.log", "--config", str(config))
     try:
-        first = broker.client()
+        first = connect(broker.address)
         first.subscribe("jobs", window=1)
         assert wait_until(lambda: broker.stats()["queues"].get("jobs", {}).get("consumers"))
-        with broker.client() as second:
+        with connect(broker.address) as second:
             second.subscribe("jobs", window=1)  # refused: the queue has its one consumer
-            assert wait_until(lambda: second.error_count > 0)
+            wait_for_refusal(second)  # reads (an asyncio client reads only inside calls)
+            assert second.error_count > 0
             first.close()  # room again: the retry takes it
             with broker.client() as producer:
                 producer.send("jobs", b"for the second", confirm=True)
@@ -117,8 +125,10 @@ def test_a_subscription_refused_for_a_limit_is_retried_until_taken(tmp_path) -> 
         broker.stop()
 
 
-def test_content_over_the_brokers_limit_is_refused_at_once(small_broker: BrokerProcess) -> None:
-    with small_broker.client() as client:
+def test_content_over_the_brokers_limit_is_refused_at_once(
+    small_broker: BrokerProcess, connect: Connect
+) -> None:
+    with connect(small_broker.address) as client:
         started = time.monotonic()
         with pytest.raises(InvalidArgument) as refused:
             client.send("jobs", b"x" * 1001, confirm=True)  # the first send: limits unknown

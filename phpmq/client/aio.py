@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -28,29 +26,19 @@ import zmq
 import zmq.asyncio
 
 from ..protocol import DEFAULT_ADDRESS, Error
+from .batches import BATCH_MESSAGES
 from .confirms import ConfirmedSends
-from .connection import BATCH_MESSAGES, Connection
+from .connection import Connection
 from .dealer import SEND_HWM
+from .driver import RECONNECT_LINGER_S, Driver
 from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
-from .events import (
-    BROKER_LEAVING,
-    BROKER_LOST,
-    RECONNECTED,
-    REJOINED,
-    BrokerError,
-    BrokerGreeted,
-    BrokerLeaving,
-    Event,
-    Rejoined,
-    UndecodableFrame,
-)
+from .events import RECONNECTED
 from .message import AsyncReceivedMessage
-from .sync import RECONNECT_FIRST_S, RECONNECT_LINGER_S, RECONNECT_MAX_S
 
 log = logging.getLogger("phpmq.client")
 
 
-class AsyncClient:
+class AsyncClient(Driver):
     """A connection to one broker for one event loop. Its coroutines may be awaited from
     many tasks of that loop at once; it is not thread-safe."""
 
@@ -69,54 +57,29 @@ class AsyncClient:
     ) -> None:
         """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
         `address`); the tasks that read and heartbeat start with `async with` or a first call."""
-        self.address = address
-        self.send_timeout = send_timeout
-        self.close_timeout = close_timeout
-        #: How long a confirmed send waits for the broker's answer (per message for send,
-        #: without progress for send_many).
-        self.confirm_timeout = confirm_timeout
-        self.on_event = on_event
-        self.closed = False
-        #: How often the connection was lost and made again.
-        self.reconnects = 0
-        self._connection = Connection(
-            name=name,
-            role=role,
-            heartbeat_ms=heartbeat_ms,
-            liveness=liveness,
-            settle=self._settle,
-            message_type=AsyncReceivedMessage,
+        super().__init__(
+            address,
+            Connection(
+                name=name,
+                role=role,
+                heartbeat_ms=heartbeat_ms,
+                liveness=liveness,
+                settle=self._settle,
+                message_type=AsyncReceivedMessage,
+            ),
+            send_timeout=send_timeout,
+            close_timeout=close_timeout,
+            confirm_timeout=confirm_timeout,
+            on_event=on_event,
         )
         #: One sender at a time, so the greeting goes first on a new socket and a reconnect
         #: gives up exactly the tags that went out on the old one.
         self._send_lock = asyncio.Lock()
         #: Set and replaced whenever the broker was heard from or the socket was replaced.
         self._news = asyncio.Event()
-        self._reconnect_delay = RECONNECT_FIRST_S
-        self._reconnect_at: float | None = None
         self._socket = self._connect()
         self._reader: asyncio.Task[None] | None = None
         self._liveness: asyncio.Task[None] | None = None
-
-    @property
-    def broker_info(self) -> dict[str, Any]:
-        """The broker's HELLO answer (empty until it came)."""
-        return self._connection.broker_info
-
-    @property
-    def errors(self) -> deque[Error]:
-        """The last 1000 ERRORs that answered no confirmed send."""
-        return self._connection.errors
-
-    @property
-    def error_count(self) -> int:
-        """ERRORs received in all."""
-        return self._connection.error_count
-
-    @property
-    def sent_since_heard(self) -> int:
-        """Messages handed to the socket since the broker was last heard from."""
-        return self._connection.sent_since_heard
 
     # ------------------------------------------------------------------ producing
 
@@ -133,6 +96,10 @@ class AsyncClient:
         """Send one message; with `confirm=True` return its ID once the broker has it.
         As `Client.send`, with the same exceptions."""
         connection = self._connection
+        if connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not connection.knows_limits:
+            await self._await_limits()
         tag = connection.next_tag() if confirm else None
         frame = connection.send(queue, content, ttl, headers, tag, key)
         await self._send_frame(frame, 1, () if tag is None else (tag,))
@@ -158,6 +125,10 @@ class AsyncClient:
     ) -> int | list[str]:
         """Send many messages to one queue, packed several to a frame: the count, or with
         `confirm=True` the IDs in order. As `Client.send_many`, with the same exceptions."""
+        if self._connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not self._connection.knows_limits:
+            await self._await_limits()
         batch_messages = max(1, min(BATCH_MESSAGES, max_unconfirmed)) if confirm else BATCH_MESSAGES
         batches = self._connection.send_batches(
             queue, contents, ttl, keys, confirm=confirm, batch_messages=batch_messages
@@ -222,11 +193,15 @@ class AsyncClient:
         await self._send_frame(self._connection.subscribe(queue, window))
 
     async def receive(self, timeout: float | None = None) -> AsyncReceivedMessage | None:
-        """The next dispatched message, or None if none came within `timeout` seconds."""
+        """The next dispatched message, or None if none came within `timeout` seconds;
+        BrokerRefused for a subscription refused for good (see `Client.receive`)."""
         self._start()
-        received = self._connection.received
+        connection = self._connection
+        received = connection.received
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if connection.refusals.subscriptions:
+                self._tell_refused_subscription()
             if received:
                 return received.popleft()  # type: ignore[return-value]
             if self.closed:
@@ -255,10 +230,21 @@ class AsyncClient:
 
     async def flush(self) -> None:
         """Send buffered acks, requeues and dead letters now (ClientError: not taken within
-        `send_timeout`)."""
+        `send_timeout`); BrokerRefused for sends the broker refused (see `Client.flush`)."""
         payload = self._connection.take_settles()
         if payload:
             await self._send_frame(payload)
+        await asyncio.sleep(0)  # let the reader take in what has arrived
+        self._tell_refused_sends()
+
+    async def _await_limits(self) -> None:
+        """Before the first confirmed send: the broker's HELLO answer (see `Client`)."""
+        connection = self._connection
+        if not connection.greeted:
+            await self._send_frame(b"")
+        deadline = time.monotonic() + self.confirm_timeout
+        while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
+            await self._news_within(wait)
 
     async def _settle(self, frame: bytes, generation: int) -> None:
         """Where received messages hand their ack, requeue or dead letter."""
@@ -295,11 +281,7 @@ class AsyncClient:
                     " (is it running?)"
                 )
             await self._news_within(wait)
-        result = connection.admin_replies.popleft().options
-        refusal = result.get("error")
-        if isinstance(refusal, dict):
-            raise BrokerRefused(Error(int(refusal.get("code", 0)), str(refusal.get("reason"))))
-        return result
+        return self._admin_result(connection.admin_replies.popleft().options)
 
     # ------------------------------------------------------------------ closing
 
@@ -314,7 +296,7 @@ class AsyncClient:
             if self._connection.greeted:  # something was sent: make sure it all arrived
                 self._start()
                 self._connection.goodbye()
-                await self.flush()
+                await self._send_frame(self._connection.take_settles())  # tells nothing yet
                 await self._await_goodbye_answer()
         except ClientError as exc:
             log.warning("closing %s: %s", self.address, exc)
@@ -324,6 +306,8 @@ class AsyncClient:
             self._reader = None
             self._socket.close(linger=int(self.close_timeout * 1000))
             self._wake()
+        # The goodbye's answer proves the broker read every send: tell what it refused.
+        self._tell_refused_sends()
 
     async def _await_goodbye_answer(self) -> None:
         deadline = time.monotonic() + self.close_timeout
@@ -340,8 +324,14 @@ class AsyncClient:
         self._start()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
+        if exc_type is None:
+            await self.close()
+            return
+        try:  # leaving with an error already: do not hide it behind a refusal
+            await self.close()
+        except BrokerRefused as refused:
+            log.warning("closing %s: %s", self.address, refused)
 
     # ------------------------------------------------------------------ the socket
 
@@ -422,18 +412,6 @@ class AsyncClient:
             async with asyncio.timeout(seconds):
                 await news.wait()
 
-    def _on_event(self, event: Event) -> None:
-        if isinstance(event, BrokerGreeted):
-            self._reconnect_delay = RECONNECT_FIRST_S
-        elif isinstance(event, BrokerError):
-            log.warning("broker error %d: %s", event.error.code, event.error.reason)
-        elif isinstance(event, Rejoined):
-            self._event(REJOINED, event.reason)
-        elif isinstance(event, BrokerLeaving):
-            self._event(BROKER_LEAVING, event.reason)
-        elif isinstance(event, UndecodableFrame):
-            log.error("undecodable frame from broker %s: %s", self.address, event.reason)
-
     # ------------------------------------------------------------------ liveness
 
     async def _keep_alive(self) -> None:
@@ -447,6 +425,9 @@ class AsyncClient:
         owed (sync.py's `_tick`)."""
         connection = self._connection
         now = time.monotonic()
+        resubscribes = connection.resubscribes(now)
+        if resubscribes and not self._send_lock.locked():
+            self._try_send(connection.frame(resubscribes))
         if self._reconnect_at is not None:
             if now >= self._reconnect_at:
                 await self._reconnect()
@@ -457,16 +438,6 @@ class AsyncClient:
         frame = connection.keepalive(now)
         if frame is not None and not self._send_lock.locked():
             self._try_send(frame)
-
-    def _lost(self, why: str, now: float) -> None:
-        delay = self._reconnect_delay * random.uniform(0.5, 1.5)
-        self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
-        self._reconnect_at = now + delay
-        self._event(
-            BROKER_LOST,
-            f"{why}; reconnecting in {delay:.2f}s; {self.sent_since_heard} messages sent since"
-            " it was last heard may be lost",
-        )
 
     async def _reconnect(self) -> None:
         async with self._send_lock:
@@ -482,14 +453,6 @@ class AsyncClient:
             self.reconnects += 1
         self._wake()  # confirms awaited on the old socket are now answered LOST
         self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
-
-    def _event(self, event: str, detail: str) -> None:
-        log.warning("broker %s: %s: %s", self.address, event, detail)
-        if self.on_event is not None:
-            try:
-                self.on_event(event, detail)
-            except Exception:
-                log.exception("on_event callback failed")
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

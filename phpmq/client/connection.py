@@ -30,7 +30,6 @@ import msgspec
 
 from ..protocol import (
     DEFAULT_MAX_CONTENT_BYTES,
-    MAX_KEY_BYTES,
     Admin,
     AdminReply,
     Confirm,
@@ -38,7 +37,6 @@ from ..protocol import (
     Disconnect,
     Dispatch,
     Error,
-    ErrorCode,
     Heartbeat,
     Hello,
     Kbai,
@@ -49,10 +47,9 @@ from ..protocol import (
     decode_frame,
     encode,
     encode_send,
-    key_problem,
 )
 from ..protocol.rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS
-from .errors import InvalidArgument
+from .batches import BATCH_MESSAGES, check_key, send_batches, too_large
 from .events import (
     NO_EVENTS,
     BrokerError,
@@ -71,9 +68,6 @@ VERSION = "phpmq-zmq-python/0.1"
 MAX_BUFFERED_OUT = 512
 #: Largest packet the client decodes from a broker that announced a smaller limit.
 TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
-#: Messages packed into one frame by send_batches, and the frame size that closes a batch.
-BATCH_MESSAGES = 512
-BATCH_BYTES = 256 * 1024
 #: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
 #: The broker answers KBAI, which also proves it read everything sent before.
 GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
@@ -82,8 +76,6 @@ HEARTBEAT = encode(Heartbeat())
 _headers = msgspec.json.Encoder()
 #: The answer recorded for a tag whose transport was replaced before the answer came.
 LOST = None
-#: Keys this short are valid whatever their characters (UTF-8: at most 4 bytes each).
-_SURELY_SHORT_KEY = MAX_KEY_BYTES // 4
 
 
 class Connection:
@@ -221,7 +213,7 @@ class Connection:
         """
         packet = queue_packet(queue)
         if key is not None:
-            _check_key(key)
+            check_key(key)
         body = content.encode() if isinstance(content, str) else content
         self._check_size(queue, body)
         if headers:
@@ -250,52 +242,15 @@ class Connection:
         packet = queue_packet(queue)
         if isinstance(contents, Sized) and isinstance(keys, Sized) and len(keys) < len(contents):
             raise ValueError(f"{len(keys)} keys for {len(contents)} messages")
-        return self._batches(queue, packet, contents, ttl, keys, confirm, batch_messages)
-
-    def _batches(
-        self,
-        queue: str,
-        packet: bytes,
-        contents: Iterable[bytes | str],
-        ttl: int,
-        keys: Iterable[str] | None,
-        confirm: bool,
-        batch_messages: int,
-    ) -> Iterator[tuple[bytes, int, list[int]]]:
-        key_iter = iter(keys) if keys is not None else None
         tags = self._tags if confirm else None
-        batch: list[bytes] = []
-        batch_tags: list[int] = []
-        size = 0
-        key = tag = None
-        for content in contents:
-            if key_iter is not None:
-                key = next(key_iter, None)
-                if key is None:
-                    raise ValueError("fewer keys than messages")
-                _check_key(key)
-            if tags is not None:
-                tag = next(tags)
-                batch_tags.append(tag)
-            body = content.encode() if isinstance(content, str) else content
-            if len(body) > self._broker_limit:
-                self._check_size(queue, body)
-            data = encode_send(packet, body, ttl, tag, key)
-            batch.append(data)
-            size += len(data)
-            if len(batch) >= batch_messages or size >= BATCH_BYTES:
-                yield b"".join(batch), len(batch), batch_tags
-                batch, batch_tags, size = [], [], 0
-        if batch:
-            yield b"".join(batch), len(batch), batch_tags
+        return send_batches(
+            queue, packet, contents, ttl, keys, tags, batch_messages, self._broker_limit
+        )
 
     def _check_size(self, queue: str, body: bytes) -> None:
+        """Raise InvalidArgument (413) for content over the broker's limit."""
         if len(body) > self._broker_limit:
-            raise InvalidArgument(
-                f"content of {len(body)} bytes is over the broker's limit of {self._broker_limit}",
-                queue,
-                ErrorCode.TOO_LARGE,
-            )
+            raise too_large(queue, len(body), self._broker_limit)
 
     @property
     def knows_limits(self) -> bool:
@@ -517,10 +472,3 @@ class Connection:
             return self._last_sent
         due = min(self._last_sent + self._heartbeat_s, self._last_heard + self._expiry_s)
         return due if retry is None else min(due, retry)
-
-
-def _check_key(key: str) -> None:
-    if not key or len(key) > _SURELY_SHORT_KEY:
-        problem = key_problem(key)
-        if problem is not None:
-            raise InvalidArgument(problem, key)

@@ -25,47 +25,30 @@ and settling them afterwards is a no-op.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import zmq
 
 from ..protocol import DEFAULT_ADDRESS, Error
+from .batches import BATCH_MESSAGES
 from .confirms import ConfirmedSends
-from .connection import BATCH_MESSAGES, Connection
+from .connection import Connection
 from .dealer import Dealer
+from .driver import RECONNECT_LINGER_S, Driver
 from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
-from .events import (
-    BROKER_LEAVING,
-    BROKER_LOST,
-    RECONNECTED,
-    REJOINED,
-    BrokerError,
-    BrokerGreeted,
-    BrokerLeaving,
-    Event,
-    Rejoined,
-    UndecodableFrame,
-)
+from .events import RECONNECTED
 from .message import ReceivedMessage
 
 log = logging.getLogger("phpmq.client")
 
-#: Reconnect delays: the first retry is quick, then doubling (Paranoid Pirate), with jitter so
-#: that a pool of clients does not reconnect in lockstep.
-RECONNECT_FIRST_S = 0.1
-RECONNECT_MAX_S = 5.0
-#: How long a replaced socket may still deliver what was handed to it.
-RECONNECT_LINGER_S = 30.0
 #: Longest the waiting application thread holds the socket before the heartbeat thread may.
 WAIT_SLICE_S = 0.05
 
 
-class Client:
+class Client(Driver):
     """A connection to one broker. Thread-safe for one application thread plus the client's
     own heartbeat thread; share it between application threads only with your own lock."""
 
@@ -82,22 +65,21 @@ class Client:
         liveness: int = 3,
         on_event: Callable[[str, str], None] | None = None,
     ) -> None:
-        self.address = address
-        self.send_timeout = send_timeout
-        self.close_timeout = close_timeout
-        #: How long a confirmed send waits for the broker's answer (per message for send,
-        #: without progress for send_many).
-        self.confirm_timeout = confirm_timeout
-        self.on_event = on_event
-        self.closed = False
-        #: How often the connection was lost and made again.
-        self.reconnects = 0
-        self._connection = Connection(
-            name=name, role=role, heartbeat_ms=heartbeat_ms, liveness=liveness, settle=self._settle
+        super().__init__(
+            address,
+            Connection(
+                name=name,
+                role=role,
+                heartbeat_ms=heartbeat_ms,
+                liveness=liveness,
+                settle=self._settle,
+            ),
+            send_timeout=send_timeout,
+            close_timeout=close_timeout,
+            confirm_timeout=confirm_timeout,
+            on_event=on_event,
         )
         self._lock = threading.RLock()
-        self._reconnect_delay = RECONNECT_FIRST_S
-        self._reconnect_at: float | None = None
         self._dealer = self._connect()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -106,27 +88,6 @@ class Client:
                 target=self._heartbeat_loop, name=f"phpmq-heartbeat {address}", daemon=True
             )
             self._thread.start()
-
-    @property
-    def broker_info(self) -> dict[str, Any]:
-        """The broker's HELLO answer (empty until it came)."""
-        return self._connection.broker_info
-
-    @property
-    def errors(self) -> deque[Error]:
-        """The last 1000 ERRORs that answered no confirmed send."""
-        return self._connection.errors
-
-    @property
-    def error_count(self) -> int:
-        """ERRORs received in all."""
-        return self._connection.error_count
-
-    @property
-    def sent_since_heard(self) -> int:
-        """Messages handed to the socket since the broker was last heard from: what a broker
-        crash could have taken with it (exact counts need confirms)."""
-        return self._connection.sent_since_heard
 
     # ------------------------------------------------------------------ producing
 
@@ -292,8 +253,7 @@ class Client:
         while True:
             with self._lock:
                 if connection.refusals.subscriptions:
-                    _, refusal = connection.refusals.subscriptions.popitem()
-                    raise BrokerRefused(refusal)
+                    self._tell_refused_subscription()
                 if received:
                     return received.popleft()
                 self._flush_quietly()
@@ -341,11 +301,6 @@ class Client:
             while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
                 self._wait_and_read(min(wait, WAIT_SLICE_S))
 
-    def _tell_refused_sends(self) -> None:
-        refused = self._connection.refusals.take_sends()
-        if refused:
-            raise BrokerRefused(refused[0], refused)
-
     def _settle(self, frame: bytes, generation: int) -> None:
         """Where received messages hand their ack, requeue or dead letter."""
         with self._lock:
@@ -383,10 +338,7 @@ class Client:
                     )
                 self._wait_and_read(min(wait, WAIT_SLICE_S))
             result = connection.admin_replies.popleft().options
-        refusal = result.get("error")
-        if isinstance(refusal, dict):
-            raise BrokerRefused(Error(int(refusal.get("code", 0)), str(refusal.get("reason"))))
-        return result
+        return self._admin_result(result)
 
     # ------------------------------------------------------------------ closing
 
@@ -479,18 +431,6 @@ class Client:
             for event in connection.receive(frame, time.monotonic()):
                 self._on_event(event)
 
-    def _on_event(self, event: Event) -> None:
-        if isinstance(event, BrokerGreeted):
-            self._reconnect_delay = RECONNECT_FIRST_S
-        elif isinstance(event, BrokerError):
-            log.warning("broker error %d: %s", event.error.code, event.error.reason)
-        elif isinstance(event, Rejoined):
-            self._event(REJOINED, event.reason)
-        elif isinstance(event, BrokerLeaving):
-            self._event(BROKER_LEAVING, event.reason)
-        elif isinstance(event, UndecodableFrame):
-            log.error("undecodable frame from broker %s: %s", self.address, event.reason)
-
     # ------------------------------------------------------------------ liveness
 
     def _heartbeat_loop(self) -> None:
@@ -527,16 +467,6 @@ class Client:
         if frame is not None:
             self._try_send(frame)
 
-    def _lost(self, why: str, now: float) -> None:
-        delay = self._reconnect_delay * random.uniform(0.5, 1.5)
-        self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
-        self._reconnect_at = now + delay
-        self._event(
-            BROKER_LOST,
-            f"{why}; reconnecting in {delay:.2f}s; {self.sent_since_heard} messages sent since"
-            " it was last heard may be lost",
-        )
-
     def _reconnect(self) -> None:
         self._reconnect_at = None
         # Linger: frames already handed to the old socket still leave if its connection
@@ -545,11 +475,3 @@ class Client:
         self._dealer = self._connect()  # the connection gives up the old socket's work
         self.reconnects += 1
         self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
-
-    def _event(self, event: str, detail: str) -> None:
-        log.warning("broker %s: %s: %s", self.address, event, detail)
-        if self.on_event is not None:
-            try:
-                self.on_event(event, detail)
-            except Exception:
-                log.exception("on_event callback failed")

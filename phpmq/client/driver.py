@@ -1,0 +1,142 @@
+"""What the blocking and the asyncio driver share, beyond the sans-IO `Connection`: their
+settings, what they show of the connection, how they react to the broker's events (logging,
+`on_event`, reconnect backoff), and how refusals the connection kept are told to the caller.
+Nothing here touches a socket, a thread or an event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..protocol import Error
+from .connection import Connection
+from .errors import BrokerRefused
+from .events import (
+    BROKER_LEAVING,
+    BROKER_LOST,
+    REJOINED,
+    BrokerError,
+    BrokerGreeted,
+    BrokerLeaving,
+    Event,
+    Rejoined,
+    UndecodableFrame,
+)
+
+log = logging.getLogger("phpmq.client")
+
+#: Reconnect delays: the first retry is quick, then doubling (Paranoid Pirate), with jitter so
+#: that a pool of clients does not reconnect in lockstep.
+RECONNECT_FIRST_S = 0.1
+RECONNECT_MAX_S = 5.0
+#: How long a replaced socket may still deliver what was handed to it.
+RECONNECT_LINGER_S = 30.0
+
+
+class Driver:
+    """The part of a client that is neither protocol (Connection) nor I/O."""
+
+    def __init__(
+        self,
+        address: str,
+        connection: Connection,
+        *,
+        send_timeout: float,
+        close_timeout: float,
+        confirm_timeout: float,
+        on_event: Callable[[str, str], None] | None,
+    ) -> None:
+        self.address = address
+        self.send_timeout = send_timeout
+        self.close_timeout = close_timeout
+        #: How long a confirmed send waits for the broker's answer (per message for send,
+        #: without progress for send_many).
+        self.confirm_timeout = confirm_timeout
+        self.on_event = on_event
+        self.closed = False
+        #: How often the connection was lost and made again.
+        self.reconnects = 0
+        self._connection = connection
+        self._reconnect_delay = RECONNECT_FIRST_S
+        self._reconnect_at: float | None = None
+
+    @property
+    def broker_info(self) -> dict[str, Any]:
+        """The broker's HELLO answer (empty until it came)."""
+        return self._connection.broker_info
+
+    @property
+    def errors(self) -> deque[Error]:
+        """The last 1000 ERRORs that answered no confirmed send."""
+        return self._connection.errors
+
+    @property
+    def error_count(self) -> int:
+        """ERRORs received in all."""
+        return self._connection.error_count
+
+    @property
+    def sent_since_heard(self) -> int:
+        """Messages handed to the socket since the broker was last heard from: what a broker
+        crash could have taken with it (exact counts need confirms)."""
+        return self._connection.sent_since_heard
+
+    # ------------------------------------------------------------------ refusals
+
+    def _tell_refused_sends(self) -> None:
+        """Raise BrokerRefused for refused sends the caller was not told of yet."""
+        refused = self._connection.refusals.take_sends()
+        if refused:
+            raise BrokerRefused(refused[0], refused)
+
+    def _tell_refused_subscription(self) -> None:
+        """Raise BrokerRefused for a subscription the broker refused for good."""
+        subscriptions = self._connection.refusals.subscriptions
+        if subscriptions:
+            _, refusal = subscriptions.popitem()
+            raise BrokerRefused(refusal)
+
+    @staticmethod
+    def _admin_result(options: dict[str, Any]) -> dict[str, Any]:
+        """An ADMIN_REPLY's result, or BrokerRefused for the error it carries."""
+        refusal = options.get("error")
+        if isinstance(refusal, dict):
+            raise BrokerRefused(Error(int(refusal.get("code", 0)), str(refusal.get("reason"))))
+        return options
+
+    # ------------------------------------------------------------------ events
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, BrokerGreeted):
+            self._reconnect_delay = RECONNECT_FIRST_S
+        elif isinstance(event, BrokerError):
+            log.warning("broker error %d: %s", event.error.code, event.error.reason)
+        elif isinstance(event, Rejoined):
+            self._event(REJOINED, event.reason)
+        elif isinstance(event, BrokerLeaving):
+            self._event(BROKER_LEAVING, event.reason)
+        elif isinstance(event, UndecodableFrame):
+            log.error("undecodable frame from broker %s: %s", self.address, event.reason)
+
+    def _lost(self, why: str, now: float) -> None:
+        """The broker is lost: schedule a reconnect after the backoff, with jitter."""
+        delay = self._reconnect_delay * random.uniform(0.5, 1.5)
+        self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
+        self._reconnect_at = now + delay
+        self._event(
+            BROKER_LOST,
+            f"{why}; reconnecting in {delay:.2f}s; {self.sent_since_heard} messages sent since"
+            " it was last heard may be lost",
+        )
+
+    def _event(self, event: str, detail: str) -> None:
+        log.warning("broker %s: %s: %s", self.address, event, detail)
+        if self.on_event is not None:
+            try:
+                self.on_event(event, detail)
+            except Exception:
+                log.exception("on_event callback failed")
