@@ -7,19 +7,8 @@ import subprocess
 import sys
 import time
 
-from harness import REPO, BrokerProcess, free_port
+from harness import REPO, BrokerProcess, free_port, phpmq
 from phpmq import __version__
-
-
-def phpmq(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "phpmq", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
 
 
 def test_send_consume_and_stats(broker: BrokerProcess) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import BrokerProcess
-from test_cli import phpmq
+from harness import BrokerProcess, phpmq
 
 
 def stats_queues(address: str) -> dict:
