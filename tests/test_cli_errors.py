@@ -4,12 +4,13 @@ a quiet exit 130, live commands that run until interrupted."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from harness import REPO, BrokerProcess, phpmq
+from harness import REPO, BrokerProcess, free_port, phpmq
 
 INTERRUPTED = 130
 
@@ -117,3 +118,23 @@ def test_ctrl_c_while_waiting_for_messages_exits_130(broker: BrokerProcess) -> N
     status, stdout, stderr = interrupt(process)
     assert status == INTERRUPTED and stdout == ""
     assert "Traceback" not in stderr and "Aborted" not in stderr
+
+
+def test_a_broker_or_bridge_on_an_address_in_use_exits_at_once_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        used = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        free = f"tcp://127.0.0.1:{free_port()}"
+        router = phpmq("broker", "--bind", used, timeout=10)
+        assert router.returncode == 1
+        assert router.stderr.startswith(f"phpmq: cannot bind {used}: Address already in use")
+        tcp = phpmq("broker", "--bind", free, "--tcp-bind", used, timeout=10)
+        assert tcp.returncode == 1
+        assert tcp.stderr.startswith(f"phpmq: cannot bind {used}: Address already in use")
+        assert len(tcp.stderr.splitlines()) == 1
+        with BrokerProcess(tmp_path / "broker.log") as broker:
+            for kind, arguments in (("pull-in", [used, "--queue", "q"]), ("pub-out", ["q", used])):
+                bridged = phpmq("bridge", kind, "--broker", broker.address, "--bind", *arguments)
+                assert bridged.returncode == 1, (kind, bridged.stderr)
+                assert bridged.stderr == f"phpmq: cannot bind {used}: Address already in use\n"

@@ -25,7 +25,7 @@ DEFAULT_TIMEOUT_S = 5.0
 EXIT_INTERRUPTED = 130
 
 
-def _checked_address(ctx: click.Context, param: click.Parameter, address: str) -> str:
+def checked_address(ctx: click.Context, param: click.Parameter, address: str) -> str:
     """A --broker value ZeroMQ cannot connect to is a usage error, caught before any work."""
     from ..client import ClientError, check_address
 
@@ -42,7 +42,7 @@ broker_option = click.option(
     envvar="PHPMQ_BROKER",
     default=DEFAULT_ADDRESS,
     show_default=True,
-    callback=_checked_address,
+    callback=checked_address,
     help="Broker address (env PHPMQ_BROKER).",
 )
 
