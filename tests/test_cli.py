@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -142,6 +143,34 @@ def test_bad_configuration_is_refused_with_one_line(tmp_path) -> None:
     result = phpmq("broker", "--max-window", "0", "--bind", f"tcp://127.0.0.1:{free_port()}")
     assert result.returncode == 1
     assert "max_window must be positive" in result.stderr
+
+
+def test_a_bad_environment_variable_is_named_in_one_line() -> None:
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    environ = {**os.environ, "PHPMQ_MAX_WINDOW": "lots"}
+    result = subprocess.run(
+        [sys.executable, "-m", "phpmq", "broker", "--bind", bind],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert result.returncode == 1
+    assert result.stderr == "phpmq: invalid PHPMQ_MAX_WINDOW='lots': Expected `int`, got `str`\n"
+    environ["PHPMQ_MAX_WINDOW"] = "0"
+    result = subprocess.run(
+        [sys.executable, "-m", "phpmq", "broker", "--bind", bind],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        "phpmq: invalid configuration: max_window must be positive (from PHPMQ_MAX_WINDOW)\n"
+    )
 
 
 def imported_modules(importtime_log: str) -> set[str]:
