@@ -86,7 +86,7 @@ def _run_bridge(address: str, bind: bool, make: Callable[[], Any]) -> None:
 @click.option(
     "--queue",
     help="Queue for single-part messages. Without it, each message must"
-    " have two parts: [queue, content].",
+    " have two parts: [queue, content].  [default: none]",
 )
 def bridge_pull_in(
     broker: str,
@@ -240,7 +240,7 @@ def bridge_pub_out(
     show_default=True,
     help="Retries on a fresh socket before the message is requeued.",
 )
-@click.option("--reply-queue", help="Send each reply to this queue.")
+@click.option("--reply-queue", help="Send each reply to this queue. [default: replies dropped]")
 def bridge_req_out(
     broker: str,
     queue: str,
