@@ -29,6 +29,10 @@ class InterruptibleGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             ctx.exit(EXIT_INTERRUPTED)
+        except click.Abort as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C at a click prompt
+                ctx.exit(EXIT_INTERRUPTED)
+            raise
 
 
 @click.group(cls=InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]})
