@@ -1,10 +1,10 @@
-"""Operator commands carried by the ADMIN extension message (what `phpmq stats` and
-`phpmq dlq` send). Each takes the command's JSON options, returns a JSON-able dict, and
+"""Operator commands carried by the ADMIN extension message (what `phpmq stats`, `phpmq dlq`
+and `phpmq queue` send). Each takes the command's JSON options, returns a JSON-able dict, and
 raises ValueError for a bad command (answered as a 422 inside the ADMIN_REPLY).
 
 `stats` only reads: it builds its answer from the parts on demand, so the hot path keeps no
 statistics of its own beyond plain counters. The dead-letter commands act through the part
-that owns dead letters.
+that owns dead letters, the queue commands through the queue table.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..protocol import AdminReply, ErrorCode
 from .context import Context
 from .deadletters import DeadLetters
 from .intake import Intake
-from .model import Peer, Queue
+from .model import READY, Peer, Queue
 from .peers import Peers
 from .queues import Queues
 
@@ -48,6 +48,9 @@ class Admin:
             "dlq-list": self._dlq_list,
             "dlq-replay": self._dlq_replay,
             "dlq-purge": self._dlq_purge,
+            "queue-peek": self._queue_peek,
+            "queue-purge": self._queue_purge,
+            "queue-delete": self._queue_delete,
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:
@@ -105,7 +108,7 @@ class Admin:
             "draining": ctx.draining,
         }
 
-    def _dead_queue(self, options: dict[str, Any]) -> Queue:
+    def _named_queue(self, options: dict[str, Any]) -> Queue:
         name = options.get("queue")
         if not isinstance(name, str):
             raise ValueError("this command needs a 'queue' string")
@@ -115,7 +118,7 @@ class Admin:
         return queue
 
     def _dlq_list(self, options: dict[str, Any]) -> dict[str, Any]:
-        queue = self._dead_queue(options)
+        queue = self._named_queue(options)
         limit = options.get("limit", DEFAULT_LIST_LIMIT)
         if type(limit) is not int or limit < 0:
             raise ValueError("'limit' must be a non-negative integer")
@@ -146,7 +149,7 @@ class Admin:
 
     def _dlq_replay(self, options: dict[str, Any]) -> dict[str, Any]:
         """Put dead letters back at the tail of their queue, same ID, no TTL."""
-        queue = self._dead_queue(options)
+        queue = self._named_queue(options)
         wanted = options.get("ids")
         if wanted is not None and not (
             isinstance(wanted, list) and all(isinstance(i, str) for i in wanted)
@@ -156,8 +159,49 @@ class Admin:
         return {"queue": queue.name, "replayed": self._dead.replay(queue, ids)}
 
     def _dlq_purge(self, options: dict[str, Any]) -> dict[str, Any]:
-        queue = self._dead_queue(options)
+        queue = self._named_queue(options)
         return {"queue": queue.name, "purged": self._dead.purge(queue)}
+
+    def _queue_peek(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The first ready messages, left where they are."""
+        queue = self._named_queue(options)
+        limit = options.get("limit", 10)
+        if type(limit) is not int or limit < 0:
+            raise ValueError("'limit' must be a non-negative integer")
+        budget = self._ctx.config.max_content_bytes // 2  # one packet, as for dlq-list
+        now = self._ctx.now
+        entries = []
+        for record in queue.ready:
+            if len(entries) >= limit:
+                break
+            if record.state != READY:
+                continue
+            budget -= len(record.content) * 4 // 3 + ENTRY_OVERHEAD_BYTES
+            if budget < 0:
+                break
+            entries.append(
+                {
+                    "id": record.id.decode(errors="replace"),
+                    "ttl": record.remaining_ttl(now),
+                    "deliveries": record.deliveries - 1,
+                    "content": record.content,
+                }
+            )
+        return {
+            "queue": queue.name,
+            "ready": queue.ready_count,
+            "truncated": budget < 0,
+            "entries": entries,
+        }
+
+    def _queue_purge(self, options: dict[str, Any]) -> dict[str, Any]:
+        queue = self._named_queue(options)
+        return {"queue": queue.name, "purged": self._queues.purge(queue)}
+
+    def _queue_delete(self, options: dict[str, Any]) -> dict[str, Any]:
+        queue = self._named_queue(options)
+        purged, dead = self._queues.delete(queue)
+        return {"queue": queue.name, "purged": purged, "dead_letters": dead}
 
 
 def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:

@@ -167,11 +167,18 @@ TABLE_FIELDS = frozenset({"queues"})
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        name: environ[ENV_PREFIX + name.upper()]
-        for name in FIELDS
-        if ENV_PREFIX + name.upper() in environ and name not in TABLE_FIELDS
-    }
+    """The settings given as PHPMQ_* variables, each converted to its field's type here so
+    that a bad one is reported under the variable's name, not the setting's."""
+    values = {}
+    for field in msgspec.structs.fields(BrokerConfig):
+        variable = ENV_PREFIX + field.name.upper()
+        if variable not in environ or field.name in TABLE_FIELDS:
+            continue
+        try:
+            values[field.name] = msgspec.convert(environ[variable], field.type, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"invalid {variable}={environ[variable]!r}: {exc}") from None
+    return values
 
 
 def load_config(
@@ -190,9 +197,16 @@ def load_config(
             values.update(tomllib.loads(Path(path).read_text()))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    values.update(_from_env(os.environ if environ is None else environ))
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    from_env = _from_env(os.environ if environ is None else environ)
+    values.update(from_env)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    values.update(given)
     try:
         return msgspec.convert(values, BrokerConfig, strict=False)
     except (msgspec.ValidationError, ValueError) as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from None
+        # Name the variable when a value it set breaks a rule (e.g. PHPMQ_MAX_WINDOW=0).
+        culprits = [n for n in from_env if n not in given and n in str(exc)]
+        source = (
+            f" (from {', '.join(ENV_PREFIX + n.upper() for n in culprits)})" if culprits else ""
+        )
+        raise ConfigError(f"invalid configuration: {exc}{source}") from None

@@ -13,7 +13,20 @@ from pathlib import Path
 
 import msgspec
 
-from .journal import BACK, DEAD, DELAY, DROP, FLY, KEY, PURGE, PUT, UNDEAD, UNKEY
+from .journal import (
+    BACK,
+    CLEAR,
+    DEAD,
+    DELAY,
+    DELETE_QUEUE,
+    DROP,
+    FLY,
+    KEY,
+    PURGE,
+    PUT,
+    UNDEAD,
+    UNKEY,
+)
 
 log = logging.getLogger("phpmq.broker")
 
@@ -62,6 +75,7 @@ _STATEMENTS = {
     DROP: "DELETE FROM messages WHERE id = ?",
     UNDEAD: "DELETE FROM dead_letters WHERE queue = ? AND id = ?",
     PURGE: "DELETE FROM dead_letters WHERE queue = ?",
+    CLEAR: "DELETE FROM messages WHERE queue = ? AND in_flight = 0",
     KEY: "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?)",
     UNKEY: "DELETE FROM keys WHERE expires_wall <= ?",
 }
@@ -182,9 +196,9 @@ class DurableStore:
         try:
             db.execute("BEGIN")
             for kind, rows in _runs(operations):
-                if kind == DEAD:
+                if kind in (DEAD, DELETE_QUEUE):
                     for row in rows:
-                        self._apply(db, (DEAD, *row))
+                        self._apply(db, (kind, *row))
                 else:
                     db.executemany(_STATEMENTS[kind], rows)
             db.execute("COMMIT")
@@ -206,6 +220,9 @@ class DurableStore:
                 " headers) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 operation[1:],
             )
+        elif kind == DELETE_QUEUE:
+            db.execute("DELETE FROM messages WHERE queue = ?", operation[1:])
+            db.execute("DELETE FROM dead_letters WHERE queue = ?", operation[1:])
         else:
             db.execute(_STATEMENTS[kind], operation[1:])
 

@@ -30,6 +30,8 @@ DROP = "drop"  # id: acked
 DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers
 UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evicted by its bound)
 PURGE = "purge"  # queue: dead letters deleted
+CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
+DELETE_QUEUE = "delete-queue"  # queue: its messages and dead letters deleted
 KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted
 UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 
@@ -123,6 +125,12 @@ class Journal:
     def purged(self, queue_name: str) -> None:
         self._operations.append((PURGE, queue_name))
 
+    def ready_purged(self, queue_name: str) -> None:
+        self._operations.append((CLEAR, queue_name))
+
+    def queue_deleted(self, queue_name: str) -> None:
+        self._operations.append((DELETE_QUEUE, queue_name))
+
     def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         self._operations.append((KEY, queue_name, key, message_id, self._wall_at(expires_at)))
 
@@ -170,6 +178,12 @@ class NullJournal:
         pass
 
     def purged(self, queue_name: str) -> None:
+        pass
+
+    def ready_purged(self, queue_name: str) -> None:
+        pass
+
+    def queue_deleted(self, queue_name: str) -> None:
         pass
 
     def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:

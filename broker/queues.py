@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..protocol import ErrorCode, queue_name_problem
 from .config import QueueSettings
 from .context import Context
-from .model import Peer, Queue, Record
+from .model import GONE, READY, Peer, Queue, Record
 
 
 class Queues:
@@ -62,6 +62,38 @@ class Queues:
             settings.overflow or config.overflow,
         )
         return queue
+
+    def purge(self, queue: Queue) -> int:
+        """Delete the queue's ready messages (not those in flight or delayed); how many."""
+        purged = 0
+        for record in queue.ready:
+            if record.state == READY:
+                record.state = GONE  # its TTL timer, if armed, now finds nothing to do
+                purged += 1
+        queue.ready.clear()
+        queue.stale = 0
+        self._ctx.journal.ready_purged(queue.name)
+        return purged
+
+    def delete(self, queue: Queue) -> tuple[int, int]:
+        """Remove a queue with its ready messages and dead letters; (messages, dead letters)
+        deleted. Raises ValueError while a consumer is attached or a message is out (in
+        flight or delayed): those would have no queue to come back to."""
+        busy = []
+        if queue.windows:
+            busy.append(f"{len(queue.windows)} consumers attached")
+        if queue.in_flight:
+            busy.append(f"{queue.in_flight} messages in flight")
+        if queue.delayed:
+            busy.append(f"{queue.delayed} messages delayed")
+        if busy:
+            raise ValueError(f"queue {queue.name!r} is in use ({', '.join(busy)})")
+        purged = self.purge(queue)
+        dead = len(queue.dead)
+        queue.dead.clear()
+        del self.by_name[queue.name]
+        self._ctx.journal.queue_deleted(queue.name)
+        return purged, dead
 
     def place(self, queue: Queue, record: Record, to_head: bool) -> None:
         """Into the queue's ready deque; `seq` records the place for the durable store."""

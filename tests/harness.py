@@ -7,6 +7,8 @@ path.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,6 +114,18 @@ def recv_messages(sock: zmq.Socket, timeout: float = 5.0) -> list:
     messages, error = p.decode_frame(sock.recv())
     assert error is None, error
     return messages
+
+
+def phpmq(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    """The `phpmq` command line, run to its end in the repository."""
+    return subprocess.run(
+        [sys.executable, "-m", "phpmq", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def nothing_received(sock: zmq.Socket, wait: float = 0.3) -> bool:

@@ -31,7 +31,7 @@ def test_later_sources_win(tmp_path) -> None:
         ("nope = 1\n", {}, "nope"),
         ("max_window = -1\n", {}, "max_window must be positive"),
         ('dialect = "php"\n', {}, "dialect must be one of"),
-        ("", {"PHPMQ_MAX_WINDOW": "lots"}, "max_window"),
+        ("", {"PHPMQ_MAX_WINDOW": "lots"}, "invalid PHPMQ_MAX_WINDOW='lots'"),
         ("bind = [\n", {}, "cannot read config file"),
     ],
 )

@@ -592,7 +592,7 @@ def test_queue_weights_share_the_jobs_when_every_queue_has_work(
 # --------------------------------------------------------------------------- command line
 
 
-def test_a_malformed_broker_address_fails_with_one_clear_line(
+def test_a_malformed_broker_address_is_a_usage_error(
     start_pool: Callable[..., PoolProcess],
 ) -> None:
     pool = start_pool("record", "-q", "jobs", "--broker", "nonsense", *FAST)
@@ -600,8 +600,9 @@ def test_a_malformed_broker_address_fails_with_one_clear_line(
         status = pool.process.wait(4)
     except subprocess.TimeoutExpired:
         pytest.fail(pool.failure("the pool still runs with the broker address 'nonsense'"))
-    assert status != 0
-    assert pool.log().strip().splitlines()[-1].startswith("phpmq: "), pool.log()
+    assert status == 2
+    last = pool.log().strip().splitlines()[-1]
+    assert last == "Error: Invalid value for '--broker': not a ZeroMQ address: 'nonsense'", last
 
 
 @pytest.mark.parametrize(

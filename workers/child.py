@@ -18,6 +18,7 @@ import inspect
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -67,6 +68,11 @@ def load_handler(path: str) -> Callable[[ReceivedMessage], Any]:
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"handler must be 'module:function', got {path!r}")
+    # The `phpmq` script's sys.path starts at its own bin directory, not where it was run:
+    # put the current directory first, as gunicorn and celery do, so `tasks:run` finds
+    # ./tasks.py. Spawned workers run this too (they start in the same directory).
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         target: Any = importlib.import_module(module_name)
     except (ImportError, TypeError, ValueError) as exc:  # TypeError: a relative name

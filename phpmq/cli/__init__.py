@@ -2,21 +2,40 @@
 
 A thin shell over the public API, one module per command group; each command imports what it
 needs when it runs, so `phpmq send` loads the client and not the broker or Spark. Every
-command that talks to a broker takes --broker (or PHPMQ_BROKER). Errors print one line on
-stderr and exit non-zero: 1 for a refused or failed request, 2 for bad usage.
+command that talks to a broker takes --broker (or PHPMQ_BROKER) and --timeout. Errors print
+one line on stderr and exit non-zero: 1 for a refused or failed request, 2 for bad usage, 130
+when stopped by Ctrl-C (quietly: no traceback). docs/cli.md lists every command.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .. import __version__
-from . import bench, bridge, broker, dlq, messages, pipeline, stats, workers
+from . import bench, bridge, broker, dlq, messages, pipeline, queue, stats, workers
+from .shared import EXIT_INTERRUPTED
 
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class InterruptibleGroup(click.Group):
+    """Ctrl-C ends any command with status 130 and no traceback (click's own handling
+    prints "Aborted!" and exits 1, which a script cannot tell from a failure)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            ctx.exit(EXIT_INTERRUPTED)
+        except click.Abort as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C at a click prompt
+                ctx.exit(EXIT_INTERRUPTED)
+            raise
+
+
+@click.group(cls=InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="phpmq", message="%(prog)s %(version)s")
 def main() -> None:
     """phpmq-zmq: a PHPMQ message broker on ZeroMQ.
@@ -31,6 +50,7 @@ main.add_command(messages.send)
 main.add_command(messages.consume)
 main.add_command(stats.stats)
 main.add_command(dlq.dlq)
+main.add_command(queue.queue)
 main.add_command(bridge.bridge)
 main.add_command(workers.workers)
 main.add_command(bench.bench)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..protocol import DEFAULT_ADDRESS
-from .shared import fail
+from .shared import checked_address, fail
 
 
 @click.group()
@@ -32,10 +32,15 @@ def _bridge_options(function: Callable[..., Any]) -> Callable[..., Any]:
             envvar="PHPMQ_BROKER",
             default=DEFAULT_ADDRESS,
             show_default=True,
+            callback=checked_address,
             help="Broker address (env PHPMQ_BROKER).",
         ),
         click.option(
-            "--bind", "bind", is_flag=True, help="Bind ADDRESS instead of connecting to it."
+            "--bind",
+            "bind",
+            is_flag=True,
+            show_default=True,
+            help="Bind ADDRESS instead of connecting to it.",
         ),
         click.option(
             "--hwm",
@@ -58,7 +63,7 @@ def _bridge_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
-def _run_bridge(make: Callable[[], Any]) -> None:
+def _run_bridge(address: str, bind: bool, make: Callable[[], Any]) -> None:
     import zmq
 
     from ..client import ClientError
@@ -67,7 +72,9 @@ def _run_bridge(make: Callable[[], Any]) -> None:
     configure_logging(False, "bridge")
     try:
         running = make()
-    except (zmq.ZMQError, ClientError) as exc:
+    except zmq.ZMQError as exc:
+        fail(f"cannot {'bind' if bind else 'connect to'} {address}: {zmq.strerror(exc.errno)}")
+    except ClientError as exc:
         fail(str(exc))
     running.install_signal_handlers()
     sys.exit(running.run())
@@ -79,7 +86,7 @@ def _run_bridge(make: Callable[[], Any]) -> None:
 @click.option(
     "--queue",
     help="Queue for single-part messages. Without it, each message must"
-    " have two parts: [queue, content].",
+    " have two parts: [queue, content].  [default: none]",
 )
 def bridge_pull_in(
     broker: str,
@@ -98,7 +105,9 @@ def bridge_pull_in(
     from ..bridges.inbound import PullIn
 
     _run_bridge(
-        lambda: PullIn(broker, address, bind, queue, name or "pull-in", report_seconds, hwm)
+        address,
+        bind,
+        lambda: PullIn(broker, address, bind, queue, name or "pull-in", report_seconds, hwm),
     )
 
 
@@ -134,7 +143,9 @@ def bridge_sub_in(
     if any(not queue for queue in mapping.values()):
         fail("every --topic needs a queue: TOPIC=QUEUE (an empty topic needs one too)")
     _run_bridge(
-        lambda: SubIn(broker, address, bind, mapping, name or "sub-in", report_seconds, hwm)
+        address,
+        bind,
+        lambda: SubIn(broker, address, bind, mapping, name or "sub-in", report_seconds, hwm),
     )
 
 
@@ -167,9 +178,11 @@ def bridge_push_out(
     from ..bridges.outbound import PushOut
 
     _run_bridge(
+        address,
+        bind,
         lambda: PushOut(
             broker, queue, address, bind, window, name or "push-out", report_seconds, hwm
-        )
+        ),
     )
 
 
@@ -201,9 +214,11 @@ def bridge_pub_out(
     from ..bridges.outbound import PubOut
 
     _run_bridge(
+        address,
+        bind,
         lambda: PubOut(
             broker, queue, address, bind, topic, window, name or "pub-out", report_seconds, hwm
-        )
+        ),
     )
 
 
@@ -225,7 +240,7 @@ def bridge_pub_out(
     show_default=True,
     help="Retries on a fresh socket before the message is requeued.",
 )
-@click.option("--reply-queue", help="Send each reply to this queue.")
+@click.option("--reply-queue", help="Send each reply to this queue. [default: replies dropped]")
 def bridge_req_out(
     broker: str,
     queue: str,
@@ -245,7 +260,9 @@ def bridge_req_out(
     if bind:
         fail("req-out connects to its workers; --bind is not supported")
     _run_bridge(
+        address,
+        bind,
         lambda: ReqOut(
             broker, queue, address, timeout, retries, reply_queue, name or "req-out", report_seconds
-        )
+        ),
     )

@@ -12,7 +12,12 @@ from .shared import fail
 
 
 @click.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="TOML file. [default: none]",
+)
 @click.option("--bind", help=f"ROUTER address to bind. [default: {DEFAULT_ADDRESS}]")
 @click.option(
     "--data-dir",
@@ -29,10 +34,22 @@ from .shared import fail
     type=click.Choice(["ttl", "pre-ttl"]),
     help="Form of 003 for peers that have not spoken the TTL form. [default: ttl]",
 )
-@click.option("--max-content-bytes", type=int, help="Largest message content accepted.")
-@click.option("--max-window", type=int, help="Largest consume window a consumer may ask for.")
-@click.option("--dead-letter-limit", type=int, help="Dead letters kept per queue.")
-@click.option("--grace-seconds", type=float, help="On SIGTERM, how long to wait for acks.")
+@click.option(
+    "--max-content-bytes",
+    type=int,
+    help="Largest message content accepted. [default: 16777216]",
+)
+@click.option(
+    "--max-window",
+    type=int,
+    help="Largest consume window a consumer may ask for. [default: 100000]",
+)
+@click.option("--dead-letter-limit", type=int, help="Dead letters kept per queue. [default: 10000]")
+@click.option(
+    "--grace-seconds",
+    type=float,
+    help="On SIGTERM, how long to wait for acks. [default: 5.0]",
+)
 @click.option(
     "--heartbeat-ms",
     type=int,
@@ -43,11 +60,21 @@ from .shared import fail
     type=int,
     help="Ack timeout for peers that do not heartbeat (stock PHPMQ); 0 = never. [default: 60000]",
 )
-@click.option("--max-in-flight-ms", type=int, help="Ack timeout for every peer; 0 = none.")
 @click.option(
-    "--max-deliveries", type=int, help="Dead-letter a message after this many; 0 = no limit."
+    "--max-in-flight-ms",
+    type=int,
+    help="Ack timeout for every peer; 0 = none. [default: 0]",
 )
-@click.option("--max-queue-length", type=int, help="Ready messages per queue; 0 = no limit.")
+@click.option(
+    "--max-deliveries",
+    type=int,
+    help="Dead-letter a message after this many; 0 = no limit. [default: 20]",
+)
+@click.option(
+    "--max-queue-length",
+    type=int,
+    help="Ready messages per queue; 0 = no limit. [default: 1000000]",
+)
 @click.option(
     "--overflow",
     type=click.Choice(["reject", "drop-oldest"]),
@@ -58,9 +85,16 @@ from .shared import fail
     type=float,
     help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",
 )
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="[default: INFO]",
+)
 def broker(config_path: str | None, **flags: Any) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.
+
+    The defaults shown are the broker's own (broker/config.py); a --config file or a
+    PHPMQ_* variable changes them.
 
     Settings come from (later wins) defaults, --config FILE.toml, PHPMQ_* environment
     variables (e.g. PHPMQ_BIND) and these flags. On the first signal the broker stops taking

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .shared import admin, broker_option, with_client
+from .shared import admin, broker_option, timeout_option, with_client
 
 
 @click.group()
@@ -16,6 +16,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @broker_option
+@timeout_option
 @click.argument("queue")
 @click.option(
     "--limit",
@@ -25,9 +26,9 @@ def dlq() -> None:
     help="List at most this many.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON (content in base64).")
-def dlq_list(address: str, queue: str, limit: int, as_json: bool) -> None:
+def dlq_list(address: str, timeout: float, queue: str, limit: int, as_json: bool) -> None:
     """List QUEUE's dead letters, oldest first."""
-    result = with_client(address, lambda c: admin(c, "dlq-list", queue=queue, limit=limit))
+    result = with_client(address, timeout, lambda c: admin(c, "dlq-list", queue=queue, limit=limit))
     if as_json:
         import msgspec
 
@@ -46,21 +47,25 @@ def dlq_list(address: str, queue: str, limit: int, as_json: bool) -> None:
 
 @dlq.command("replay")
 @broker_option
+@timeout_option
 @click.argument("queue")
-@click.option("--id", "ids", multiple=True, help="Replay only these IDs (repeatable).")
-def dlq_replay(address: str, queue: str, ids: tuple[str, ...]) -> None:
+@click.option(
+    "--id", "ids", multiple=True, help="Replay only these IDs (repeatable).  [default: all]"
+)
+def dlq_replay(address: str, timeout: float, queue: str, ids: tuple[str, ...]) -> None:
     """Put QUEUE's dead letters back at the tail of QUEUE (same IDs, no TTL)."""
     options: dict[str, Any] = {"queue": queue}
     if ids:
         options["ids"] = list(ids)
-    result = with_client(address, lambda c: admin(c, "dlq-replay", **options))
+    result = with_client(address, timeout, lambda c: admin(c, "dlq-replay", **options))
     click.echo(f"replayed {result['replayed']} dead letters into {queue}")
 
 
 @dlq.command("purge")
 @broker_option
+@timeout_option
 @click.argument("queue")
-def dlq_purge(address: str, queue: str) -> None:
+def dlq_purge(address: str, timeout: float, queue: str) -> None:
     """Delete all of QUEUE's dead letters."""
-    result = with_client(address, lambda c: admin(c, "dlq-purge", queue=queue))
+    result = with_client(address, timeout, lambda c: admin(c, "dlq-purge", queue=queue))
     click.echo(f"purged {result['purged']} dead letters from {queue}")

@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .shared import broker_option, with_client
+from .shared import broker_option, fail, timeout_option, with_client
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from ..client import Client, Unconfirmed
 
 
 @click.command()
 @broker_option
+@timeout_option
 @click.argument("queue")
 @click.argument("message", required=False)
 @click.option(
@@ -24,19 +25,27 @@ if TYPE_CHECKING:
     show_default=True,
     help="Seconds to live; 0 never expires.",
 )
-@click.option("--lines", is_flag=True, help="Read stdin; send each line as one message.")
 @click.option(
-    "--confirm",
+    "--lines",
     is_flag=True,
-    help="Wait for the broker's confirm (on disk with --data-dir) and print each message ID.",
+    show_default=True,
+    help="Read stdin; send each line as one message.",
+)
+@click.option(
+    "--confirm/--no-confirm",
+    default=True,
+    show_default=True,
+    help="Wait for the broker's confirm (on disk with --data-dir) and print each message ID;"
+    " --no-confirm sends and forgets.",
 )
 @click.option(
     "--key",
     help="Idempotency key: sent again within the broker's window, the message is not queued"
-    " twice. With --lines, KEY-1, KEY-2, ... per line.",
+    " twice. With --lines, KEY-1, KEY-2, ... per line.  [default: none]",
 )
 def send(
     address: str,
+    timeout: float,
     queue: str,
     message: str | None,
     ttl: int,
@@ -44,7 +53,10 @@ def send(
     confirm: bool,
     key: str | None,
 ) -> None:
-    """Send MESSAGE to QUEUE. With MESSAGE '-' or absent, read it from stdin."""
+    """Send MESSAGE to QUEUE. With MESSAGE '-' or absent, read it from stdin.
+
+    Exits 1 with the broker's code and reason when it refuses a message.
+    """
     if lines:
         contents = [line.rstrip(b"\n") for line in sys.stdin.buffer]
     elif message is None or message == "-":
@@ -54,18 +66,57 @@ def send(
     keys = None
     if key is not None:
         keys = [f"{key}-{n}" for n in range(1, len(contents) + 1)] if lines else [key]
-    if not confirm:
-        sent = with_client(address, lambda c: c.send_many(queue, contents, ttl, keys=keys))
-        click.echo(f"sent {sent} message{'s' if sent != 1 else ''} to {queue}", err=True)
+
+    def run(client: Client) -> int | list[str]:
+        _check_sizes(client, contents)
+        if not confirm:
+            return client.send_many(queue, contents, ttl, keys=keys)
+        from ..client import Unconfirmed
+
+        client.confirm_timeout = timeout
+        try:
+            return client.send_many(queue, contents, ttl, confirm=True, keys=keys)
+        except Unconfirmed as exc:
+            _fail_unconfirmed(exc, address, queue)
+
+    result = with_client(address, timeout, run)
+    plural = "s" if len(contents) != 1 else ""
+    if isinstance(result, int):
+        click.echo(f"sent {result} message{plural} to {queue} (not confirmed)", err=True)
         return
-    ids = with_client(address, lambda c: c.send_many(queue, contents, ttl, confirm=True, keys=keys))
-    for message_id in ids:
+    for message_id in result:
         click.echo(message_id)
-    click.echo(f"{len(ids)} confirmed in {queue}", err=True)
+    click.echo(f"sent {len(result)} message{plural} to {queue}, confirmed", err=True)
+
+
+def _check_sizes(client: Client, contents: list[bytes]) -> None:
+    """Refuse at once what the broker would refuse with 413 (its limit is in its HELLO), so
+    the command does not wait for a confirm that a dropped frame never gets."""
+    limit = client.broker_info.get("max_content_bytes")
+    if not isinstance(limit, int):
+        return
+    for number, content in enumerate(contents, 1):
+        if len(content) > limit:
+            which = f"message {number}" if len(contents) > 1 else "the message"
+            fail(
+                f"refused before sending: 413 {which} is {len(content)} bytes,"
+                f" over the broker's max_content_bytes {limit}"
+            )
+
+
+def _fail_unconfirmed(exc: Unconfirmed, address: str, queue: str) -> None:
+    confirmed = sum(message_id is not None for message_id in exc.ids)
+    done = f" ({confirmed} of {len(exc.ids)} confirmed)" if len(exc.ids) > 1 else ""
+    if exc.errors:
+        index, error = min(exc.errors.items())
+        which = f"message {index + 1}" if len(exc.ids) > 1 else "the message"
+        fail(f"broker refused {which} to {queue}: {error.code} {error.reason}{done}")
+    fail(f"no confirm from the broker at {address} for messages to {queue}{done}")
 
 
 @click.command()
 @broker_option
+@timeout_option
 @click.argument("queue")
 @click.option(
     "--count",
@@ -75,50 +126,81 @@ def send(
     show_default=True,
     help="Stop after this many messages.",
 )
-@click.option("--window", type=click.IntRange(min=1), help="Unacked messages at a time.")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    show_default=True,
+    help="Run until Ctrl-C (exit 130), whatever --count and --idle-timeout say.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1),
+    help="Unacked messages at a time.  [default: --count, 100 with --follow]",
+)
 @click.option(
     "--ack/--no-ack",
     default=True,
     show_default=True,
     help="--no-ack leaves messages unacked: they return to the queue on exit.",
 )
-@click.option("--timeout", type=float, help="Stop after this many seconds without a message.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    help="Stop after this many seconds without a message.  [default: wait forever]",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, show_default=True, help="One JSON object per message."
+)
 def consume(
     address: str,
+    timeout: float,
     queue: str,
     count: int,
+    follow: bool,
     window: int | None,
     ack: bool,
-    timeout: float | None,
+    idle_timeout: float | None,
     as_json: bool,
 ) -> None:
-    """Print messages from QUEUE, one per line (content as text)."""
+    """Print messages from QUEUE, one per line (content as text).
+
+    A subscription the broker refuses (a bad queue name, a limit) exits 1 with its reason.
+    """
     import msgspec
+
+    from ..client import BrokerRefused
 
     def run(client: Client) -> int:
         received = 0
-        for message in client.consume(queue, window or count, timeout):
-            if as_json:
-                out = msgspec.json.encode(
-                    {
-                        "queue": message.queue,
-                        "id": message.id,
-                        "ttl": message.ttl,
-                        "delivery_count": message.delivery_count,
-                        "content": message.content.decode(errors="replace"),
-                    }
-                ).decode()
-            else:
-                out = message.content.decode(errors="replace")
-            click.echo(out)
-            if ack:
-                message.ack()
-            received += 1
-            if received >= count:
-                break
+        limit = None if follow else count
+        stream = client.consume(
+            queue, window or (100 if follow else count), None if follow else idle_timeout
+        )
+        try:
+            for message in stream:
+                if as_json:
+                    out = msgspec.json.encode(
+                        {
+                            "queue": message.queue,
+                            "id": message.id,
+                            "ttl": message.ttl,
+                            "delivery_count": message.delivery_count,
+                            "content": message.content.decode(errors="replace"),
+                        }
+                    ).decode()
+                else:
+                    out = message.content.decode(errors="replace")
+                click.echo(out)
+                if ack:
+                    message.ack()
+                received += 1
+                if limit is not None and received >= limit:
+                    break
+        except BrokerRefused as exc:
+            fail(f"broker refused consuming {queue}: {exc.error.code} {exc.error.reason}")
         return received
 
-    received = with_client(address, run)
+    received = with_client(address, timeout, run)
     if received < count:
-        click.echo(f"got {received} of {count} messages before the timeout", err=True)
+        click.echo(f"got {received} of {count} messages before the idle timeout", err=True)

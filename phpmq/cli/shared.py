@@ -1,11 +1,12 @@
-"""What the command groups share: the --broker option, the one-line failure, one client per
-command.
+"""What the command groups share: the --broker and --timeout options, the one-line failure,
+one client per command.
 
-Errors print one line on stderr and exit 1 (click's own usage errors exit 2).
+Errors print one line on stderr and exit 1 (click's own usage errors exit 2, Ctrl-C 130).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -19,13 +20,38 @@ if TYPE_CHECKING:
 
 Result = TypeVar("Result")
 
+DEFAULT_TIMEOUT_S = 5.0
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+
+
+def checked_address(ctx: click.Context, param: click.Parameter, address: str) -> str:
+    """A --broker value ZeroMQ cannot connect to is a usage error, caught before any work."""
+    from ..client import ClientError, check_address
+
+    try:
+        check_address(address)
+    except ClientError:
+        raise click.BadParameter(f"not a ZeroMQ address: {address!r}") from None
+    return address
+
+
 broker_option = click.option(
     "--broker",
     "address",
     envvar="PHPMQ_BROKER",
     default=DEFAULT_ADDRESS,
     show_default=True,
+    callback=checked_address,
     help="Broker address (env PHPMQ_BROKER).",
+)
+
+timeout_option = click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the broker to answer before giving up.",
 )
 
 
@@ -35,12 +61,21 @@ def fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
-def with_client(address: str, action: Callable[[Client], Result], timeout: float = 5.0) -> Result:
-    """Run `action` with a client of the broker at `address`; a ClientError fails the command."""
+def with_client(address: str, timeout: float, action: Callable[[Client], Result]) -> Result:
+    """Run `action` with a client of the broker at `address`, once the broker has answered
+    (so its HELLO, `client.broker_info`, is in); a ClientError fails the command."""
     from ..client import Client, ClientError  # only commands that talk to a broker load it
 
     client = Client(address, name="phpmq-cli", send_timeout=timeout, close_timeout=timeout)
     try:
+        try:
+            # A DEALER queues sends to an address nobody listens on: only an answer proves
+            # there is a broker, so ask for one before anything else.
+            client.admin("stats", timeout=timeout)
+        except ClientError:
+            client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
+            logging.getLogger("phpmq.client").disabled = True
+            fail(f"no broker answered at {address} within {timeout:g}s")
         return action(client)
     except ClientError as exc:
         fail(str(exc))
@@ -53,6 +88,6 @@ def admin(client: Client, command: str, **options: Any) -> dict[str, Any]:
     from ..client import BrokerRefused
 
     try:
-        return client.admin(command, **options)
+        return client.admin(command, timeout=client.send_timeout, **options)
     except BrokerRefused as exc:
         fail(exc.error.reason)

@@ -1,24 +1,59 @@
-"""`phpmq stats`: a broker's queues, worker pools, bridges and counters."""
+"""`phpmq stats`: a broker's queues, worker pools, bridges and counters, once or live."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import click
 
-from .shared import admin, broker_option, with_client
+from .shared import admin, broker_option, timeout_option, with_client
 
 
 @click.command()
 @broker_option
+@timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
-def stats(address: str, as_json: bool) -> None:
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Redraw the tables every --interval seconds until Ctrl-C (exit 130).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
+def stats(address: str, timeout: float, as_json: bool, watch: bool, interval: float) -> None:
     """Show queues (ready, in flight, consumers, dead letters) and counters."""
-    result = with_client(address, lambda c: admin(c, "stats"))
+    if watch:
+        with_client(address, timeout, lambda client: _watch(client, address, interval))
+        return
+    result = with_client(address, timeout, lambda c: admin(c, "stats"))
     if as_json:
         import msgspec
 
         click.echo(msgspec.json.encode(result).decode())
         return
     from rich.console import Console
+
+    Console().print(_render(result, address))
+
+
+def _watch(client: Any, address: str, interval: float) -> None:
+    from rich.live import Live
+
+    with Live(_render(admin(client, "stats"), address), auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(_render(admin(client, "stats"), address), refresh=True)
+
+
+def _render(result: dict[str, Any], address: str) -> Any:
+    """The stats answer as rich renderables: queues, worker pools, bridges, counters."""
+    from rich.console import Group
     from rich.table import Table
 
     table = Table(title=f"phpmq broker {address}")
@@ -28,8 +63,7 @@ def stats(address: str, as_json: bool) -> None:
         table.add_row(
             name, *(str(q[k]) for k in ("ready", "in_flight", "consumers", "dead_letters"))
         )
-    console = Console()
-    console.print(table)
+    parts: list[Any] = [table]
     if result.get("pools"):
         pools = Table(title="worker pools")
         for column in ("pool", "queue", "workers", "busy", "idle", "held"):
@@ -45,9 +79,13 @@ def stats(address: str, as_json: bool) -> None:
                     str(idle),
                     str(q["held"]),
                 )
-        console.print(pools)
+        parts.append(pools)
     for bridge_name, report in result.get("bridges", {}).items():
         numbers = ", ".join(f"{k} {v}" for k, v in report["counters"].items())
-        console.print(f"bridge {bridge_name} ({report['kind']}): {numbers}")
+        parts.append(f"bridge {bridge_name} ({report['kind']}): {numbers}")
     counters = ", ".join(f"{k} {v}" for k, v in result["counters"].items())
-    console.print(f"peers {result['peers']}, up {result['uptime_seconds']:.0f}s; {counters}")
+    draining = " [draining]" if result.get("draining") else ""
+    parts.append(
+        f"peers {result['peers']}, up {result['uptime_seconds']:.0f}s{draining}; {counters}"
+    )
+    return Group(*parts)

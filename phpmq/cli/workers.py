@@ -137,7 +137,6 @@ def workers(
     workers.Reject dead-letters it at once. Async handlers are awaited. SIGTERM/SIGINT stop
     gracefully (a second signal kills), SIGHUP reloads the handler code worker by worker.
     """
-    from ..client import ClientError, check_address
     from ..workers.child import ChildSpec, load_handler
     from ..workers.logs import configure_logging
     from ..workers.pool import Pool, PoolSpec
@@ -145,8 +144,7 @@ def workers(
     configure_logging(log_json, "supervisor")
     try:
         load_handler(handler)  # fail here, once, rather than in every worker
-        check_address(address)
-    except (ValueError, ClientError) as exc:
+    except ValueError as exc:
         fail(str(exc))
     try:
         parsed = tuple(_queue_weight(queue) for queue in queues)

@@ -1,0 +1,140 @@
+"""How `phpmq` fails and stops: the broker's refusals as one line with their code, Ctrl-C as
+a quiet exit 130, live commands that run until interrupted."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import REPO, BrokerProcess, free_port, phpmq
+
+INTERRUPTED = 130
+
+
+def start_phpmq(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "phpmq", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def interrupt(process: subprocess.Popen) -> tuple[int, str, str]:
+    """Ctrl-C, as a terminal sends it; the exit status and what the command printed."""
+    process.send_signal(signal.SIGINT)
+    try:
+        stdout, stderr = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    return process.returncode, stdout, stderr
+
+
+def test_send_reports_a_full_queue_and_an_oversized_message(tmp_path: Path) -> None:
+    flags = ("--max-queue-length", "1", "--max-content-bytes", "2000")
+    with BrokerProcess(tmp_path / "broker.log", *flags) as broker:
+        address = ["--broker", broker.address]
+        assert phpmq("send", *address, "q", "first").returncode == 0
+        full = phpmq("send", *address, "q", "second")
+        assert full.returncode == 1
+        assert full.stderr == (
+            "phpmq: broker refused the message to q: 429 queue 'q' is full (1 ready messages)\n"
+        )
+        started = time.monotonic()
+        big = phpmq("send", *address, "other", "x" * 2001)
+        assert time.monotonic() - started < 5  # not a 10 s wait for a confirm that never comes
+        assert big.returncode == 1
+        assert big.stderr == (
+            "phpmq: refused before sending: 413 the message is 2001 bytes,"
+            " over the broker's max_content_bytes 2000\n"
+        )
+        lines = phpmq("send", *address, "pair", "--lines", stdin="a\nb\n")
+        assert lines.returncode == 1
+        assert "broker refused message 2 to pair: 429" in lines.stderr
+        assert lines.stderr.endswith("(1 of 2 confirmed)\n")
+        forgotten = phpmq("send", *address, "q", "third", "--no-confirm")
+        assert forgotten.returncode == 0  # fire and forget: the refusal is not waited for
+        assert "sent 1 message to q (not confirmed)" in forgotten.stderr
+
+
+def test_send_while_the_broker_drains_is_refused_with_503(tmp_path: Path) -> None:
+    with (
+        BrokerProcess(tmp_path / "broker.log", "--grace-seconds", "20") as broker,
+        broker.client() as consumer,
+    ):
+        consumer.send("held", b"keeps the drain waiting", confirm=True)
+        held = next(consumer.consume("held", window=1, timeout=5))
+        broker.signal(signal.SIGTERM)
+        broker.wait_draining()
+        refused = phpmq("send", "--broker", broker.address, "q", "late")
+        held.ack()
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("phpmq: broker refused the message to q: 503 ")
+    assert len(refused.stderr.splitlines()) == 1
+
+
+def test_ctrl_c_stops_consume_follow_quietly_with_130(broker: BrokerProcess) -> None:
+    process = start_phpmq("consume", "--broker", broker.address, "jobs", "--follow")
+    try:
+        with broker.client() as client:
+            client.send_many("jobs", [b"one", b"two"], confirm=True)
+        assert process.stdout is not None
+        assert process.stdout.readline() == "one\n"  # it is running and consuming
+        assert process.stdout.readline() == "two\n"
+    except BaseException:
+        process.kill()
+        raise
+    status, _, stderr = interrupt(process)
+    assert status == INTERRUPTED
+    assert "Traceback" not in stderr and "Aborted" not in stderr
+    assert broker.stats()["queues"]["jobs"]["ready"] == 0  # both were acked
+
+
+def test_stats_watch_redraws_until_ctrl_c(broker: BrokerProcess) -> None:
+    process = start_phpmq("stats", "--broker", broker.address, "--watch", "--interval", "0.2")
+    try:
+        time.sleep(1.0)
+        with broker.client() as client:
+            client.send("arrived-later", b"x", confirm=True)
+        time.sleep(1.0)
+    except BaseException:
+        process.kill()
+        raise
+    status, stdout, stderr = interrupt(process)
+    assert status == INTERRUPTED, stderr
+    assert "Traceback" not in stderr
+    assert f"phpmq broker {broker.address}" in stdout
+    assert "arrived-later" in stdout  # drawn after the watch started: it redraws
+
+
+def test_ctrl_c_while_waiting_for_messages_exits_130(broker: BrokerProcess) -> None:
+    process = start_phpmq("consume", "--broker", broker.address, "quiet", "-n", "5")
+    time.sleep(1.0)
+    status, stdout, stderr = interrupt(process)
+    assert status == INTERRUPTED and stdout == ""
+    assert "Traceback" not in stderr and "Aborted" not in stderr
+
+
+def test_a_broker_or_bridge_on_an_address_in_use_exits_at_once_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        used = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        free = f"tcp://127.0.0.1:{free_port()}"
+        router = phpmq("broker", "--bind", used, timeout=10)
+        assert router.returncode == 1
+        assert router.stderr.startswith(f"phpmq: cannot bind {used}: Address already in use")
+        tcp = phpmq("broker", "--bind", free, "--tcp-bind", used, timeout=10)
+        assert tcp.returncode == 1
+        assert tcp.stderr.startswith(f"phpmq: cannot bind {used}: Address already in use")
+        assert len(tcp.stderr.splitlines()) == 1
+        with BrokerProcess(tmp_path / "broker.log") as broker:
+            for kind, arguments in (("pull-in", [used, "--queue", "q"]), ("pub-out", ["q", used])):
+                bridged = phpmq("bridge", kind, "--broker", broker.address, "--bind", *arguments)
+                assert bridged.returncode == 1, (kind, bridged.stderr)
+                assert bridged.stderr == f"phpmq: cannot bind {used}: Address already in use\n"

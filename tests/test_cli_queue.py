@@ -1,0 +1,87 @@
+"""`phpmq queue list|peek|purge|delete`, run as subprocesses against real brokers, and the
+purge and delete surviving a `kill -9` of a durable broker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness import BrokerProcess, phpmq
+
+
+def stats_queues(address: str) -> dict:
+    return json.loads(phpmq("stats", "--broker", address, "--json").stdout)["queues"]
+
+
+def test_list_and_peek_show_messages_without_taking_them(broker: BrokerProcess) -> None:
+    address = ["--broker", broker.address]
+    with broker.client() as client:
+        client.send_many("emails", [b"first", b"second", b"third"], confirm=True)
+        client.send("other", b"x", ttl=60, confirm=True)
+    listed = phpmq("queue", "list", *address)
+    assert listed.returncode == 0, listed.stderr
+    assert "emails" in listed.stdout and "other" in listed.stdout and "dead" in listed.stdout
+    peek = phpmq("queue", "peek", *address, "emails", "-n", "2")
+    assert peek.returncode == 0, peek.stderr
+    rows = peek.stdout.splitlines()
+    assert len(rows) == 2 and rows[0].endswith("first") and rows[1].endswith("second")
+    assert "deliveries=0" in rows[0]
+    assert peek.stderr == "2 of 3 ready in emails\n"
+    assert stats_queues(broker.address)["emails"]["ready"] == 3
+    with broker.client() as client:
+        message = next(client.consume("emails", window=1, timeout=5))
+        assert message.content == b"first"
+        assert message.delivery_count == 1  # the peek counted no delivery
+
+
+def test_purge_deletes_ready_messages_and_keeps_the_queue(broker: BrokerProcess) -> None:
+    address = ["--broker", broker.address]
+    with broker.client() as client:
+        client.send_many("work", [b"a", b"b"], confirm=True)
+    declined = phpmq("queue", "purge", *address, "work", stdin="n\n")
+    assert declined.returncode == 1 and "Aborted" in declined.stderr
+    assert stats_queues(broker.address)["work"]["ready"] == 2
+    purged = phpmq("queue", "purge", *address, "work", stdin="y\n")
+    assert purged.returncode == 0, purged.stderr
+    assert "purged 2 messages from work" in purged.stdout
+    assert stats_queues(broker.address)["work"]["ready"] == 0
+    unknown = phpmq("queue", "purge", *address, "nope", "--yes")
+    assert unknown.returncode == 1 and unknown.stderr == "phpmq: no queue named 'nope'\n"
+
+
+def test_delete_is_refused_while_a_consumer_is_attached(broker: BrokerProcess) -> None:
+    address = ["--broker", broker.address]
+    with broker.client() as consumer:
+        consumer.send("busy", b"held", confirm=True)
+        held = next(consumer.consume("busy", window=1, timeout=5))
+        refused = phpmq("queue", "delete", *address, "busy", "--yes")
+        assert refused.returncode == 1
+        assert refused.stderr == (
+            "phpmq: queue 'busy' is in use (1 consumers attached, 1 messages in flight)\n"
+        )
+        held.ack()
+    deleted = phpmq("queue", "delete", *address, "busy", "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "deleted queue busy (0 messages, 0 dead letters)" in deleted.stdout
+    assert "busy" not in stats_queues(broker.address)
+
+
+def test_purge_and_delete_survive_a_crash_of_a_durable_broker(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with BrokerProcess(tmp_path / "first.log", data_dir=data) as first:
+        address = ["--broker", first.address]
+        with first.client() as client:
+            client.send_many("purged", [b"1", b"2", b"3"], confirm=True)
+            client.send_many("kept", [b"k"], confirm=True)
+            client.send_many("deleted", [b"d1", b"d2"], confirm=True)
+            next(client.consume("deleted", window=1, timeout=5)).dead_letter("bad")
+            client.subscribe("deleted", 0)
+        assert phpmq("queue", "purge", *address, "purged", "--yes").returncode == 0
+        deleted = phpmq("queue", "delete", *address, "deleted", "--yes")
+        assert "deleted queue deleted (1 messages, 1 dead letters)" in deleted.stdout
+        first.kill()
+    with BrokerProcess(tmp_path / "second.log", data_dir=data) as second:
+        queues = second.stats()["queues"]
+    assert queues["kept"]["ready"] == 1
+    assert queues.get("purged", {"ready": 0})["ready"] == 0
+    assert "deleted" not in queues
