@@ -50,16 +50,24 @@ def test_send_reports_a_full_queue_and_an_oversized_message(tmp_path: Path) -> N
         assert time.monotonic() - started < 5  # not a 10 s wait for a confirm that never comes
         assert big.returncode == 1
         assert big.stderr == (
-            "phpmq: refused before sending: 413 the message is 2001 bytes,"
-            " over the broker's max_content_bytes 2000\n"
+            "phpmq: refused before sending: 413 content of 2001 bytes is over the broker's"
+            " limit of 2000: 'other'\n"
         )
         lines = phpmq("send", *address, "pair", "--lines", stdin="a\nb\n")
         assert lines.returncode == 1
         assert "broker refused message 2 to pair: 429" in lines.stderr
         assert lines.stderr.endswith("(1 of 2 confirmed)\n")
+        # Fire and forget: no answer is waited for, yet the goodbye proves the broker read
+        # the send, and a refusal that came back by then is told.
         forgotten = phpmq("send", *address, "q", "third", "--no-confirm")
-        assert forgotten.returncode == 0  # fire and forget: the refusal is not waited for
-        assert "sent 1 message to q (not confirmed)" in forgotten.stderr
+        assert forgotten.returncode == 1
+        assert (
+            forgotten.stderr
+            == "phpmq: broker refused: 429 queue 'q' is full (1 ready messages) (q)\n"
+        )
+        taken = phpmq("send", *address, "roomy", "fourth", "--no-confirm")
+        assert taken.returncode == 0
+        assert "sent 1 message to roomy (not confirmed)" in taken.stderr
 
 
 def test_send_while_the_broker_drains_is_refused_with_503(tmp_path: Path) -> None:
@@ -138,3 +146,15 @@ def test_a_broker_or_bridge_on_an_address_in_use_exits_at_once_naming_it(tmp_pat
                 bridged = phpmq("bridge", kind, "--broker", broker.address, "--bind", *arguments)
                 assert bridged.returncode == 1, (kind, bridged.stderr)
                 assert bridged.stderr == f"phpmq: cannot bind {used}: Address already in use\n"
+
+
+def test_consume_on_a_refused_subscription_prints_the_reason_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    with BrokerProcess(tmp_path / "broker.log", "--max-window", "10") as broker:
+        started = time.monotonic()
+        refused = phpmq("consume", "--broker", broker.address, "jobs", "--window", "11")
+        assert time.monotonic() - started < 10  # not waiting forever
+        assert refused.returncode == 1
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert "422" in refused.stderr and "maximum window 10" in refused.stderr

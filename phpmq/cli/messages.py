@@ -68,7 +68,7 @@ def send(
         keys = [f"{key}-{n}" for n in range(1, len(contents) + 1)] if lines else [key]
 
     def run(client: Client) -> int | list[str]:
-        _check_sizes(client, contents)
+        # Content over the broker's limit is refused by the client at once (413).
         if not confirm:
             return client.send_many(queue, contents, ttl, keys=keys)
         from ..client import Unconfirmed
@@ -87,21 +87,6 @@ def send(
     for message_id in result:
         click.echo(message_id)
     click.echo(f"sent {len(result)} message{plural} to {queue}, confirmed", err=True)
-
-
-def _check_sizes(client: Client, contents: list[bytes]) -> None:
-    """Refuse at once what the broker would refuse with 413 (its limit is in its HELLO), so
-    the command does not wait for a confirm that a dropped frame never gets."""
-    limit = client.broker_info.get("max_content_bytes")
-    if not isinstance(limit, int):
-        return
-    for number, content in enumerate(contents, 1):
-        if len(content) > limit:
-            which = f"message {number}" if len(contents) > 1 else "the message"
-            fail(
-                f"refused before sending: 413 {which} is {len(content)} bytes,"
-                f" over the broker's max_content_bytes {limit}"
-            )
 
 
 def _fail_unconfirmed(exc: Unconfirmed, address: str, queue: str) -> None:

@@ -6,6 +6,7 @@ Errors print one line on stderr and exit 1 (click's own usage errors exit 2, Ctr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Callable
@@ -63,7 +64,8 @@ def fail(message: str) -> NoReturn:
 
 def with_client(address: str, timeout: float, action: Callable[[Client], Result]) -> Result:
     """Run `action` with a client of the broker at `address`, once the broker has answered
-    (so its HELLO, `client.broker_info`, is in); a ClientError fails the command."""
+    (so its HELLO, `client.broker_info`, is in); a ClientError fails the command, also one
+    raised by the goodbye (a send the broker refused, told once it read them all)."""
     from ..client import Client, ClientError  # only commands that talk to a broker load it
 
     client = Client(address, name="phpmq-cli", send_timeout=timeout, close_timeout=timeout)
@@ -76,11 +78,15 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
             client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
             logging.getLogger("phpmq.client").disabled = True
             fail(f"no broker answered at {address} within {timeout:g}s")
-        return action(client)
+        result = action(client)
+        client.close()
+        return result
     except ClientError as exc:
         fail(str(exc))
     finally:
-        client.close()
+        if not client.closed:
+            with contextlib.suppress(ClientError):
+                client.close()
 
 
 def admin(client: Client, command: str, **options: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import Error
+from ..protocol import Error, MessageType
 from .connection import Connection
 from .errors import BrokerRefused
 from .events import (
@@ -35,6 +35,8 @@ RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
 #: How long a replaced socket may still deliver what was handed to it.
 RECONNECT_LINGER_S = 30.0
+#: ERRORs refusing these message types are kept for the caller (refusals.py), not only logged.
+TOLD_TO_THE_CALLER = frozenset((MessageType.SEND, MessageType.CONSUME))
 
 
 class Driver:
@@ -114,7 +116,11 @@ class Driver:
         if isinstance(event, BrokerGreeted):
             self._reconnect_delay = RECONNECT_FIRST_S
         elif isinstance(event, BrokerError):
-            log.warning("broker error %d: %s", event.error.code, event.error.reason)
+            # Refused sends and subscriptions reach the caller as BrokerRefused (or are
+            # retried): a warning as well would tell them twice.
+            told = event.error.refused in TOLD_TO_THE_CALLER
+            level = logging.DEBUG if told else logging.WARNING
+            log.log(level, "broker error %d: %s", event.error.code, event.error.reason)
         elif isinstance(event, Rejoined):
             self._event(REJOINED, event.reason)
         elif isinstance(event, BrokerLeaving):
