@@ -94,13 +94,19 @@ def test_ctrl_c_stops_consume_follow_quietly_with_130(broker: BrokerProcess) -> 
         assert process.stdout is not None
         assert process.stdout.readline() == "one\n"  # it is running and consuming
         assert process.stdout.readline() == "two\n"
+        # A message is printed, then acked: wait for both acks, or the interrupt could fall
+        # between the two (and "two" would rightly come back).
+        deadline = time.monotonic() + 5
+        while broker.stats()["queues"]["jobs"]["in_flight"] and time.monotonic() < deadline:
+            time.sleep(0.02)
     except BaseException:
         process.kill()
         raise
     status, _, stderr = interrupt(process)
     assert status == INTERRUPTED
     assert "Traceback" not in stderr and "Aborted" not in stderr
-    assert broker.stats()["queues"]["jobs"]["ready"] == 0  # both were acked
+    jobs = broker.stats()["queues"]["jobs"]
+    assert (jobs["ready"], jobs["in_flight"]) == (0, 0)  # both were acked
 
 
 def test_stats_watch_redraws_until_ctrl_c(broker: BrokerProcess) -> None:
