@@ -50,7 +50,7 @@ from .model import Counters, Peer, PeerProfile, Queue
 from .peers import Peers
 from .queues import Queues
 from .recovery import restore_keys, restore_messages
-from .schedule import DELAY_OVER, HEARTBEAT, KEY_EXPIRY, LEASE, PEER_EXPIRY, TTL
+from .schedule import DELAY_OVER, HEARTBEAT, KEY_EXPIRY, LEASE, PEER_EXPIRY, TTL, Schedule
 
 FIRST_EXTENSION_TYPE = min(EXTENSION_TYPES)
 #: 005 and 006 exist only in the README (TTL) dialect: a peer that sends them speaks it.
@@ -147,7 +147,7 @@ class Core:
         return self.ctx.journal
 
     @property
-    def schedule(self) -> Any:
+    def schedule(self) -> Schedule:
         return self.ctx.schedule
 
     @property
