@@ -238,14 +238,20 @@ class Core:
                 for queue in dirty:
                     dispatch(queue)
         self._peers.send_due_heartbeats()
-        close = self._peers.to_close
-        if close:
-            self._peers.to_close = []
+        close = self.take_closes()
         outbox = ctx.outbox
         if not outbox:
             return Turn([], close)
         ctx.outbox = {}
         return Turn(ctx.take_frames(outbox, self._peers.by_id), close)
+
+    def take_closes(self) -> list[bytes]:
+        """Peers given up on since the last call whose transport holds a connection to close
+        (the server closes them in the same turn, before their next bytes are read)."""
+        close = self._peers.to_close
+        if close:
+            self._peers.to_close = []
+        return close
 
     def _entry_is_live(self, due: int, kind: int, target: Any) -> bool:
         return self._is_live[kind](due, target)

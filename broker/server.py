@@ -114,10 +114,13 @@ class BrokerServer:
         self._send(turn.frames)
         if committed:
             self._send(self.core.release_confirms())
-        if turn.close and self.tcp is not None:
-            # A TCP peer the broker gave up on (not reading, silent) loses its connection
-            # too, or it would later read dispatches of messages already taken back.
-            for peer_id in turn.close:
+        # A TCP peer the broker gave up on (silent) loses its connection too, or it would
+        # later read dispatches of messages already taken back.
+        self._close(turn.close)
+
+    def _close(self, peer_ids: list[bytes]) -> None:
+        if self.tcp is not None:
+            for peer_id in peer_ids:
                 self.tcp.close_peer(peer_id)
 
     def _commit(self) -> bool:
@@ -210,10 +213,13 @@ class BrokerServer:
             if self.tcp is not None:
                 self.tcp.receive(self.core, self.config.batch_frames)
         self._commit_and_send(self.core.end_turn())
-        if self.tcp is not None:
-            self.tcp.retry_closes()
         if self._backlog:
             self._flush_backlog()
+        if self.tcp is not None:
+            # Peers given up on while sending (not reading, unreachable) lose their
+            # connection in this turn: read again, it would come back as a new peer.
+            self._close(self.core.take_closes())
+            self.tcp.retry_closes()
 
     def _poll_timeout_ms(self) -> int:
         if self._backlog:

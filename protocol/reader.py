@@ -162,7 +162,9 @@ def decode_frame(
             message, pos = decode_message(data, pos, max_content_bytes)
             messages.append(message)
     except TruncatedError as exc:
-        return messages, RemoteProtocolError(f"truncated message: {exc.reason}")
+        error = RemoteProtocolError(f"truncated message: {exc.reason}")
+        error.message_type = exc.message_type
+        return messages, error
     except ProtocolError as exc:
         return messages, exc
     return messages, None

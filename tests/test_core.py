@@ -500,3 +500,20 @@ def test_every_error_names_the_type_of_the_message_it_refuses() -> None:
         (404, p.MessageType.ACK),
         (413, p.MessageType.SEND),
     ]
+
+
+def test_a_closable_peer_given_up_on_outside_a_turn_is_handed_out_for_closing_at_once() -> None:
+    """The server gives up on a peer while sending (not reading, unreachable): its connection
+    must close in that same turn, or bytes read next turn would make it a new peer holding
+    messages it already got."""
+    from phpmq.broker.core import PeerProfile
+
+    core = CoreHarness()
+    tcp = PeerProfile("tcp", ttl_form=False, closable=True)
+    core.core.begin_turn()
+    core.core.handle_frame(b"tcp-peer", p.encode(p.Consume("jobs", 5)), tcp)
+    core.core.end_turn()
+    assert core.core.peer_gone(b"tcp-peer") == 0
+    assert core.core.take_closes() == [b"tcp-peer"]
+    assert core.core.take_closes() == []
+    assert core.core.end_turn().close == []  # handed out once

@@ -198,3 +198,22 @@ def test_every_public_name_of_phpmq_resolves() -> None:
     assert not missing
     assert phpmq.Client.__module__.startswith("phpmq.client")
     assert issubclass(phpmq.InvalidArgument, phpmq.ClientError)
+
+
+def test_every_package_folder_is_listed_for_wheels() -> None:
+    """Editable installs find sub-packages through their folder, wheels only those listed in
+    [tool.setuptools] packages: a folder left out works in every test and is missing from a
+    `pip install .` (it happened to broker/transports/)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = set()
+    for package, folder in FOLDERS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            parts = init.parent.relative_to(ROOT / folder).parts
+            if package == "phpmq" and parts and f"phpmq.{parts[0]}" in FOLDERS:
+                continue
+            found.add(".".join([package, *parts]))
+    assert found - listed == set(), "add these to [tool.setuptools] packages"

@@ -10,6 +10,7 @@ An AsyncReceivedMessage (AsyncClient's) is the same with `async def` settle meth
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -64,7 +65,8 @@ class ReceivedMessage:
         self.ttl = dispatch.ttl or 0
         #: 1 on the first delivery, more after redeliveries.
         self.delivery_count = dispatch.delivery_count or 1
-        self._headers = dispatch.headers
+        #: The HEADERS bytes as they came, then (once read) their decoded dict.
+        self._headers: bytes | dict[str, Any] | None = dispatch.headers
 
     @property
     def id(self) -> str:
@@ -73,14 +75,17 @@ class ReceivedMessage:
 
     @property
     def headers(self) -> dict[str, Any]:
-        """What the producer attached (`send(..., headers=...)`), decoded when asked for;
-        empty if nothing, or if what it attached is not a JSON object."""
-        if not self._headers:
-            return {}
-        try:
-            return _headers.decode(self._headers)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            return {}
+        """What the producer attached (`send(..., headers=...)`), decoded on first use (the
+        same dict after); empty if nothing, or if what it attached is not a JSON object."""
+        raw = self._headers
+        if isinstance(raw, dict):
+            return raw
+        decoded: dict[str, Any] = {}
+        if raw:
+            with contextlib.suppress(msgspec.DecodeError, UnicodeDecodeError):
+                decoded = _headers.decode(raw)
+        self._headers = decoded
+        return decoded
 
     def ack(self) -> None:
         self._settle(encode_ack(queue_packet(self.queue), self._id), self._generation)
