@@ -130,7 +130,10 @@ class Settlement(NamedTuple):
 class ChildBase:
     """What a worker does whichever client drives it: read the supervisor, decide how each
     message ends. `Child` (sync handlers, the blocking Client) and `AsyncChild` (async
-    handlers, the AsyncClient: async_child.py) move the messages."""
+    handlers, the AsyncClient) move the messages."""
+
+    #: The client this kind of worker consumes with.
+    client_class: type[Client] | type[AsyncClient] = Client
 
     def __init__(
         self,
@@ -148,12 +151,13 @@ class ChildBase:
         self.stopping = False
         self.handler = handler
         self.picker = WeightedPick(spec.queues)
-        self.client_options: dict[str, Any] = {
-            "name": f"{spec.pool}/{spec.index}",
-            "role": "worker",
-            "heartbeat_ms": spec.heartbeat_ms,
-            "liveness": spec.liveness,
-        }
+        self.client = self.client_class(
+            spec.broker,
+            name=f"{spec.pool}/{spec.index}",
+            role="worker",
+            heartbeat_ms=spec.heartbeat_ms,
+            liveness=spec.liveness,
+        )
 
     def _read_supervisor(self) -> None:
         while self.conn.poll():
@@ -214,16 +218,7 @@ class ChildBase:
 class Child(ChildBase):
     """A worker for a sync handler, on the blocking Client."""
 
-    def __init__(
-        self,
-        spec: ChildSpec,
-        conn: Connection,
-        slot: JobSlot,
-        notes: dict[str, tuple[int, str]],
-        handler: Callable[[ReceivedMessage], Any],
-    ) -> None:
-        super().__init__(spec, conn, slot, notes, handler)
-        self.client = Client(spec.broker, **self.client_options)
+    client: Client
 
     def run(self) -> str:
         """Work until stopped, recycled or orphaned; returns why it ended."""
@@ -279,16 +274,8 @@ class AsyncChild(ChildBase):
     """A worker for an `async def` handler, on the AsyncClient: the handler, the client's
     reads and its heartbeats share the process's one event loop."""
 
-    def __init__(
-        self,
-        spec: ChildSpec,
-        conn: Connection,
-        slot: JobSlot,
-        notes: dict[str, tuple[int, str]],
-        handler: Callable[[ReceivedMessage], Any],
-    ) -> None:
-        super().__init__(spec, conn, slot, notes, handler)
-        self.client = AsyncClient(spec.broker, **self.client_options)
+    client_class = AsyncClient
+    client: AsyncClient
 
     async def run(self) -> str:
         """Work until stopped, recycled or orphaned; returns why it ended."""

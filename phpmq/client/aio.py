@@ -31,7 +31,7 @@ from .confirms import ConfirmedSends
 from .connection import Connection
 from .dealer import SEND_HWM
 from .driver import RECONNECT_LINGER_S, Driver
-from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
+from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend
 from .events import RECONNECTED
 from .message import AsyncReceivedMessage
 
@@ -106,11 +106,7 @@ class AsyncClient(Driver):
         if tag is None:
             return None
         [answer] = await self._await_answers([tag], self.confirm_timeout)
-        if isinstance(answer, Error):
-            raise BrokerRefused(answer)
-        if answer is None:
-            raise Unconfirmed(f"no confirm from the broker at {self.address}", [None], {})
-        return answer
+        return self._one_answer(answer)
 
     async def send_many(
         self,

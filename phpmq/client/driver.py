@@ -14,7 +14,7 @@ from typing import Any
 
 from ..protocol import Error, MessageType
 from .connection import Connection
-from .errors import BrokerRefused
+from .errors import BrokerRefused, Unconfirmed
 from .events import (
     BROKER_LEAVING,
     BROKER_LOST,
@@ -101,6 +101,14 @@ class Driver:
         if subscriptions:
             _, refusal = subscriptions.popitem()
             raise BrokerRefused(refusal)
+
+    def _one_answer(self, answer: str | Error | None) -> str:
+        """A confirmed send's answer: its ID, or BrokerRefused / Unconfirmed."""
+        if isinstance(answer, Error):
+            raise BrokerRefused(answer)
+        if answer is None:
+            raise Unconfirmed(f"no confirm from the broker at {self.address}", [None], {})
+        return answer
 
     @staticmethod
     def _admin_result(options: dict[str, Any]) -> dict[str, Any]:

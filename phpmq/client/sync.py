@@ -38,7 +38,7 @@ from .confirms import ConfirmedSends
 from .connection import Connection
 from .dealer import Dealer
 from .driver import RECONNECT_LINGER_S, Driver
-from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
+from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend
 from .events import RECONNECTED
 from .message import ReceivedMessage
 
@@ -132,11 +132,7 @@ class Client(Driver):
             if tag is None:
                 return None
             [answer] = self._await_answers([tag], self.confirm_timeout)
-        if isinstance(answer, Error):
-            raise BrokerRefused(answer)
-        if answer is None:
-            raise Unconfirmed(f"no confirm from the broker at {self.address}", [None], {})
-        return answer
+        return self._one_answer(answer)
 
     def send_many(
         self,
