@@ -116,11 +116,14 @@ def recv_messages(sock: zmq.Socket, timeout: float = 5.0) -> list:
     return messages
 
 
-def phpmq(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    """The `phpmq` command line, run to its end in the repository."""
+def phpmq(
+    *args: str, stdin: str | None = None, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """The `phpmq` command line, run to its end in the repository (with `env`, if given)."""
     return subprocess.run(
         [sys.executable, "-m", "phpmq", *args],
         input=stdin,
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -148,25 +148,11 @@ def test_bad_configuration_is_refused_with_one_line(tmp_path) -> None:
 def test_a_bad_environment_variable_is_named_in_one_line() -> None:
     bind = f"tcp://127.0.0.1:{free_port()}"
     environ = {**os.environ, "PHPMQ_MAX_WINDOW": "lots"}
-    result = subprocess.run(
-        [sys.executable, "-m", "phpmq", "broker", "--bind", bind],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=REPO,
-    )
+    result = phpmq("broker", "--bind", bind, env=environ)
     assert result.returncode == 1
     assert result.stderr == "phpmq: invalid PHPMQ_MAX_WINDOW='lots': Expected `int`, got `str`\n"
     environ["PHPMQ_MAX_WINDOW"] = "0"
-    result = subprocess.run(
-        [sys.executable, "-m", "phpmq", "broker", "--bind", bind],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=REPO,
-    )
+    result = phpmq("broker", "--bind", bind, env=environ)
     assert result.returncode == 1
     assert result.stderr == (
         "phpmq: invalid configuration: max_window must be positive (from PHPMQ_MAX_WINDOW)\n"
