@@ -32,6 +32,7 @@ class Context:
         "dirty",
         "draining",
         "handling",
+        "input_pending",
         "journal",
         "new_id",
         "now",
@@ -70,6 +71,9 @@ class Context:
         self.storage_problem: str | None = None
         #: The type of the message being handled, which a refusal names (ERROR packet 19).
         self.handling: int | None = None
+        #: The server's last turn stopped reading at its budget: frames are waiting unread, so
+        #: silence is not proof that a peer is dead (peers.py).
+        self.input_pending = False
         self._last_log: dict[str, tuple[int, int]] = {}
 
     def wall_at(self, monotonic_ns: int) -> float:

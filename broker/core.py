@@ -163,6 +163,11 @@ class Core:
         """Messages waiting for a consumer, including delayed requeues."""
         return self._queues.ready
 
+    def note_input_pending(self, pending: bool) -> None:
+        """The server says whether its last turn left frames unread (its budget ran out):
+        while it did, no peer is declared dead for silence (its frames may be among them)."""
+        self.ctx.input_pending = pending
+
     def set_storage_problem(self, problem: str | None) -> None:
         """While set, sends are refused (507) with this reason: the store cannot write."""
         self.ctx.storage_problem = problem

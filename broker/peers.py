@@ -186,6 +186,11 @@ class Peers:
         if deadline > ctx.now:
             self._arm_expiry(peer, deadline)
             return
+        if ctx.input_pending:
+            # Frames are waiting unread (the server's turn budget ran out): this peer's may be
+            # among them. Look again once the broker has caught up.
+            self._arm_expiry(peer, ctx.now + (peer.heartbeat_ns or self._idle_ns))
+            return
         returned = self.gone(peer.id)
         if peer.expiry_ns:
             ctx.counters.peers_expired += 1
