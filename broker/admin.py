@@ -16,12 +16,15 @@ from typing import Any
 from ..protocol import AdminReply, ErrorCode
 from .context import Context
 from .deadletters import DeadLetters
+from .flow import Flow
 from .intake import Intake
 from .model import READY, Peer, Queue
 from .peers import Peers
 from .queues import Queues
 
 DEFAULT_LIST_LIMIT = 100
+#: Peers listed by `stats` at most: those that were refused most, then the most recent.
+MAX_LISTED_CLIENTS = 50
 MAX_REPORT_KEYS = 50
 #: JSON keys, ID, numbers and punctuation of one listed dead letter, rounded up.
 ENTRY_OVERHEAD_BYTES = 200
@@ -35,8 +38,10 @@ class Admin:
         peers: Peers,
         dead_letters: DeadLetters,
         intake: Intake,
+        flow: Flow,
     ) -> None:
         self._ctx = ctx
+        self._flow = flow
         self._queues = queues
         self._peers = peers
         self._dead = dead_letters
@@ -84,6 +89,8 @@ class Admin:
                 "delayed": queue.delayed,
                 "consumers": len(queue.windows),
                 "dead_letters": len(queue.dead),
+                "refused": queue.refused,
+                "paused_producers": len(queue.paused),
                 "settings": {
                     "max_deliveries": queue.max_deliveries,
                     "max_length": queue.max_length,
@@ -103,6 +110,13 @@ class Admin:
                 if peer.report is not None
             },
             "peers": len(peers),
+            "clients": _clients(peers.values(), ctx.now),
+            "memory": {
+                "held_bytes": ctx.held_bytes,
+                "limit_bytes": self._flow.limit,
+                "alarm": self._flow.memory_high,
+                "paused_producers": self._flow.paused_producers,
+            },
             "counters": ctx.counters.as_dict(),
             "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
             "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
@@ -232,3 +246,25 @@ def _pools(peers: Iterable[Peer]) -> dict[str, Any]:
             entry["held"] += len(window.held)
             entry["busy"] += bool(window.held)
     return dict(sorted(pools.items()))
+
+
+def _clients(peers: Iterable[Peer], now: int) -> list[dict[str, Any]]:
+    """The peers worth a look (most refused first, then the most recently heard), each with
+    what it holds, what it was refused, and whether it is paused or stalled."""
+    listed = sorted(peers, key=lambda peer: (-peer.refused, -peer.last_seen))[:MAX_LISTED_CLIENTS]
+    return [
+        {
+            "id": peer.id.hex(),
+            "name": peer.name,
+            "role": peer.role,
+            "transport": peer.profile.transport,
+            "hello": peer.hello,
+            "windows": len(peer.windows),
+            "held": sum(len(window.held) for window in peer.windows.values()),
+            "refused": peer.refused,
+            "paused_on": ["*" if queue is None else queue.name for queue in peer.paused_on],
+            "stalled": peer.stalled,
+            "silent_seconds": round((now - peer.last_seen) / 1e9, 1),
+        }
+        for peer in listed
+    ]

@@ -104,6 +104,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_consumers: int = 1_000
     #: Queues in the broker.
     max_queues: int = 10_000
+    #: Bytes the held messages may take (content, headers and ~200 bytes each) before sends
+    #: are refused (503) until they are under 80% again; producers that said HELLO are asked
+    #: to pause at 90%. Bytes, a size ("512MB", "2GiB"), a share of the machine's RAM ("40%",
+    #: RabbitMQ's classic memory watermark) or 0 for no limit.
+    max_memory: int | str = "40%"
     #: Frames waiting for one peer that does not read them; past this the peer counts as gone
     #: (its messages go back to their queues) instead of growing the broker's memory.
     max_backlog_frames: int = 1_000
@@ -157,6 +162,61 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("heartbeat_ms must lie between min_heartbeat_ms and max_heartbeat_ms")
         if self.overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
+        memory_limit(self.max_memory)  # raises ValueError for a bad size
+
+    @property
+    def max_memory_bytes(self) -> int:
+        return memory_limit(self.max_memory)
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+
+
+def memory_limit(value: int | str) -> int:
+    """`max_memory` in bytes: an int, "512MB", "2GiB", "40%" of the machine's RAM, 0 = none.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("max_memory cannot be negative")
+        return value
+    text = value.strip().lower()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            raise ValueError(f"max_memory {value!r} is not a percentage") from None
+        if not 0 <= share <= 100:
+            raise ValueError("max_memory as a percentage must be 0-100%")
+        return int(physical_memory() * share / 100)
+    number = text.rstrip("kmgib")
+    unit = text[len(number) :]
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if unit not in _SIZE_UNITS or amount < 0:
+        raise ValueError(f"max_memory {value!r} is not a size (bytes, '512MB', '2GiB', '40%' or 0)")
+    return int(amount * _SIZE_UNITS[unit])
+
+
+def physical_memory() -> int:
+    """The machine's RAM in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 FIELDS = BrokerConfig.__struct_fields__

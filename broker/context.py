@@ -32,6 +32,7 @@ class Context:
         "dirty",
         "draining",
         "handling",
+        "held_bytes",
         "input_pending",
         "journal",
         "new_id",
@@ -41,6 +42,7 @@ class Context:
         "started_ns",
         "storage_problem",
         "_last_log",
+        "_refusal",
     )
 
     def __init__(
@@ -75,6 +77,12 @@ class Context:
         #: silence is not proof that a peer is dead (peers.py).
         self.input_pending = False
         self._last_log: dict[str, tuple[int, int]] = {}
+        #: Bytes the messages held (ready, in flight, delayed) take, as `record_bytes` counts
+        #: them: what the broker's memory limit is measured against (flow.py).
+        self.held_bytes = 0
+        #: The refusal being gathered: like refusals in a row from one peer leave as one ERROR
+        #: with a count (see `refuse`).
+        self._refusal: _Refusal | None = None
 
     def wall_at(self, monotonic_ns: int) -> float:
         """A monotonic deadline as wall-clock seconds (for the store and for display)."""
@@ -91,6 +99,8 @@ class Context:
         chunks.append(data)
 
     def reply(self, peer: Peer, message: Message) -> None:
+        if self._refusal is not None:
+            self.flush_refusals()
         self.add(peer.id, encode(message))
 
     def refuse(
@@ -103,12 +113,63 @@ class Context:
         tag: int | None = None,
     ) -> None:
         """An ERROR to extension peers, naming the type of the message refused; a counted,
-        rate-limited log line for stock peers."""
+        rate-limited log line for stock peers.
+
+        Refusals of one peer in a row that differ only in their tag, when the tags run on
+        (tag, tag + 1, ...) or none has one, leave as one ERROR with a count: a frame of 256
+        sends to a full queue costs its sender one reply, not 256 (docs/protocol.md §6.1).
+        """
         self.counters.errors += 1
-        if peer.extensions:
-            self.reply(peer, Error(int(code), reason, message_id, queue, tag, self.handling))
-        else:
+        peer.refused += 1
+        if not peer.extensions:
             self.log_limited(f"refused from {peer.id.hex()}: {code} {reason}", str(int(code)))
+            return
+        pending = self._refusal
+        if pending is not None:
+            if (
+                message_id is None
+                and pending.peer is peer
+                and pending.code == code
+                and pending.queue == queue
+                and pending.handling == self.handling
+                and pending.reason == reason
+                and (
+                    pending.tag is None
+                    if tag is None
+                    else pending.tag is not None and tag == pending.tag + pending.count
+                )
+            ):
+                pending.count += 1
+                return
+            self.flush_refusals()
+        if message_id is not None:
+            error = Error(int(code), reason, message_id, queue, tag, self.handling)
+            self.add(peer.id, encode(error))
+        else:
+            self._refusal = _Refusal(peer, int(code), reason, queue, tag, self.handling)
+
+    def flush_refusals(self) -> None:
+        """The refusal being gathered goes into the outbox (after each frame, and before
+        any other reply, so that replies keep their order)."""
+        pending = self._refusal
+        if pending is None:
+            return
+        self._refusal = None
+        count = pending.count if pending.count > 1 else None
+        self.add(
+            pending.peer.id,
+            encode(
+                Error(
+                    pending.code,
+                    pending.reason,
+                    None,
+                    pending.queue,
+                    pending.tag,
+                    pending.handling,
+                    count,
+                )
+            ),
+        )
 
     def log_limited(self, line: str, key: str) -> None:
         """At most one line per second per key, with the count of lines held back."""
@@ -130,3 +191,26 @@ class Context:
                 peer.last_sent = now
             frames.append((peer_id, b"".join(chunks)))
         return frames
+
+
+class _Refusal:
+    """Refusals gathered into one ERROR: `count` of them, the first with `tag`."""
+
+    __slots__ = ("code", "count", "handling", "peer", "queue", "reason", "tag")
+
+    def __init__(
+        self,
+        peer: Peer,
+        code: int,
+        reason: str,
+        queue: str | None,
+        tag: int | None,
+        handling: int | None,
+    ) -> None:
+        self.peer = peer
+        self.code = code
+        self.reason = reason
+        self.queue = queue
+        self.tag = tag
+        self.handling = handling
+        self.count = 1

@@ -17,6 +17,7 @@ deadletters, peers (HELLO, liveness, goodbyes), admin, and one schedule for ever
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from ..protocol import (
@@ -42,8 +43,9 @@ from .clock import Clock
 from .config import BrokerConfig
 from .context import Context, Frames
 from .deadletters import DeadLetters
-from .dispatch import Dispatch
+from .dispatch import DISPATCH_PER_TURN, Dispatch
 from .expiry import Expiry
+from .flow import Flow
 from .intake import Intake
 from .journal import Journal, NullJournal
 from .model import Counters, Peer, PeerProfile, Queue
@@ -51,6 +53,9 @@ from .peers import Peers
 from .queues import Queues
 from .recovery import restore_keys, restore_messages
 from .schedule import DELAY_OVER, HEARTBEAT, KEY_EXPIRY, LEASE, PEER_EXPIRY, TTL, Schedule
+
+#: Scheduled entries (TTLs, leases, ...) handled in one turn at most; the rest wait a turn.
+DUE_PER_TURN = 8_192
 
 FIRST_EXTENSION_TYPE = min(EXTENSION_TYPES)
 #: 005 and 006 exist only in the README (TTL) dialect: a peer that sends them speaks it.
@@ -91,9 +96,13 @@ class Core:
         self.dead_letters = DeadLetters(ctx, self._queues)
         self.expiry = Expiry(ctx, self.dead_letters)
         self.dispatch = Dispatch(ctx, self._queues, self.dead_letters, self.expiry)
-        self.intake = Intake(ctx, self._queues, self.dead_letters, self.expiry)
-        self._peers = Peers(ctx, self.dispatch)
-        self.admin = AdminCommands(ctx, self._queues, self._peers, self.dead_letters, self.intake)
+        self.flow = Flow(ctx, config.max_memory_bytes)
+        self.intake = Intake(ctx, self._queues, self.dead_letters, self.expiry, self.flow)
+        self._peers = Peers(ctx, self.dispatch, self.flow)
+        self.dispatch.give_up = self._peers.give_up
+        self.admin = AdminCommands(
+            ctx, self._queues, self._peers, self.dead_letters, self.intake, self.flow
+        )
         peers = self._peers
         self._handlers: dict[type, Callable[[Peer, Any], None]] = {
             Send: self.intake.on_send,
@@ -198,9 +207,11 @@ class Core:
         profile = profile or self.profile
         peers = self._peers
         peer = peers.get(peer_id, profile)
-        peer.last_seen = self.ctx.now  # any message counts as a heartbeat
-        handlers = self._handlers
         ctx = self.ctx
+        peer.last_seen = ctx.now  # any message counts as a heartbeat
+        if peer.stalled:
+            self._speaks_again(peer)
+        handlers = self._handlers
         for message in messages:
             if peer.forgotten:  # a KBAI earlier in the same frame
                 peer = peers.get(peer_id, profile)
@@ -221,7 +232,14 @@ class Core:
                 peer = peers.get(peer_id, profile)
             ctx.handling = error.message_type
             ctx.refuse(peer, error.code, error.reason)
+        ctx.flush_refusals()
         peers.after_input(peer)
+
+    def _speaks_again(self, peer: Peer) -> None:
+        """A stalled peer (a lease ran out while it said nothing) is back: it gets work."""
+        peer.stalled = False
+        for window in peer.windows.values():
+            self.ctx.mark_dirty(window.queue)
 
     def end_turn(self) -> Turn:
         """Run what is due, dispatch, heartbeat, and return what to send: one frame per
@@ -231,7 +249,7 @@ class Core:
         due = schedule.next_due()
         if due is not None and due <= ctx.now:
             on_due = self._on_due
-            for when, kind, target in schedule.pop_due(ctx.now):
+            for when, kind, target in islice(schedule.pop_due(ctx.now), DUE_PER_TURN):
                 on_due[kind](when, target)
         if schedule.needs_compaction():
             schedule.compact(self._entry_is_live)
@@ -239,16 +257,27 @@ class Core:
             dirty = ctx.dirty
             ctx.dirty = {}
             if not ctx.draining:
-                dispatch = self.dispatch.dispatch
-                for queue in dirty:
-                    dispatch(queue)
+                self._dispatch_within_budget(dirty)
+        self.flow.end_turn()
         self._peers.send_due_heartbeats()
+        ctx.flush_refusals()
         close = self.take_closes()
         outbox = ctx.outbox
         if not outbox:
             return Turn([], close)
         ctx.outbox = {}
         return Turn(ctx.take_frames(outbox, self._peers.by_id), close)
+
+    def _dispatch_within_budget(self, dirty: dict[Queue, None]) -> None:
+        """A dispatch pass over the queues that want one, at most DISPATCH_PER_TURN messages
+        in all; queues left over stay marked for the next turn."""
+        dispatch = self.dispatch.dispatch
+        budget = DISPATCH_PER_TURN
+        for queue in dirty:
+            if budget > 0:
+                budget -= dispatch(queue, budget)
+            else:
+                self.ctx.mark_dirty(queue)
 
     def take_closes(self) -> list[bytes]:
         """Peers given up on since the last call whose transport holds a connection to close
@@ -278,7 +307,7 @@ class Core:
         ctx = self.ctx
         if ctx.dirty and not ctx.draining:
             return ctx.now
-        return ctx.schedule.next_due()
+        return ctx.schedule.next_due()  # overdue entries left by the budget: in the past
 
     # ----------------------------------------------------------------- events from outside
 

@@ -6,6 +6,7 @@ and put back (replay) or deleted (purge) by an operator.
 from __future__ import annotations
 
 from .context import Context
+from .flow import record_bytes
 from .model import GONE, DeadLetterEntry, Queue, Record
 from .queues import Queues
 
@@ -21,6 +22,7 @@ class DeadLetters:
         """Move a record to the dead-letter store; the entry counts the deliveries made."""
         ctx = self._ctx
         record.state = GONE
+        ctx.held_bytes -= record_bytes(record)
         delivered = record.deliveries if in_flight else record.deliveries - 1
         entry = DeadLetterEntry(
             record.id, record.content, reason, delivered, ctx.clock.wall(), record.headers
@@ -55,6 +57,7 @@ class DeadLetters:
                 continue
             record = Record(entry.id, entry.content, 0, entry.deliveries + 1, headers=entry.headers)
             self._queues.place(queue, record, to_head=False)
+            self._ctx.held_bytes += record_bytes(record)
             journal.undead(queue.name, entry.id)
             journal.put(queue.name, record)
             replayed += 1

@@ -13,6 +13,7 @@ from ..protocol import Ack, Consume, DeadLetter, ErrorCode, Requeue, encode_disp
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
+from .flow import RECORD_OVERHEAD_BYTES
 from .model import DELAYED, GONE, IN_FLIGHT, NS_PER_SECOND, READY, Peer, Queue, Record, Window
 from .queues import Queues
 from .schedule import DELAY_OVER, LEASE
@@ -20,8 +21,17 @@ from .schedule import DELAY_OVER, LEASE
 NS_PER_MS = 1_000_000
 
 
+#: Messages dispatched in one loop turn at most; a queue with more to give stays marked for
+#: the next turn, so one big window cannot hold up everyone else's heartbeats.
+DISPATCH_PER_TURN = 8_192
+
+
+def _no_give_up(peer: Peer, why: str) -> None:
+    raise RuntimeError("Dispatch.give_up used before the core set it")
+
+
 class Dispatch:
-    __slots__ = ("_ctx", "_dead", "_expiry", "_queues")
+    __slots__ = ("_ctx", "_dead", "_expiry", "_queues", "give_up")
 
     def __init__(
         self, ctx: Context, queues: Queues, dead_letters: DeadLetters, expiry: Expiry
@@ -30,6 +40,8 @@ class Dispatch:
         self._queues = queues
         self._dead = dead_letters
         self._expiry = expiry
+        #: Forget a peer as if it had gone (peers.py): what it holds goes back.
+        self.give_up = _no_give_up
 
     # ----------------------------------------------------------------- consumer messages
 
@@ -54,7 +66,7 @@ class Dispatch:
         window = peer.windows.get(queue.name)
         if window is None:
             max_consumers = ctx.config.max_consumers
-            if len(queue.windows) >= max_consumers:
+            if len(queue.windows) >= max_consumers and not self._reclaim_slot(queue):
                 ctx.refuse(
                     peer,
                     ErrorCode.LIMIT_REACHED,
@@ -71,12 +83,41 @@ class Dispatch:
         self.close_window_if_idle(window)
         ctx.mark_dirty(queue)
 
+    def _reclaim_slot(self, queue: Queue) -> bool:
+        """A queue at its maximum of consumers: give up on the peer of a window that does not
+        count (frozen or gone, see `_is_vacant`) to make room; False if every one counts."""
+        now = self._ctx.now
+        vacant = [w for w in queue.windows if self._is_vacant(w, now)]
+        if not vacant:
+            return False
+        window = min(vacant, key=lambda w: (not w.peer.stalled, w.peer.last_seen))
+        self._ctx.counters.consumers_reclaimed += 1
+        self.give_up(window.peer, f"its window on {queue.name!r} was reclaimed for a new consumer")
+        return True
+
+    def _is_vacant(self, window: Window, now: int) -> bool:
+        """A window whose peer let a lease run out without a word (stalled), or a peer
+        without heartbeats that holds nothing here and has been silent for longer than its
+        lease: the only sign such a peer is alive is what it sends (a vanished stock
+        consumer of a ZeroMQ socket leaves no other trace)."""
+        peer = window.peer
+        if peer.stalled:
+            return True
+        if peer.heartbeat_ns or window.held:
+            return False
+        silence_ns = self._lease_ns(window) or int(
+            self._ctx.config.idle_peer_seconds * NS_PER_SECOND
+        )
+        return now - peer.last_seen > silence_ns
+
     def on_ack(self, peer: Peer, message: Ack) -> None:
         record = self._take_held(peer, message.queue, message.message_id, "ack")
         if record is not None:
             record.state = GONE
-            self._ctx.counters.acked += 1
-            self._ctx.journal.acked(record)
+            ctx = self._ctx
+            ctx.held_bytes -= len(record.content) + len(record.headers) + RECORD_OVERHEAD_BYTES
+            ctx.counters.acked += 1
+            ctx.journal.acked(record)
 
     def on_requeue(self, peer: Peer, message: Requeue) -> None:
         record = self._take_held(peer, message.queue, message.message_id, "requeue")
@@ -220,6 +261,14 @@ class Dispatch:
             del held[record.id]
         queue.in_flight -= len(expired)
         ctx.counters.lease_expired += len(expired)
+        peer = window.peer
+        if expired and not peer.stalled:
+            # Heard nothing from the peer since the first of these went out: it is frozen or
+            # gone, and what comes back must not go to it again before it speaks.
+            lease_ns = self._lease_ns(window)
+            if lease_ns and peer.last_seen <= min(r.lease_until for r in expired) - lease_ns:
+                peer.stalled = True
+                ctx.counters.stalled_consumers += 1
         for record in reversed(expired):  # back to the head, in dispatch order
             self.give_back(queue, record, to_head=True)
         if expired:
@@ -262,15 +311,16 @@ class Dispatch:
 
     # ----------------------------------------------------------------- dispatch
 
-    def dispatch(self, queue: Queue) -> None:
+    def dispatch(self, queue: Queue, budget: int = DISPATCH_PER_TURN) -> int:
         """Hand ready messages to the queue's windows with room, round robin from a
-        rotating start, until the queue or the room runs out."""
+        rotating start, until the queue, the room or the `budget` runs out (then the queue
+        is marked for another pass). Stalled peers get nothing. Returns how many went out."""
         ready = queue.ready
         if not ready:
-            return
-        windows = [w for w in queue.windows if len(w.held) < w.limit]
+            return 0
+        windows = [w for w in queue.windows if len(w.held) < w.limit and not w.peer.stalled]
         if not windows:
-            return
+            return 0
         ctx = self._ctx
         leases = [self._lease_ns(window) for window in windows]
         arm = ctx.schedule.arm
@@ -283,6 +333,10 @@ class Dispatch:
         packet = queue.queue_packet
         dispatched = first_seq = last_seq = 0
         while ready:
+            if budget <= 0:
+                ctx.mark_dirty(queue)  # more next turn
+                break
+            budget -= 1
             record = ready.popleft()
             if record.state != READY:
                 queue.stale -= 1
@@ -332,3 +386,4 @@ class Dispatch:
             journal.dispatched(queue.name, first_seq, last_seq)
         queue.in_flight += dispatched
         ctx.counters.dispatched += dispatched
+        return dispatched

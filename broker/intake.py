@@ -15,6 +15,7 @@ from ..protocol import ErrorCode, Send, encode_confirm, key_problem
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
+from .flow import RECORD_OVERHEAD_BYTES, Flow
 from .keys import KeyWindow
 from .model import NS_PER_SECOND, READY, Peer, Queue, Record
 from .queues import Queues
@@ -29,6 +30,7 @@ class Intake:
         "_ctx",
         "_dead",
         "_expiry",
+        "_flow",
         "_key_expiry_due",
         "_keys_purged_at",
         "_queues",
@@ -36,12 +38,18 @@ class Intake:
     )
 
     def __init__(
-        self, ctx: Context, queues: Queues, dead_letters: DeadLetters, expiry: Expiry
+        self,
+        ctx: Context,
+        queues: Queues,
+        dead_letters: DeadLetters,
+        expiry: Expiry,
+        flow: Flow,
     ) -> None:
         self._ctx = ctx
         self._queues = queues
         self._dead = dead_letters
         self._expiry = expiry
+        self._flow = flow
         config = ctx.config
         self.keys = KeyWindow(
             int(config.dedup_window_seconds * NS_PER_SECOND), config.max_dedup_keys
@@ -75,6 +83,12 @@ class Intake:
         key = message.key
         if key is not None and self._is_repeat(peer, message):
             return
+        flow = self._flow
+        if flow.memory_high and not flow.admits(peer, message.queue, tag):
+            queue = self._queues.get(message.queue)
+            if queue is not None:
+                queue.refused += 1
+            return
         queue = self._queues.open(peer, message.queue, tag)
         if queue is None:
             return
@@ -85,10 +99,18 @@ class Intake:
         ):
             return
         ttl = message.ttl or 0
-        record = Record(ctx.new_id(), message.content, ctx.now + ttl * NS_PER_SECOND if ttl else 0)
+        content = message.content
+        record = Record(ctx.new_id(), content, ctx.now + ttl * NS_PER_SECOND if ttl else 0)
+        size = len(content) + RECORD_OVERHEAD_BYTES
         if message.headers:
             record.headers = message.headers  # passed on untouched, never parsed
+            size += len(message.headers)
+        ctx.held_bytes += size
         self._queues.place(queue, record, to_head=False)
+        if (queue.max_length and queue.ready_count >= queue.pause_mark) or (
+            ctx.held_bytes >= flow.pause_at
+        ):
+            flow.after_put(peer, queue)
         ctx.journal.put(queue.name, record)
         if key is not None and self.keys.window_ns:
             self.remember_key(queue.name, key, record.id, ctx.now + self.keys.window_ns)
@@ -133,6 +155,8 @@ class Intake:
         ctx = self._ctx
         ctx.counters.overflowed += 1
         if queue.overflow == "reject":
+            queue.refused += 1
+            self._flow.pause(peer, queue)
             ctx.refuse(
                 peer,
                 ErrorCode.LIMIT_REACHED,

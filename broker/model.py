@@ -94,8 +94,10 @@ class Queue:
         "max_length",
         "name",
         "overflow",
+        "paused",
         "queue_packet",
         "ready",
+        "refused",
         "stale",
         "turn",
         "windows",
@@ -125,10 +127,24 @@ class Queue:
         self.delayed = 0
         self.dead: deque[DeadLetterEntry] = deque(maxlen=dead_letter_limit)
         self.dead_dropped = 0
+        #: Sends refused (full, memory), and the HELLO producers told to pause on it (flow.py).
+        self.refused = 0
+        self.paused: dict[Peer, None] = {}
 
     @property
     def ready_count(self) -> int:
         return len(self.ready) - self.stale
+
+    @property
+    def pause_mark(self) -> int:
+        """Ready messages at which a HELLO producer is asked to pause (90% of the limit):
+        what it sends before the PAUSE arrives still fits."""
+        return self.max_length - self.max_length // 10
+
+    @property
+    def resume_mark(self) -> int:
+        """Ready messages below which paused producers may send again (80% of the limit)."""
+        return self.max_length - self.max_length // 5
 
     def add_dead(self, entry: DeadLetterEntry) -> None:
         if len(self.dead) == self.dead.maxlen:
@@ -194,9 +210,12 @@ class Peer:
         "last_seen",
         "last_sent",
         "name",
+        "paused_on",
         "profile",
+        "refused",
         "report",
         "role",
+        "stalled",
         "ttl_form",
         "windows",
     )
@@ -232,6 +251,13 @@ class Peer:
         #: (a new HELLO) makes older entries moot.
         self.expiry_due = 0
         self.heartbeat_due = 0
+        #: Messages of its refused (counted for stats).
+        self.refused = 0
+        #: A lease ran out while it said nothing at all: frozen or gone. It gets no new work
+        #: until it speaks again (dispatch.py).
+        self.stalled = False
+        #: Where it was told to PAUSE: queues, and None for the broker-wide pause (flow.py).
+        self.paused_on: list[Queue | None] = []
 
     def opt_in(self) -> None:
         """The peer spoke an extension: it gets ERRORs, delivery counts and the TTL form."""
@@ -258,6 +284,11 @@ class Counters:
         "confirmed",
         "deduplicated",
         "errors",
+        "refused_memory",
+        "pauses",
+        "resumes",
+        "stalled_consumers",
+        "consumers_reclaimed",
     )
 
     def __init__(self) -> None:

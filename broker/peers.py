@@ -13,6 +13,7 @@ import logging
 from ..protocol import Disconnect, Heartbeat, Hello, Kbai, clamp_liveness
 from .context import Context
 from .dispatch import Dispatch
+from .flow import Flow
 from .model import NS_PER_SECOND, Peer, PeerProfile
 from .schedule import HEARTBEAT, PEER_EXPIRY
 
@@ -29,11 +30,20 @@ UNKNOWN_PEER_REASON = (
 
 
 class Peers:
-    __slots__ = ("_ctx", "_departed", "_dispatch", "_heartbeats_due", "by_id", "to_close")
+    __slots__ = (
+        "_ctx",
+        "_departed",
+        "_dispatch",
+        "_flow",
+        "_heartbeats_due",
+        "by_id",
+        "to_close",
+    )
 
-    def __init__(self, ctx: Context, dispatch: Dispatch) -> None:
+    def __init__(self, ctx: Context, dispatch: Dispatch, flow: Flow) -> None:
         self._ctx = ctx
         self._dispatch = dispatch
+        self._flow = flow
         self.by_id: dict[bytes, Peer] = {}
         #: Extension peers declared gone without a goodbye, most recent last (bounded).
         self._departed: dict[bytes, None] = {}
@@ -73,6 +83,8 @@ class Peers:
         if peer is None:
             return 0
         peer.forgotten = True
+        if peer.paused_on:
+            self._flow.forget(peer)
         if peer.profile.closable and not said_goodbye:
             self.to_close.append(peer_id)
         if peer.extensions and not said_goodbye:
@@ -80,6 +92,16 @@ class Peers:
             if len(self._departed) > MAX_DEPARTED_PEERS:
                 del self._departed[next(iter(self._departed))]
         return self._dispatch.release_all(peer)
+
+    def give_up(self, peer: Peer, why: str) -> None:
+        """Forget a peer that does not count any more (a frozen or vanished consumer): its
+        messages go back to their queues and a raw-TCP connection is closed."""
+        returned = self.gone(peer.id)
+        self._ctx.log_limited(
+            f"gave up on peer {peer.id.hex()} {peer.name}: {why}; {returned} messages back to"
+            " their queues",
+            "give-up",
+        )
 
     def start_drain(self) -> None:
         """Every peer that speaks extensions is told to go elsewhere or come back later."""

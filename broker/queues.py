@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..protocol import ErrorCode, queue_name_problem
 from .config import QueueSettings
 from .context import Context
+from .flow import record_bytes
 from .model import GONE, READY, Peer, Queue, Record
 
 
@@ -69,6 +70,7 @@ class Queues:
         for record in queue.ready:
             if record.state == READY:
                 record.state = GONE  # its TTL timer, if armed, now finds nothing to do
+                self._ctx.held_bytes -= record_bytes(record)
                 purged += 1
         queue.ready.clear()
         queue.stale = 0

@@ -14,6 +14,7 @@ from typing import Any
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
+from .flow import record_bytes
 from .intake import Intake
 from .model import NS_PER_SECOND, DeadLetterEntry, Record
 from .queues import Queues
@@ -43,6 +44,7 @@ def restore_messages(
         )
         queues.restore_seq(stored.seq)
         record.seq = stored.seq
+        ctx.held_bytes += record_bytes(record)
         if stored.in_flight == IN_FLIGHT_ON_DISK:  # ready again, with one more delivery
             were_in_flight += 1
             if not dead_letters.count_delivery(queue, record):

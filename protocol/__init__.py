@@ -29,7 +29,9 @@ from .messages import (
     Hello,
     Kbai,
     Message,
+    Pause,
     Requeue,
+    Resume,
     Send,
 )
 from .reader import decode_frame, decode_message
@@ -76,9 +78,11 @@ __all__ = [
     "Message",
     "MessageType",
     "PacketType",
+    "Pause",
     "ProtocolError",
     "RemoteProtocolError",
     "Requeue",
+    "Resume",
     "Send",
     "StreamDecoder",
     "TruncatedError",

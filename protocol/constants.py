@@ -43,6 +43,8 @@ class MessageType(IntEnum):
     DISCONNECT = 103  # both ways: [reason]
     KBAI = 104  # both ways: nothing
     CONFIRM = 105  # broker -> client: id, [tag]
+    PAUSE = 106  # broker -> client: code, reason, [queue]: stop sending there until RESUME
+    RESUME = 107  # broker -> client: [queue]: the pause is over
     ADMIN = 110  # client -> broker: options (JSON command)
     ADMIN_REPLY = 111  # broker -> client: options (JSON result)
 
@@ -77,5 +79,7 @@ class ErrorCode(IntEnum):
     LIMIT_REACHED = 429  # a broker limit (queue length, consumers) refuses the request
     INTERNAL = 500  # the broker failed; the request may be retried
     SHUTTING_DOWN = 503  # the broker is draining and takes no new sends
+    #: The same code: the broker's memory is above its limit; sends wait for a RESUME.
+    OVERLOADED = 503
     INSUFFICIENT_STORAGE = 507  # durable mode: the store cannot write (disk full, I/O error)
     UNSUPPORTED_VERSION = 505  # a protocol version other than 01

@@ -102,6 +102,9 @@ class Error(msgspec.Struct, frozen=True, gc=False):
     #: The type of the message refused (1 a send, 2 a consume, ...), when the broker knows
     #: it: lets a client tell a refused send from a refused subscription.
     refused: int | None = None
+    #: How many messages of the frame this one ERROR refuses (None: one). With a tag, the
+    #: refused sends are those tagged tag, tag + 1, ..., tag + count - 1.
+    count: int | None = None
 
 
 class Confirm(msgspec.Struct, frozen=True, gc=False):
@@ -111,6 +114,23 @@ class Confirm(msgspec.Struct, frozen=True, gc=False):
     TYPE: ClassVar[MessageType] = MessageType.CONFIRM
     message_id: bytes
     tag: int | None = None
+
+
+class Pause(msgspec.Struct, frozen=True, gc=False):
+    """106 (extension): the broker asks a producer to stop sending to `queue` (None: to any
+    queue) until a RESUME: the queue is nearly full (429) or the broker's memory high (503)."""
+
+    TYPE: ClassVar[MessageType] = MessageType.PAUSE
+    code: int
+    reason: str
+    queue: str | None = None
+
+
+class Resume(msgspec.Struct, frozen=True, gc=False):
+    """107 (extension): the pause on `queue` (None: the broker-wide one) is over."""
+
+    TYPE: ClassVar[MessageType] = MessageType.RESUME
+    queue: str | None = None
 
 
 class Hello(msgspec.Struct, frozen=True):
@@ -162,6 +182,8 @@ Message = (
     | DeadLetter
     | Error
     | Confirm
+    | Pause
+    | Resume
     | Hello
     | Heartbeat
     | Disconnect

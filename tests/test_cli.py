@@ -35,6 +35,8 @@ def test_send_consume_and_stats(broker: BrokerProcess) -> None:
         "delayed": 0,
         "consumers": 0,
         "dead_letters": 0,
+        "refused": 0,
+        "paused_producers": 0,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
 

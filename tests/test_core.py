@@ -490,7 +490,7 @@ def test_dlq_list_stays_under_the_packet_limit_and_says_it_was_cut() -> None:
 
 def test_every_error_names_the_type_of_the_message_it_refuses() -> None:
     core = CoreHarness(max_queue_length=1, max_window=10, max_content_bytes=100)
-    [full] = core.send(PRODUCER, HELLO, p.Send("q", b"a", 0), p.Send("q", b"b", 0))[1:]
+    [full] = errors(core.send(PRODUCER, HELLO, p.Send("q", b"a", 0), p.Send("q", b"b", 0)))
     [window] = core.send(CONSUMER, HELLO, p.Consume("q", 11))[1:]
     [unheld] = core.send(CONSUMER, p.Ack("q", b"f" * 32))
     [too_large] = core.send(PRODUCER, p.Send("q", b"x" * 101, 0))

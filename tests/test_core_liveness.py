@@ -85,7 +85,7 @@ def test_a_heartbeat_from_an_unknown_peer_is_answered_with_disconnect() -> None:
     assert "HELLO" in (answer.reason or "")
 
 
-def test_a_stock_consumers_message_comes_back_after_the_lease() -> None:
+def test_a_silent_stock_consumers_message_comes_back_after_the_lease_and_not_to_it() -> None:
     core = CoreHarness(lease_ms=1000)
     core.send(PRODUCER, p.Send("jobs", b"a"), p.Send("jobs", b"b"))
     [first] = dispatches(core.send(CONSUMER, p.Consume("jobs", 1)))
@@ -94,13 +94,31 @@ def test_a_stock_consumers_message_comes_back_after_the_lease() -> None:
     assert core.stats("jobs")["in_flight"] == 1
     core.advance(0.01)
     out = core.turn()
-    # Back at the head, and dispatched again at once: the window has room again.
-    [again] = dispatches(out[CONSUMER])
-    assert (again.message_id, again.content) == (first.message_id, b"a")
+    # Back at the head; the window has room again, but the consumer said nothing for a whole
+    # lease (frozen or gone): it gets nothing new until it speaks.
+    assert CONSUMER not in out
+    assert core.stats("jobs") == {"ready": 2, "in_flight": 0, "dead": 0}
     assert core.core.counters.lease_expired == 1
-    # The late ack of the first delivery... is the ack of the second: same holder, same id.
+    assert core.core.counters.stalled_consumers == 1
+    [again] = dispatches(core.send(OTHER, p.Consume("jobs", 1)))
+    assert (again.message_id, again.content) == (first.message_id, b"a")
+    # It speaks again (a late ack, of a message it no longer holds): it gets work again.
+    [second] = dispatches(core.send(CONSUMER, p.Ack("jobs", first.message_id)))
+    assert second.content == b"b"
+    assert core.core.counters.acked == 0
+
+
+def test_a_consumer_that_acked_during_the_lease_gets_its_late_message_again() -> None:
+    core = CoreHarness(lease_ms=1000)
+    core.send(PRODUCER, p.Send("jobs", b"a"), p.Send("jobs", b"b"))
+    first, second = dispatches(core.send(CONSUMER, p.Consume("jobs", 2)))
+    core.advance(0.5)
     core.send(CONSUMER, p.Ack("jobs", first.message_id))
-    assert core.core.counters.acked == 1
+    core.advance(0.5)
+    # Alive (it acked within the lease), only slow with this one: it may have it again.
+    [again] = dispatches(core.turn()[CONSUMER])
+    assert again.message_id == second.message_id
+    assert core.core.counters.stalled_consumers == 0
 
 
 def test_a_late_ack_after_the_lease_moved_the_message_elsewhere_is_refused() -> None:
@@ -235,7 +253,8 @@ def test_ten_thousand_identities_leave_no_state_behind() -> None:
     assert core.core.peers == {}
     assert len(core.core.schedule) < 20_001  # stale timers drain as they come due
     core.advance(1)
-    core.turn()
+    for _ in range(3):  # at most DUE_PER_TURN entries a turn
+        core.turn()
     assert len(core.core.schedule) == 0
     assert core.stats("jobs")["ready"] == 20_000
 

@@ -81,6 +81,12 @@ from .shared import fail
     help="A send to a full queue: refuse it, or dead-letter the oldest. [default: reject]",
 )
 @click.option(
+    "--max-memory",
+    help="Bytes the held messages may take before sends are refused (503) and HELLO"
+    " producers paused: bytes, 512MB, 2GiB, a share of RAM such as 40%, or 0 for no limit."
+    " [default: 40%]",
+)
+@click.option(
     "--dedup-window-seconds",
     type=float,
     help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",

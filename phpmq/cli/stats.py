@@ -57,13 +57,15 @@ def _render(result: dict[str, Any], address: str) -> Any:
     from rich.table import Table
 
     table = Table(title=f"phpmq broker {address}")
-    for column in ("queue", "ready", "in flight", "consumers", "dead letters"):
+    columns = ("ready", "in_flight", "consumers", "dead_letters", "refused", "paused_producers")
+    for column in ("queue", "ready", "in flight", "consumers", "dead letters", "refused", "paused"):
         table.add_column(column, justify="left" if column == "queue" else "right")
     for name, q in result["queues"].items():
-        table.add_row(
-            name, *(str(q[k]) for k in ("ready", "in_flight", "consumers", "dead_letters"))
-        )
+        table.add_row(name, *(str(q.get(k, "")) for k in columns))
     parts: list[Any] = [table]
+    clients = _clients_table(result.get("clients", []))
+    if clients is not None:
+        parts.append(clients)
     if result.get("pools"):
         pools = Table(title="worker pools")
         for column in ("pool", "queue", "workers", "busy", "idle", "held"):
@@ -83,9 +85,46 @@ def _render(result: dict[str, Any], address: str) -> Any:
     for bridge_name, report in result.get("bridges", {}).items():
         numbers = ", ".join(f"{k} {v}" for k, v in report["counters"].items())
         parts.append(f"bridge {bridge_name} ({report['kind']}): {numbers}")
+    memory = result.get("memory")
+    if memory:
+        limit = memory["limit_bytes"]
+        share = f" ({memory['held_bytes'] / limit:.0%})" if limit else ""
+        alarm = " [memory alarm: sends refused]" if memory["alarm"] else ""
+        parts.append(
+            f"memory: {_mib(memory['held_bytes'])} held in messages of"
+            f" {_mib(limit) if limit else 'no limit'}{share}{alarm};"
+            f" {memory['paused_producers']} producers paused broker-wide"
+        )
     counters = ", ".join(f"{k} {v}" for k, v in result["counters"].items())
     draining = " [draining]" if result.get("draining") else ""
     parts.append(
         f"peers {result['peers']}, up {result['uptime_seconds']:.0f}s{draining}; {counters}"
     )
     return Group(*parts)
+
+
+def _clients_table(clients: list[dict[str, Any]]) -> Any:
+    """Peers that were refused, are paused or stalled (None if no peer is)."""
+    from rich.table import Table
+
+    worth = [c for c in clients if c["refused"] or c["paused_on"] or c["stalled"]]
+    if not worth:
+        return None
+    table = Table(title="clients refused, paused or stalled")
+    for column in ("peer", "transport", "held", "refused", "paused on", "stalled", "silent s"):
+        table.add_column(column, justify="left" if column in ("peer", "paused on") else "right")
+    for c in worth:
+        table.add_row(
+            c["name"] or c["id"],
+            c["transport"],
+            str(c["held"]),
+            str(c["refused"]),
+            ", ".join(c["paused_on"]),
+            "yes" if c["stalled"] else "",
+            f"{c['silent_seconds']:g}",
+        )
+    return table
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1048576:.1f} MiB"

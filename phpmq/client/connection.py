@@ -380,7 +380,11 @@ class Connection:
             return None
         if isinstance(message, Error):
             if message.tag in self._awaited:
-                self._answers[message.tag] = message  # raised to the sender, not logged
+                # Raised to the sender, not logged; one ERROR may answer a run of tags.
+                answers = self._answers
+                for tag in range(message.tag, message.tag + (message.count or 1)):  # type: ignore[operator]
+                    if tag in self._awaited:
+                        answers[tag] = message
                 return None
             self.errors.append(message)
             self.error_count += 1

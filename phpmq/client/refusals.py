@@ -38,9 +38,12 @@ class Refusals:
         self._delays: dict[str, float] = {}
 
     def send_refused(self, error: Error) -> None:
-        if len(self.sends) == self.sends.maxlen:
-            self.dropped += 1
-        self.sends.append(error)
+        """One refusal per message: an ERROR may refuse several of a frame (its count)."""
+        sends = self.sends
+        for _ in range(error.count or 1):
+            if len(sends) == sends.maxlen:
+                self.dropped += 1
+            sends.append(error)
 
     def take_sends(self) -> list[Error]:
         """The send refusals not yet told, oldest first; they are told now."""

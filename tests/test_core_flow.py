@@ -1,0 +1,162 @@
+"""Overload in the pure core: coalesced refusals, PAUSE/RESUME, the memory limit, consumer
+slots of peers that are gone or frozen, and per-turn budgets."""
+
+from __future__ import annotations
+
+import phpmq.protocol as p
+from harness import CoreHarness, dispatches, errors
+from phpmq.broker.dispatch import DISPATCH_PER_TURN
+from phpmq.broker.flow import RECORD_OVERHEAD_BYTES
+
+PRODUCER = b"producer"
+CONSUMER = b"consumer"
+OTHER = b"other"
+HELLO = p.Hello({"name": "t"})
+
+
+def of_type(messages: list, kind: type) -> list:
+    return [m for m in messages if isinstance(m, kind)]
+
+
+def test_a_frame_of_refused_sends_costs_one_error_with_its_count() -> None:
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    out = core.send(b"flooder", p.Heartbeat(), *[p.Send("q", b"x", 0) for _ in range(256)])
+    [error] = errors(out)
+    assert (error.code, error.queue, error.count, error.tag) == (429, "q", 256, None)
+    assert error.refused == p.MessageType.SEND
+    assert core.core.counters.errors == 256
+    assert core.core.queues["q"].refused == 256
+
+
+def test_refusals_of_tags_that_run_on_are_one_error_and_a_gap_starts_another() -> None:
+    core = CoreHarness(max_queue_length=1)
+    core.send(PRODUCER, p.Send("q", b"x", 0))
+    tags = [5, 6, 7, 9, 10]
+    out = core.send(b"confirming", *[p.Send("q", b"x", 0, tag=t) for t in tags])
+    assert [(e.tag, e.count) for e in errors(out)] == [(5, 3), (9, 2)]
+
+
+def test_a_refusal_with_another_reason_is_not_folded_in() -> None:
+    core = CoreHarness(max_queue_length=1)
+    core.send(PRODUCER, p.Send("q", b"x", 0))
+    out = core.send(
+        b"mixed",
+        p.Heartbeat(),
+        p.Send("q", b"x", 0),
+        p.Send("bad name", b"x", 0),
+        p.Send("q", b"x", 0),
+        p.Send("q", b"x", 0),
+    )
+    assert [(e.code, e.count) for e in errors(out)] == [(429, None), (422, None), (429, 2)]
+
+
+def test_a_hello_producer_is_paused_at_ninety_percent_and_resumed_under_eighty() -> None:
+    core = CoreHarness(max_queue_length=10)
+    out = core.send(PRODUCER, HELLO, *[p.Send("q", b"x", 0) for _ in range(8)])
+    assert of_type(out, p.Pause) == []
+    [pause] = of_type(core.send(PRODUCER, p.Send("q", b"x", 0)), p.Pause)
+    assert (pause.code, pause.queue) == (429, "q")
+    assert "wait for RESUME" in pause.reason
+    # Still taken up to the limit, and paused only once.
+    out = core.send(PRODUCER, p.Send("q", b"x", 0), p.Send("q", b"x", 0))
+    assert of_type(out, p.Pause) == []
+    [full] = errors(out)
+    assert full.code == 429
+    assert core.stats("q")["ready"] == 10
+    core.send(CONSUMER, p.Consume("q", 2))
+    assert core.core.queues["q"].paused  # 8 ready: not under 80% yet
+    out = core.turn((CONSUMER, [p.Consume("q", 3)]))
+    assert of_type(out[PRODUCER], p.Resume) == [p.Resume("q")]
+    assert core.core.counters.pauses == 1 and core.core.counters.resumes == 1
+
+
+def test_stock_producers_get_no_pause() -> None:
+    core = CoreHarness(max_queue_length=10)
+    assert core.send(b"stock", *[p.Send("q", b"x") for _ in range(20)]) == []
+    assert core.stats("q")["ready"] == 10
+
+
+def test_a_paused_producer_that_leaves_is_forgotten() -> None:
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, HELLO, *[p.Send("q", b"x", 0) for _ in range(9)])
+    assert PRODUCER in {peer.id for peer in core.core.queues["q"].paused}
+    core.send(PRODUCER, p.Kbai())
+    assert core.core.queues["q"].paused == {}
+
+
+def test_the_memory_limit_refuses_sends_until_under_eighty_percent() -> None:
+    size = 100 + RECORD_OVERHEAD_BYTES
+    core = CoreHarness(max_memory=10 * size)
+    out = core.send(PRODUCER, HELLO, *[p.Send("q", b"x" * 100, 0) for _ in range(8)])
+    assert of_type(out, p.Pause) == []
+    [pause] = of_type(core.send(PRODUCER, p.Send("q", b"x" * 100, 0)), p.Pause)
+    assert (pause.code, pause.queue) == (503, None)
+    core.send(PRODUCER, p.Send("q", b"x" * 100, 0))  # the 10th: at the limit, alarm on
+    [refused] = errors(core.send(b"other-producer", p.Heartbeat(), p.Send("q", b"y", 0)))
+    assert refused.code == 503 and "memory" in refused.reason
+    assert core.core.counters.refused_memory == 1
+    assert core.core.admin.run({"command": "stats"})["memory"]["alarm"] is True
+    consumed = dispatches(core.send(CONSUMER, p.Consume("q", 3)))
+    out = core.turn((CONSUMER, [p.Ack("q", d.message_id) for d in consumed]))
+    assert of_type(out[PRODUCER], p.Resume) == [p.Resume(None)]
+    assert of_type(out.get(b"other-producer", []), p.Resume) == []  # never said HELLO
+    assert errors(core.send(b"other-producer", p.Send("q", b"y", 0))) == []
+
+
+def test_held_bytes_count_what_is_held_and_nothing_else() -> None:
+    core = CoreHarness(max_queue_length=0)
+    core.send(PRODUCER, *[p.Send("q", b"x" * 10, 0) for _ in range(5)])
+    per_message = 10 + RECORD_OVERHEAD_BYTES
+    assert core.core.ctx.held_bytes == 5 * per_message
+    [first, *_] = dispatches(core.send(CONSUMER, p.Consume("q", 5)))
+    assert core.core.ctx.held_bytes == 5 * per_message  # in flight still counts
+    core.send(CONSUMER, p.Ack("q", first.message_id), p.DeadLetter("q", _[0].message_id))
+    assert core.core.ctx.held_bytes == 3 * per_message
+    core.send(CONSUMER, p.Kbai())
+    core.core.admin.run({"command": "queue-purge", "queue": "q"})
+    assert core.core.ctx.held_bytes == 0
+
+
+def test_a_stock_consumers_idle_window_past_its_lease_frees_its_slot() -> None:
+    core = CoreHarness(max_consumers=2, lease_ms=1000)
+    core.send(b"stock-1", p.Consume("q", 1))
+    core.send(b"stock-2", p.Consume("q", 1))
+    [refused] = errors(core.send(CONSUMER, HELLO, p.Consume("q", 1)))
+    assert refused.code == 429
+    core.advance(1.5)
+    core.send(b"stock-2", p.Consume("q", 1))  # still speaks: it counts
+    assert errors(core.send(CONSUMER, p.Consume("q", 1))) == []
+    assert core.core.counters.consumers_reclaimed == 1
+    assert b"stock-1" not in core.core.peers
+    core.send(PRODUCER, p.Send("q", b"x", 0))
+    assert [w.peer.id for w in core.core.queues["q"].windows] == [b"stock-2", CONSUMER]
+
+
+def test_a_stalled_consumers_slot_is_reclaimed_first() -> None:
+    core = CoreHarness(max_consumers=1, lease_ms=1000)
+    core.send(PRODUCER, p.Send("q", b"x", 0))
+    [held] = dispatches(core.send(b"frozen", p.Consume("q", 1)))
+    core.advance(1)
+    core.turn()
+    assert core.core.peers[b"frozen"].stalled
+    [again] = dispatches(core.send(CONSUMER, HELLO, p.Consume("q", 1))[1:])
+    assert again.message_id == held.message_id
+
+
+def test_heartbeating_consumers_are_never_reclaimed() -> None:
+    core = CoreHarness(max_consumers=1, lease_ms=1000, max_heartbeat_ms=60_000)
+    core.send(b"live", p.Hello({"heartbeat_ms": 60_000}), p.Consume("q", 1))
+    core.advance(30)
+    [refused] = errors(core.send(CONSUMER, HELLO, p.Consume("q", 1)))
+    assert refused.code == 429
+
+
+def test_one_turn_dispatches_at_most_its_budget_and_the_next_goes_on() -> None:
+    core = CoreHarness(max_queue_length=0, max_window=100_000)
+    total = DISPATCH_PER_TURN + 100
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(total)])
+    first = dispatches(core.send(CONSUMER, p.Consume("q", 100_000)))
+    assert len(first) == DISPATCH_PER_TURN
+    assert core.core.next_deadline() == core.core.now  # more to do at once
+    assert len(dispatches(core.turn()[CONSUMER])) == 100
