@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .context import Context
 from .flow import record_bytes
-from .model import GONE, DeadLetterEntry, Queue, Record
+from .model import GONE, DeadLetterEntry, Queue, Record, new_record
 from .queues import Queues
 
 
@@ -55,7 +55,14 @@ class DeadLetters:
             if wanted is not None and entry.id not in wanted:
                 keep.append(entry)
                 continue
-            record = Record(entry.id, entry.content, 0, entry.deliveries + 1, headers=entry.headers)
+            record = new_record(
+                entry.id,
+                entry.content,
+                0,
+                entry.deliveries + 1,
+                entry.headers,
+                journal.durable,
+            )
             self._queues.place(queue, record, to_head=False)
             self._ctx.held_bytes += record_bytes(record)
             journal.undead(queue.name, entry.id)

@@ -14,7 +14,18 @@ from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
 from .flow import RECORD_OVERHEAD_BYTES
-from .model import DELAYED, GONE, IN_FLIGHT, NS_PER_SECOND, READY, Peer, Queue, Record, Window
+from .model import (
+    DELAYED,
+    GONE,
+    ID_BYTES,
+    IN_FLIGHT,
+    NS_PER_SECOND,
+    READY,
+    Peer,
+    Queue,
+    Record,
+    Window,
+)
 from .queues import Queues
 from .schedule import DELAY_OVER, LEASE
 
@@ -115,7 +126,7 @@ class Dispatch:
         if record is not None:
             record.state = GONE
             ctx = self._ctx
-            ctx.held_bytes -= len(record.content) + len(record.headers) + RECORD_OVERHEAD_BYTES
+            ctx.held_bytes -= record.content_bytes + len(record.headers) + RECORD_OVERHEAD_BYTES
             ctx.counters.acked += 1
             ctx.journal.acked(record)
 
@@ -214,7 +225,8 @@ class Dispatch:
         record.state = DELAYED
         queue.delayed += 1
         ctx.schedule.arm(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
-        record.seq = self._queues.next_seq(to_head=False)
+        if ctx.journal.durable:
+            record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
         ctx.journal.delayed(record)
 
     @staticmethod
@@ -325,6 +337,7 @@ class Dispatch:
         leases = [self._lease_ns(window) for window in windows]
         arm = ctx.schedule.arm
         journal = ctx.journal
+        durable = journal.durable
         now = ctx.now
         count = len(windows)
         index = queue.turn % count
@@ -347,10 +360,13 @@ class Dispatch:
             window = windows[index]
             peer = window.peer
             record.state = IN_FLIGHT
-            window.held[record.id] = record
-            if not dispatched:
-                first_seq = record.seq
-            last_seq = record.seq
+            data = record.data
+            message_id = data[:ID_BYTES]
+            window.held[message_id] = record
+            if durable:
+                if not dispatched:
+                    first_seq = record.seq  # type: ignore[attr-defined]
+                last_seq = record.seq  # type: ignore[attr-defined]
             if leases[index]:
                 record.lease_until = now + leases[index]
                 if not window.lease_due or record.lease_until < window.lease_due:
@@ -364,8 +380,8 @@ class Dispatch:
             chunks.append(
                 encode_dispatch(
                     packet,
-                    record.content,
-                    record.id,
+                    data[ID_BYTES:],
+                    message_id,
                     record.remaining_ttl(now) if peer.ttl_form else None,
                     record.deliveries if peer.extensions else None,
                     record.headers,

@@ -17,7 +17,7 @@ from .deadletters import DeadLetters
 from .expiry import Expiry
 from .flow import RECORD_OVERHEAD_BYTES, Flow
 from .keys import KeyWindow
-from .model import NS_PER_SECOND, READY, Peer, Queue, Record
+from .model import NS_PER_SECOND, READY, Peer, Queue, new_record
 from .queues import Queues
 from .schedule import KEY_EXPIRY
 
@@ -100,7 +100,13 @@ class Intake:
             return
         ttl = message.ttl or 0
         content = message.content
-        record = Record(ctx.new_id(), content, ctx.now + ttl * NS_PER_SECOND if ttl else 0)
+        message_id = ctx.new_id()
+        record = new_record(
+            message_id,
+            content,
+            ctx.now + ttl * NS_PER_SECOND if ttl else 0,
+            durable=ctx.journal.durable,
+        )
         size = len(content) + RECORD_OVERHEAD_BYTES
         if message.headers:
             record.headers = message.headers  # passed on untouched, never parsed
@@ -113,13 +119,13 @@ class Intake:
             flow.after_put(peer, queue)
         ctx.journal.put(queue.name, record)
         if key is not None and self.keys.window_ns:
-            self.remember_key(queue.name, key, record.id, ctx.now + self.keys.window_ns)
+            self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
         if ttl:
             self._expiry.watch(queue, record)
         if queue.windows:
             ctx.mark_dirty(queue)
         ctx.counters.received += 1
-        self._confirm(peer, record.id, tag)
+        self._confirm(peer, message_id, tag)
 
     def _is_repeat(self, peer: Peer, message: Send) -> bool:
         """A send whose idempotency key is bad (refused) or was already accepted on its

@@ -16,10 +16,11 @@ from .model import GONE, READY, Peer, Queue, Record
 
 
 class Queues:
-    __slots__ = ("_ctx", "_head_seq", "_tail_seq", "by_name")
+    __slots__ = ("_ctx", "_durable", "_head_seq", "_tail_seq", "by_name")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
+        self._durable = ctx.journal.durable
         self.by_name: dict[str, Queue] = {}
         self._tail_seq = 0
         self._head_seq = 0
@@ -98,8 +99,10 @@ class Queues:
         return purged, dead
 
     def place(self, queue: Queue, record: Record, to_head: bool) -> None:
-        """Into the queue's ready deque; `seq` records the place for the durable store."""
-        record.seq = self.next_seq(to_head)
+        """Into the queue's ready deque; a durable record's `seq` records the place for the
+        store (memory mode has no seq: broker/model.py)."""
+        if self._durable:
+            record.seq = self.next_seq(to_head)  # type: ignore[attr-defined]
         if to_head:
             queue.ready.appendleft(record)
         else:

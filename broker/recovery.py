@@ -16,7 +16,7 @@ from .deadletters import DeadLetters
 from .expiry import Expiry
 from .flow import record_bytes
 from .intake import Intake
-from .model import NS_PER_SECOND, DeadLetterEntry, Record
+from .model import NS_PER_SECOND, DeadLetterEntry, new_record
 from .queues import Queues
 
 #: The store's in-flight mark of a dispatched message (2 marks a delayed one).
@@ -39,11 +39,11 @@ def restore_messages(
         expires_at = 0
         if stored.expires_wall:
             expires_at = ctx.now + int((stored.expires_wall - wall) * NS_PER_SECOND)
-        record = Record(
-            stored.id, stored.content, expires_at, stored.deliveries, headers=stored.headers
+        record = new_record(
+            stored.id, stored.content, expires_at, stored.deliveries, stored.headers, durable=True
         )
         queues.restore_seq(stored.seq)
-        record.seq = stored.seq
+        record.seq = stored.seq  # type: ignore[attr-defined]
         ctx.held_bytes += record_bytes(record)
         if stored.in_flight == IN_FLIGHT_ON_DISK:  # ready again, with one more delivery
             were_in_flight += 1

@@ -397,6 +397,8 @@ def test_stats_reports_queues_and_counters(core: CoreHarness) -> None:
         "delayed": 0,
         "consumers": 1,
         "dead_letters": 0,
+        "refused": 0,
+        "paused_producers": 0,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
     assert stats["counters"]["received"] == 2
