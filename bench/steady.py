@@ -196,7 +196,7 @@ def run_steady_benchmark(rate: int = 10_000, seconds: float = 120.0) -> dict[str
             table.add_row(
                 f"{row['from_s']:g} s",
                 f"{row['messages']:,}",
-                f"{row['messages'] / row_s:,.0f}",
+                f"{row['messages'] / min(row_s, seconds - row['from_s']):,.0f}",
                 _number(row["p99"]),
                 _number(row["max"]),
                 mb(row["rss"]),
