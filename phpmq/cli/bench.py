@@ -1,4 +1,5 @@
-"""`phpmq bench`: the broker's throughput and latency against a bare pyzmq relay."""
+"""`phpmq bench`: the broker's throughput and latency against a bare pyzmq relay, and the
+overload workloads (flood, memory, steady)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,101 @@ import click
     is_flag=True,
     help="Also run the worker pool benchmark (no-op handler, 1/2/4 processes).",
 )
-def bench(messages: int, size: int, window: int, codec: bool, durable: bool, pool: bool) -> None:
+@click.option(
+    "--flood",
+    is_flag=True,
+    help="Run the flood workload: N producers that never read overload a queue with a small"
+    " limit while a calm pair moves 2,000 msg/s through another; peak RSS, calm latency.",
+)
+@click.option(
+    "--memory",
+    is_flag=True,
+    help="Run the memory workload: RSS for --count queued 100-byte messages in memory and"
+    " durable mode, and the durable store's size after the queue drains.",
+)
+@click.option(
+    "--steady",
+    is_flag=True,
+    help="Run the steady workload: a paced pair at --rate msg/s for --seconds, in memory and"
+    " durable mode; p50/p99/p99.9/max latency and RSS over time.",
+)
+@click.option(
+    "--pipe",
+    "pipe",
+    is_flag=True,
+    help="Run the pipe workload too when --flood, --memory or --steady is given (without"
+    " them it always runs).",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.5),
+    default=None,
+    help="How long the flood lasts, and each steady run."
+    " [default: 20 for --flood, 120 for --steady]",
+)
+@click.option(
+    "--flooders",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Flooding producer processes (--flood).",
+)
+@click.option(
+    "--queue-limit",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="The flooded broker's --max-queue-length (--flood).",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    help="Messages queued (--memory).",
+)
+@click.option(
+    "--watch-seconds",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="How long --memory watches the drained store shrink (it stops once the size is"
+    " unchanged for 10 s).",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Messages a second (--steady).",
+)
+def bench(
+    messages: int,
+    size: int,
+    window: int,
+    codec: bool,
+    durable: bool,
+    pool: bool,
+    flood: bool,
+    memory: bool,
+    steady: bool,
+    pipe: bool,
+    seconds: float | None,
+    flooders: int,
+    queue_limit: int,
+    count: int,
+    watch_seconds: float,
+    rate: int,
+) -> None:
     """Benchmark the `pipe` workload against a bare pyzmq relay on loopback.
 
     Starts its own broker, producer and consumer processes on free loopback ports, and prints
     msgs/s, p50/p99 latency and the ratio to the relay ceiling measured in the same run.
+    --codec, --durable and --pool add workloads after it.
+
+    --flood, --memory and --steady run the long overload workloads (issue 15) instead of the
+    pipe (add --pipe to keep it), in that order, each printing its figures beside its targets.
+    Figures are printed, never asserted.
     """
     from ..bench.pipe import run_pipe_benchmark
 
@@ -51,7 +142,8 @@ def bench(messages: int, size: int, window: int, codec: bool, durable: bool, poo
         from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
-    run_pipe_benchmark(messages=messages, size=size, window=window)
+    if pipe or not (flood or memory or steady):
+        run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
         from ..bench.pipe import run_durable_pipe
 
@@ -60,3 +152,17 @@ def bench(messages: int, size: int, window: int, codec: bool, durable: bool, poo
         from ..bench.pool import run_pool_benchmark
 
         run_pool_benchmark()
+    if flood:
+        from ..bench.flood import run_flood_benchmark
+
+        run_flood_benchmark(
+            seconds=20.0 if seconds is None else seconds, flooders=flooders, queue_limit=queue_limit
+        )
+    if memory:
+        from ..bench.memory import run_memory_benchmark
+
+        run_memory_benchmark(count=count, watch_seconds=watch_seconds)
+    if steady:
+        from ..bench.steady import run_steady_benchmark
+
+        run_steady_benchmark(rate=rate, seconds=120.0 if seconds is None else seconds)

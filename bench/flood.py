@@ -1,0 +1,317 @@
+"""The `flood` workload: is the broker fair and bounded when producers overload it?
+
+A broker with a small queue limit; N flooders, each a raw DEALER that never reads, send frames
+of 256 fire-and-forget 001s (100-byte contents) into one queue as fast as the socket takes
+them, so the queue fills and every later send is refused. Meanwhile a calm pair moves 2,000
+msg/s through another queue: a paced `Client` producer and a `Client.consume` consumer acking
+each message, with the monotonic send time and a sequence number in each content. The broker's
+RSS is sampled every 0.2 s and a `stats` request, from a new connection as `phpmq stats` makes
+one, is timed about once a second.
+
+Printed: broker RSS before and at its peak, the calm pair's latency and its sent, received,
+duplicate and missing counts, the slowest `stats` answer, and the broker's own counters at the
+end. Targets (issue 15): peak RSS ≤ 512 MB, calm p99 ≤ 50 ms. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import struct
+import threading
+import time
+from array import array
+from typing import Any
+
+import zmq
+from rich.console import Console
+from rich.table import Table
+
+from .. import protocol as p
+from ..client import Client, ClientError, PartialSend
+from ..testing import BrokerProcess
+from .measure import MB, RssSampler, mb, ms, percentiles, verdict
+
+FLOOD_QUEUE = "flood"
+CALM_QUEUE = "calm"
+FRAME_MESSAGES = 256
+CONTENT_BYTES = 100
+CALM_RATE = 2_000
+#: How often the calm producer sends what is due (seconds).
+CALM_TICK_S = 0.005
+TARGET_PEAK_RSS = 512 * MB
+TARGET_CALM_P99_MS = 50.0
+#: A flood is stopped early when the broker's RSS passes this, to keep the machine usable.
+RSS_SAFETY_LIMIT = 6 * 1024 * MB
+#: After the flood, how long the calm consumer waits for what is still on its way.
+DRAIN_TIMEOUT_S = 60.0
+STATS_EVERY_S = 1.0
+STATS_TIMEOUT_S = 60.0
+_STAMP = struct.Struct("<qq")  # sequence number, monotonic send time (ns)
+
+
+def _flooder(address: str, stop: Any, frames_out: Any) -> None:
+    """Send one pre-encoded frame of FRAME_MESSAGES sends again and again until `stop`;
+    never read. Puts the count of frames the socket took."""
+    packet = p.queue_packet(FLOOD_QUEUE)
+    content = b"f" * CONTENT_BYTES
+    frame = b"".join(p.encode_send(packet, content, 0) for _ in range(FRAME_MESSAGES))
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(address)
+    frames = 0
+    while not stop.is_set():
+        try:
+            sock.send(frame, zmq.NOBLOCK)
+            frames += 1
+        except zmq.Again:
+            sock.poll(50, zmq.POLLOUT)
+    sock.close()
+    frames_out.put(frames)
+
+
+def _calm_producer(address: str, stop: Any, produced: Any, done: Any, out: Any) -> None:
+    """CALM_RATE messages a second into CALM_QUEUE until `stop`, in small batches on a
+    schedule; `produced` counts those the socket took."""
+    pad = b"c" * (CONTENT_BYTES - _STAMP.size)
+    clock = time.monotonic_ns
+    pack = _STAMP.pack
+    failures: list[str] = []
+    events: list[str] = []
+    seq = 0
+    with Client(
+        address, name="bench-calm-producer", on_event=lambda event, _: events.append(event)
+    ) as client:
+        start = time.monotonic()
+        while not stop.is_set():
+            due = int((time.monotonic() - start) * CALM_RATE) - seq
+            if due > 0:
+                first = seq
+                seq += due
+                try:
+                    client.send_many(
+                        CALM_QUEUE, (pack(n, clock()) + pad for n in range(first, first + due))
+                    )
+                    produced.value += due
+                except PartialSend as exc:
+                    produced.value += exc.sent
+                    failures.append(str(exc))
+                except ClientError as exc:
+                    failures.append(str(exc))
+            time.sleep(CALM_TICK_S)
+        done.set()
+        out.put((seq, failures[:5], len(failures), events))
+
+
+def _calm_consumer(address: str, produced: Any, done: Any, out: Any) -> None:
+    """Consume CALM_QUEUE acking each message until every produced message arrived (or
+    DRAIN_TIMEOUT_S after the producer stopped); puts latencies and counts."""
+    latencies = array("q")
+    seen = bytearray()
+    duplicates = redelivered = 0
+    clock = time.monotonic_ns
+    unpack = _STAMP.unpack_from
+    events: list[str] = []
+    done_at = None
+    with Client(
+        address, name="bench-calm-consumer", on_event=lambda event, _: events.append(event)
+    ) as client:
+        client.subscribe(CALM_QUEUE, window=100)
+        while True:
+            message = client.receive(timeout=0.2)
+            if message is not None:
+                now = clock()
+                seq, sent_at = unpack(message.content)
+                if seq >= len(seen):
+                    seen.extend(bytes(seq + 1 - len(seen) + 4096))
+                if seen[seq]:
+                    duplicates += 1
+                else:
+                    seen[seq] = 1
+                    latencies.append(now - sent_at)
+                if message.delivery_count > 1:
+                    redelivered += 1
+                message.ack()
+            if done.is_set():
+                done_at = done_at or time.monotonic()
+                if len(latencies) >= produced.value:
+                    break
+                if time.monotonic() - done_at > DRAIN_TIMEOUT_S:
+                    break
+        client.flush()
+    out.put((latencies.tobytes(), duplicates, redelivered, events))
+
+
+class _StatsProbe:
+    """Times a `stats` request from a new connection (connect and answer, as `phpmq stats`
+    would see it, not the goodbye) about every STATS_EVERY_S seconds."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.durations: list[float] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stats probe", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(STATS_EVERY_S):
+            try:
+                start = time.monotonic()  # connecting counts, as for `phpmq stats`
+                with Client(self.address, name="bench-stats", close_timeout=1) as client:
+                    client.admin("stats", timeout=STATS_TIMEOUT_S)
+                    self.durations.append(time.monotonic() - start)
+            except ClientError:
+                self.failures += 1
+
+    def __enter__(self) -> _StatsProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(STATS_TIMEOUT_S + 5)
+
+
+def run_flood_benchmark(
+    seconds: float = 20.0, flooders: int = 2, queue_limit: int = 100_000
+) -> dict[str, Any]:
+    console = Console(width=max(Console().width, 110))
+    console.print(
+        f"flood: {flooders} raw DEALERs that never read send frames of {FRAME_MESSAGES}"
+        f" fire-and-forget {CONTENT_BYTES}-byte messages into '{FLOOD_QUEUE}'"
+        f" (--max-queue-length {queue_limit:,}) for {seconds:g} s, while a calm pair moves"
+        f" {CALM_RATE:,} msg/s through '{CALM_QUEUE}' (window 100, acking)"
+    )
+    ctx = mp.get_context("spawn")
+    stop, done = ctx.Event(), ctx.Event()
+    produced = ctx.Value("q", 0, lock=False)
+    frames_out, producer_out, consumer_out = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    with BrokerProcess("--log-level", "WARNING", "--max-queue-length", str(queue_limit)) as broker:
+        pid = broker.process.pid
+        with RssSampler(pid, 0.2) as rss:
+            rss_before = rss.sample()
+            consumer = ctx.Process(
+                target=_calm_consumer, args=(broker.address, produced, done, consumer_out)
+            )
+            producer = ctx.Process(
+                target=_calm_producer, args=(broker.address, stop, produced, done, producer_out)
+            )
+            floods = [
+                ctx.Process(target=_flooder, args=(broker.address, stop, frames_out))
+                for _ in range(flooders)
+            ]
+            consumer.start()
+            producer.start()
+            time.sleep(1.0)  # the calm pair settles before the flood begins
+            flood_started = time.monotonic()
+            for flood in floods:
+                flood.start()
+            stopped_early = False
+            with _StatsProbe(broker.address) as probe:
+                deadline = flood_started + seconds
+                while time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    if (rss.last or 0) > RSS_SAFETY_LIMIT:
+                        stopped_early = True
+                        break
+                flood_seconds = time.monotonic() - flood_started
+                stop.set()
+            frames = sum(frames_out.get(timeout=30) for _ in floods)
+            for flood in floods:
+                flood.join(10)
+            attempted, failures, failure_count, producer_events = producer_out.get(timeout=60)
+            raw, duplicates, redelivered, consumer_events = consumer_out.get(
+                timeout=DRAIN_TIMEOUT_S + 60
+            )
+            producer.join(10)
+            consumer.join(10)
+            with Client(broker.address, name="bench-stats", close_timeout=1) as client:
+                stats = client.admin("stats", timeout=STATS_TIMEOUT_S)
+            rss_end = rss.sample()
+    latencies = array("q", raw)
+    figures = {
+        "rss_before": rss_before,
+        "rss_peak": rss.peak,
+        "rss_end": rss_end,
+        "flood_seconds": flood_seconds,
+        "stopped_early": stopped_early,
+        "flood_messages": frames * FRAME_MESSAGES,
+        "sent": produced.value,
+        "attempted": attempted,
+        "send_failures": failure_count,
+        "received": len(latencies),
+        "duplicates": duplicates,
+        "redelivered_seen": redelivered,
+        "missing": produced.value - len(latencies),
+        "stats_max_s": max(probe.durations, default=None),
+        "stats_answers": len(probe.durations),
+        "stats_failures": probe.failures,
+        "events": producer_events + consumer_events,
+        **percentiles(latencies, 0.5, 0.99),
+        "stats": stats,
+    }
+    _print_flood(console, figures, failures)
+    return figures
+
+
+def _print_flood(console: Console, f: dict[str, Any], failures: list[str]) -> None:
+    table = Table(title="flood: figures against targets")
+    table.add_column("figure")
+    for column in ("value", "target", ""):
+        table.add_column(column, justify="right")
+    table.add_row("broker RSS before", mb(f["rss_before"]), "", "")
+    table.add_row(
+        "broker RSS peak", mb(f["rss_peak"]), f"≤ {mb(TARGET_PEAK_RSS)}",
+        verdict(f["rss_peak"], TARGET_PEAK_RSS),
+    )  # fmt: skip
+    table.add_row("broker RSS at the end", mb(f["rss_end"]), "", "")
+    table.add_row("calm p50", ms(f["p50"]), "", "")
+    table.add_row(
+        "calm p99", ms(f["p99"]), f"≤ {TARGET_CALM_P99_MS:g} ms",
+        verdict(f["p99"], TARGET_CALM_P99_MS),
+    )  # fmt: skip
+    table.add_row("calm max", ms(f["max"]), "", "")
+    stats_max = f["stats_max_s"]
+    table.add_row(
+        "slowest stats answer",
+        "-" if stats_max is None else f"{stats_max * 1000:,.0f} ms",
+        "",
+        f"{f['stats_answers']} answered, {f['stats_failures']} not",
+    )
+    console.print(table)
+    early = " (stopped early: RSS over the safety limit)" if f["stopped_early"] else ""
+    console.print(
+        f"flood: {f['flood_messages']:,} messages in {f['flood_seconds']:.1f} s taken by the"
+        f" flooders' sockets{early}"
+    )
+    events: dict[str, int] = {}
+    for event in f["events"]:
+        events[event] = events.get(event, 0) + 1
+    console.print(
+        f"calm pair: sent {f['sent']:,} (of {f['attempted']:,} due; {f['send_failures']} send"
+        f" failures), received {f['received']:,}, duplicates {f['duplicates']:,}, missing"
+        f" {f['missing']:,}, redeliveries seen {f['redelivered_seen']:,}; client events:"
+        f" {', '.join(f'{k} {v}' for k, v in events.items()) or 'none'}"
+    )
+    for failure in failures:
+        console.print(f"  send failure: {failure}")
+    _print_broker_stats(console, f["stats"])
+
+
+def _print_broker_stats(console: Console, stats: dict[str, Any]) -> None:
+    counters = stats.get("counters", {})
+    console.print(
+        "broker counters at the end: "
+        + ", ".join(f"{name} {value:,}" for name, value in counters.items())
+    )
+    server = stats.get("server") or {}
+    console.print(
+        "broker server stats: "
+        + (", ".join(f"{name} {value}" for name, value in server.items()) or "none reported")
+    )
+    for name, queue in stats.get("queues", {}).items():
+        shown = {key: value for key, value in queue.items() if key != "settings"}
+        console.print(f"queue {name}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+
+
+if __name__ == "__main__":
+    run_flood_benchmark()
