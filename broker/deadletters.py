@@ -66,7 +66,7 @@ class DeadLetters:
             self._queues.place(queue, record, to_head=False)
             self._ctx.held_bytes += record_bytes(record)
             journal.undead(queue.name, entry.id)
-            journal.put(queue.name, record)
+            journal.put(queue.name, record, entry.id, entry.content)
             replayed += 1
         queue.dead.clear()
         queue.dead.extend(keep)

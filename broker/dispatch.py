@@ -126,9 +126,11 @@ class Dispatch:
         if record is not None:
             record.state = GONE
             ctx = self._ctx
-            ctx.held_bytes -= record.content_bytes + len(record.headers) + RECORD_OVERHEAD_BYTES
+            ctx.held_bytes -= (
+                len(record.data) - ID_BYTES + len(record.headers) + RECORD_OVERHEAD_BYTES
+            )
             ctx.counters.acked += 1
-            ctx.journal.acked(record)
+            ctx.journal.acked(message.message_id)
 
     def on_requeue(self, peer: Peer, message: Requeue) -> None:
         record = self._take_held(peer, message.queue, message.message_id, "requeue")

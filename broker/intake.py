@@ -17,7 +17,7 @@ from .deadletters import DeadLetters
 from .expiry import Expiry
 from .flow import RECORD_OVERHEAD_BYTES, Flow
 from .keys import KeyWindow
-from .model import NS_PER_SECOND, READY, Peer, Queue, new_record
+from .model import NS_PER_SECOND, READY, DurableRecord, Peer, Queue, Record
 from .queues import Queues
 from .schedule import KEY_EXPIRY
 
@@ -34,6 +34,7 @@ class Intake:
         "_key_expiry_due",
         "_keys_purged_at",
         "_queues",
+        "_record",
         "keys",
     )
 
@@ -50,6 +51,8 @@ class Intake:
         self._dead = dead_letters
         self._expiry = expiry
         self._flow = flow
+        #: What a send becomes: a durable broker's records carry their store position.
+        self._record = DurableRecord if ctx.journal.durable else Record
         config = ctx.config
         self.keys = KeyWindow(
             int(config.dedup_window_seconds * NS_PER_SECOND), config.max_dedup_keys
@@ -92,32 +95,24 @@ class Intake:
         queue = self._queues.open(peer, message.queue, tag)
         if queue is None:
             return
-        if (
-            queue.max_length
-            and queue.ready_count >= queue.max_length
-            and not self._make_room(peer, queue, tag)
-        ):
-            return
+        max_length = queue.max_length
+        if max_length:
+            ready = len(queue.ready) - queue.stale
+            if ready >= max_length and not self._make_room(peer, queue, tag):
+                return
         ttl = message.ttl or 0
         content = message.content
-        message_id = ctx.new_id()
-        record = new_record(
-            message_id,
-            content,
-            ctx.now + ttl * NS_PER_SECOND if ttl else 0,
-            durable=ctx.journal.durable,
-        )
+        message_id = ctx.new_id()  # ID_BYTES long: IdSource makes it so
+        record = self._record(message_id + content, ctx.now + ttl * NS_PER_SECOND if ttl else 0)
         size = len(content) + RECORD_OVERHEAD_BYTES
         if message.headers:
             record.headers = message.headers  # passed on untouched, never parsed
             size += len(message.headers)
         ctx.held_bytes += size
         self._queues.place(queue, record, to_head=False)
-        if (queue.max_length and queue.ready_count >= queue.pause_mark) or (
-            ctx.held_bytes >= flow.pause_at
-        ):
+        if (max_length and ready + 1 >= queue.pause_mark) or ctx.held_bytes >= flow.pause_at:
             flow.after_put(peer, queue)
-        ctx.journal.put(queue.name, record)
+        ctx.journal.put(queue.name, record, message_id, content)
         if key is not None and self.keys.window_ns:
             self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
         if ttl:

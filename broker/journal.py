@@ -71,14 +71,16 @@ class Journal:
     def _expires_wall(self, record: Record) -> float:
         return self._wall_at(record.expires_at) if record.expires_at else 0.0
 
-    def put(self, queue_name: str, record: Record) -> None:
+    def put(self, queue_name: str, record: Record, message_id: bytes, content: bytes) -> None:
+        """A new message: its ID and content are passed as the caller has them (the record
+        keeps them in one bytes object)."""
         self._operations.append(
             (
                 PUT,
-                record.id,
+                message_id,
                 queue_name,
-                record.seq,
-                record.content,
+                record.seq,  # type: ignore[attr-defined]
+                content,
                 record.headers,
                 self._expires_wall(record),
                 record.deliveries,
@@ -102,8 +104,8 @@ class Journal:
             (DELAY, record.id, record.seq, self._expires_wall(record), record.deliveries)
         )
 
-    def acked(self, record: Record) -> None:
-        self._operations.append((DROP, record.id))
+    def acked(self, message_id: bytes) -> None:
+        self._operations.append((DROP, message_id))
 
     def dead(self, queue_name: str, entry: DeadLetterEntry) -> None:
         self._operations.append(
@@ -156,7 +158,7 @@ class NullJournal:
     def take(self) -> list[Operation]:
         return []
 
-    def put(self, queue_name: str, record: Record) -> None:
+    def put(self, queue_name: str, record: Record, message_id: bytes, content: bytes) -> None:
         pass
 
     def dispatched(self, queue_name: str, first_seq: int, last_seq: int) -> None:
@@ -168,7 +170,7 @@ class NullJournal:
     def delayed(self, record: Record) -> None:
         pass
 
-    def acked(self, record: Record) -> None:
+    def acked(self, message_id: bytes) -> None:
         pass
 
     def dead(self, queue_name: str, entry: DeadLetterEntry) -> None:
