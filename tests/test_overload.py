@@ -4,6 +4,7 @@ messages go to another consumer within one lease and are not given back to it.""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import phpmq.protocol as p
-from harness import BrokerProcess, raw_dealer, recv_messages
+from harness import BrokerProcess, phpmq, raw_dealer, recv_messages
 from phpmq import Client
 
 LEASE_MS = 1000
@@ -45,6 +46,10 @@ def test_a_flooding_peer_gets_one_error_per_refused_frame(tmp_path: Path) -> Non
         stats = broker.stats()
         assert stats["queues"]["flood"]["refused"] == frames * per_frame - limit
         assert stats["queues"]["flood"]["paused_producers"] == 1
+        table = phpmq("stats", "--broker", broker.address).stdout
+        assert "clients refused, paused or stalled" in table
+        assert re.search(rf"flooder .* {frames * per_frame - limit} .* flood", table), table
+        assert "held in messages of" in table
 
 
 def test_a_vanished_stock_consumers_window_frees_its_slot(tmp_path: Path) -> None:
