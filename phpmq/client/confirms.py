@@ -102,7 +102,7 @@ class ConfirmedSends:
         wanted = {sent[0] for sent, _ in self._resend}
         parts: dict[int, bytes] = {}
         for frame in dict.fromkeys(sent[2] for sent, _ in self._resend):
-            messages, _ = decode_frame(frame)
+            messages, _ = decode_frame(frame, len(frame))  # no content is longer than its frame
             for message in messages:
                 if type(message) is Send and message.tag in wanted:
                     parts[message.tag] = encode(message)
