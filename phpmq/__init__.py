@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ClientError,
         InvalidArgument,
         PartialSend,
+        Paused,
         ReceivedMessage,
         Unconfirmed,
     )
@@ -38,6 +39,7 @@ _LAZY = {
     "ClientError": ".client",
     "InvalidArgument": ".client",
     "PartialSend": ".client",
+    "Paused": ".client",
     "ReceivedMessage": ".client",
     "Unconfirmed": ".client",
     "Reject": ".workers.outcome",
@@ -51,6 +53,7 @@ __all__ = [
     "ClientError",
     "InvalidArgument",
     "PartialSend",
+    "Paused",
     "ReceivedMessage",
     "Reject",
     "Retry",

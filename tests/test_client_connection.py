@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import phpmq.protocol as p
-from phpmq.client import ClientError, Unconfirmed
+from phpmq.client import ClientError, Paused, Unconfirmed
 from phpmq.client.confirms import ConfirmedSends
 from phpmq.client.connection import HEARTBEAT, Connection
 from phpmq.client.events import (
@@ -19,8 +19,11 @@ from phpmq.client.events import (
     BrokerLeaving,
     GoodbyeAnswered,
     Rejoined,
+    SendsPaused,
+    SendsResumed,
     UndecodableFrame,
 )
+from phpmq.client.refusals import FlowRefusal
 from phpmq.protocol.rules import MAX_LIVENESS, MIN_HEARTBEAT_MS
 
 QUEUE = "jobs"
@@ -417,3 +420,120 @@ def test_confirmed_sends_report_refusals_silences_and_what_was_not_sent() -> Non
     assert raised.value.ids == [ID_1, None, None, None, None]
     assert raised.value.errors == {1: refusal}
     assert "1 without an answer within 1s, 2 not sent" in str(raised.value)
+
+
+# --------------------------------------------------------------------------- flow control
+
+
+def pause(queue: str | None = QUEUE, code: int = 429) -> bytes:
+    return p.encode(p.Pause(code, "nearly full", queue))
+
+
+def resume(queue: str | None = QUEUE) -> bytes:
+    return p.encode(p.Resume(queue))
+
+
+def test_pause_and_resume_are_tracked_per_queue_and_broker_wide() -> None:
+    connection = greeted()
+    assert connection.paused(QUEUE) is None
+    [event] = connection.receive(pause(), 1.0)
+    assert event == SendsPaused(p.Pause(429, "nearly full", QUEUE))
+    assert connection.paused(QUEUE) == p.Pause(429, "nearly full", QUEUE)
+    assert connection.paused("other") is None
+    assert connection.receive(pause(), 1.1) == ()  # already paused: no news
+    [event] = connection.receive(pause(None, 503), 1.2)
+    assert event == SendsPaused(p.Pause(503, "nearly full", None))
+    assert connection.paused("other") == p.Pause(503, "nearly full", None)
+    assert connection.paused(QUEUE).code == 429  # its own pause first
+    assert connection.receive(resume(), 1.3) == [SendsResumed(QUEUE)]
+    assert connection.paused(QUEUE).code == 503  # still paused broker-wide
+    assert connection.receive(resume(None), 1.4) == [SendsResumed(None)]
+    assert connection.paused(QUEUE) is None and connection.paused("other") is None
+    assert connection.receive(resume(), 1.5) == ()  # not paused: nothing changes
+
+
+def test_a_new_transport_or_a_rejoin_forgets_the_pauses() -> None:
+    connection = greeted()
+    connection.receive(pause() + pause(None, 503), 1.0)
+    connection.start(2.0)
+    assert connection.pauses == {}
+    connection.sent(connection.frame(b""), 2.0)
+    connection.receive(pause(), 3.0)
+    connection.receive(p.encode(p.Disconnect("unknown peer: restarted")), 4.0)
+    assert connection.paused(QUEUE) is None
+
+
+def awaiting(connection: Connection, tags: list[int]) -> None:
+    connection.sent(b"sends", 0.5, len(tags), tags)
+
+
+def test_a_confirmed_send_refused_under_a_pause_is_a_flow_refusal() -> None:
+    connection = greeted()
+    awaiting(connection, [7, 8, 9])
+    full = p.Error(429, "queue is full", queue=QUEUE, tag=7, refused=1, count=2)
+    # The broker may send the ERROR before its PAUSE (memory) or after it (a full queue).
+    connection.receive(p.encode(full) + pause(), 1.0)
+    first, second = connection.take_answers([7, 8])
+    assert first == second == FlowRefusal(full, p.Pause(429, "nearly full", QUEUE))
+    # Under a pause still in force: a flow refusal too.
+    memory = p.Error(503, "memory", queue=QUEUE, tag=9, refused=1)
+    connection.receive(p.encode(memory), 1.1)
+    assert connection.take_answers([9]) == [FlowRefusal(memory, p.Pause(429, "nearly full", QUEUE))]
+
+
+def test_a_pause_lifted_in_the_same_frame_still_covers_its_refusal() -> None:
+    connection = greeted()
+    awaiting(connection, [3])
+    full = p.Error(429, "queue is full", queue=QUEUE, tag=3, refused=1)
+    connection.receive(pause() + p.encode(full) + resume(), 1.0)
+    assert connection.paused(QUEUE) is None
+    [answer] = connection.take_answers([3])
+    assert isinstance(answer, FlowRefusal) and answer.error == full
+
+
+def test_a_refusal_no_pause_covers_stays_a_refusal() -> None:
+    connection = greeted()
+    awaiting(connection, [1, 2, 3])
+    too_many_queues = p.Error(429, "too many queues", queue=QUEUE, tag=1, refused=1)
+    connection.receive(pause("other"), 0.9)  # a pause of another queue covers nothing here
+    connection.receive(p.encode(too_many_queues), 1.0)
+    invalid = p.Error(422, "bad key", queue=QUEUE, tag=2, refused=1)
+    connection.receive(pause() + p.encode(invalid), 1.1)  # only 429 and 503 are flow codes
+    assert connection.take_answers([1, 2]) == [too_many_queues, invalid]
+    # A pause seen in an earlier frame and lifted since covers nothing either.
+    connection.receive(resume(), 1.2)
+    late = p.Error(429, "queue is full", queue=QUEUE, tag=3, refused=1)
+    connection.receive(p.encode(late), 1.3)
+    assert connection.take_answers([3]) == [late]
+
+
+def test_confirmed_sends_send_flow_refusals_again_with_their_bytes_and_tags() -> None:
+    connection = greeted()
+    sends = ConfirmedSends(max_unconfirmed=10)
+    [(frame, count, tags)] = connection.send_batches(
+        QUEUE, [b"m0", b"m1", b"m2"], 5, ["k0", "k1", "k2"], confirm=True
+    )
+    sends.sent(sends.read(count), tags, frame)
+    full = p.Error(429, "queue is full", queue=QUEUE, tag=tags[1], refused=1, count=2)
+    flow = FlowRefusal(full, p.Pause(429, "nearly full", QUEUE))
+    sends.record([ID_1, flow, flow])
+    assert not sends.stopped and sends.to_resend == 2
+    again, again_count, again_tags = sends.resends()
+    assert (again_count, again_tags) == (2, tags[1:])
+    assert decoded(again) == [p.Send(QUEUE, b"m%d" % i, 5, tags[i], f"k{i}") for i in (1, 2)]
+    sends.resent(again)
+    assert sends.outstanding_tags() == tags[1:] and sends.to_resend == 0
+    sends.record([ID_2, ID_3])
+    assert sends.result(timeout=1.0) == [ID_1, ID_2, ID_3]
+
+
+def test_flow_refusals_given_up_count_as_refused() -> None:
+    sends = ConfirmedSends(max_unconfirmed=10)
+    sends.sent(sends.read(2), [0, 1], b"")
+    full = p.Error(429, "queue is full", queue=QUEUE, tag=1, refused=1)
+    sends.record([ID_1, FlowRefusal(full, p.Pause(429, "nearly full", QUEUE))])
+    paused = p.Error(429, "nearly full", queue=QUEUE, refused=1)
+    raised = sends.interrupted(Paused(paused, 5.0))
+    assert isinstance(raised, Paused) and isinstance(raised, Unconfirmed)
+    assert raised.ids == [ID_1, None] and raised.errors == {1: full}
+    assert "paused sends to queue 'jobs'" in str(raised) and "5.0s" in str(raised)

@@ -100,14 +100,17 @@ def test_send_many_confirms_in_order_and_a_repeated_key_confirms_the_first_id(
 def test_a_refused_confirmed_send_raises_broker_refused_with_the_code(
     tmp_path: Path, connect: Connect
 ) -> None:
-    broker = BrokerProcess(tmp_path / "broker.log", "--max-queue-length", "1")
+    # A limit no PAUSE covers (a full queue pauses its producer: tests/test_flow_control.py).
+    config = tmp_path / "broker.toml"
+    config.write_text("max_queues = 1\n")
+    broker = BrokerProcess(tmp_path / "broker.log", "--config", str(config))
     with broker, connect(broker.address) as client:
         client.send("small", b"fits", confirm=True)
         with pytest.raises(BrokerRefused) as refused:
-            client.send("small", b"overflows", confirm=True)
+            client.send("second", b"one queue too many", confirm=True)
         assert refused.value.error.code == 429
         with pytest.raises(Unconfirmed) as unconfirmed:
-            client.send_many("small", [b"a", b"b"], confirm=True)
+            client.send_many("second", [b"a", b"b"], confirm=True)
         assert unconfirmed.value.ids == [None, None]
         assert {error.code for error in unconfirmed.value.errors.values()} == {429}
 

@@ -33,6 +33,12 @@ def small_broker(tmp_path) -> Iterator[BrokerProcess]:
     process.stop()
 
 
+def fill(broker: BrokerProcess) -> None:
+    """Fill the queue "full" (length 1) from another producer."""
+    with broker.client() as producer:
+        producer.send("full", b"first", confirm=True)
+
+
 def wait_for_refusal(client: DrivenClient, timeout: float = 5.0) -> None:
     """Let the client read until the broker's ERROR for a fire-and-forget send is in."""
     deadline = time.monotonic() + timeout
@@ -43,8 +49,8 @@ def wait_for_refusal(client: DrivenClient, timeout: float = 5.0) -> None:
 def test_a_refused_fire_and_forget_send_is_raised_at_the_next_send(
     small_broker: BrokerProcess, connect: Connect
 ) -> None:
+    fill(small_broker)  # by another producer: the queue's PAUSE would make this one wait
     with connect(small_broker.address) as client:
-        client.send("full", b"first")
         client.send("full", b"over the length limit")  # returns: nothing asked for an answer
         wait_for_refusal(client)
         with pytest.raises(BrokerRefused) as refused:
@@ -75,8 +81,8 @@ def test_flush_tells_the_refusals_that_came_back(
 def test_close_tells_a_refusal_the_caller_has_not_seen(
     small_broker: BrokerProcess, connect: Connect
 ) -> None:
+    fill(small_broker)
     client = connect(small_broker.address)
-    client.send("full", b"first")
     client.send("full", b"refused")
     with pytest.raises(BrokerRefused, match="429"):
         client.close()  # the goodbye's answer proves the broker read both sends

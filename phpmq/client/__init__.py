@@ -7,7 +7,14 @@ decided by the sans-IO `Connection` (connection.py) they share (docs/client.md).
 
 from .aio import AsyncClient
 from .dealer import check_address
-from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Unconfirmed
+from .errors import (
+    BrokerRefused,
+    ClientError,
+    InvalidArgument,
+    PartialSend,
+    Paused,
+    Unconfirmed,
+)
 from .events import BROKER_LEAVING, BROKER_LOST, RECONNECTED, REJOINED
 from .message import AsyncReceivedMessage, ReceivedMessage
 from .sync import DEFAULT_ADDRESS, Client
@@ -25,6 +32,7 @@ __all__ = [
     "ClientError",
     "InvalidArgument",
     "PartialSend",
+    "Paused",
     "ReceivedMessage",
     "Unconfirmed",
     "check_address",

@@ -31,9 +31,10 @@ from .confirms import ConfirmedSends
 from .connection import Connection
 from .dealer import SEND_HWM
 from .driver import RECONNECT_LINGER_S, Driver
-from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend
+from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Paused
 from .events import RECONNECTED
 from .message import AsyncReceivedMessage
+from .refusals import FlowRefusal
 
 log = logging.getLogger("phpmq.client")
 
@@ -102,11 +103,16 @@ class AsyncClient(Driver):
             await self._await_limits()
         tag = connection.next_tag() if confirm else None
         frame = connection.send(queue, content, ttl, headers, tag, key)
-        await self._send_frame(frame, 1, () if tag is None else (tag,))
-        if tag is None:
-            return None
-        [answer] = await self._await_answers([tag], self.confirm_timeout)
-        return self._one_answer(answer)
+        while True:
+            await self._wait_while_paused(queue)
+            await self._send_frame(frame, 1, () if tag is None else (tag,))
+            if tag is None:
+                return None
+            [answer] = await self._await_answers([tag], self.confirm_timeout)
+            if type(answer) is not FlowRefusal:
+                return self._one_answer(answer)
+            # Refused because the queue filled before the broker's PAUSE reached us: the
+            # same send goes again once the pause is over (or Paused after send_timeout).
 
     async def send_many(
         self,
@@ -130,20 +136,24 @@ class AsyncClient(Driver):
             queue, contents, ttl, keys, confirm=confirm, batch_messages=batch_messages
         )
         if confirm:
-            return await self._send_confirmed(batches, ConfirmedSends(max_unconfirmed, on_confirm))
+            sends = ConfirmedSends(max_unconfirmed, on_confirm)
+            return await self._send_confirmed(queue, batches, sends)
         sent = 0
         try:
             for frame, count, _ in batches:
+                await self._wait_while_paused(queue)
                 await self._send_frame(frame, count)
                 sent += count
         except InvalidArgument:
             raise
+        except Paused as exc:
+            raise self._partly_sent(exc, sent) from None
         except ClientError as exc:
             raise PartialSend(str(exc), sent) from None
         return sent
 
     async def _send_confirmed(
-        self, batches: Iterable[tuple[bytes, int, list[int]]], sends: ConfirmedSends
+        self, queue: str, batches: Iterable[tuple[bytes, int, list[int]]], sends: ConfirmedSends
     ) -> list[str]:
         try:
             for frame, count, tags in batches:
@@ -151,19 +161,58 @@ class AsyncClient(Driver):
                 oldest = sends.to_wait_for(count)
                 if oldest:
                     sends.record(await self._await_answers(oldest, self.confirm_timeout))
+                if sends.to_resend:
+                    await self._resend(queue, sends)
                 if sends.stopped:
                     break
+                await self._wait_while_paused(queue)
                 await self._send_frame(frame, count, tags)
-                sends.sent(first, tags)
-            sends.record(await self._await_answers(sends.outstanding_tags(), self.confirm_timeout))
+                sends.sent(first, tags, frame)
+            while True:
+                outstanding = sends.outstanding_tags()
+                sends.record(await self._await_answers(outstanding, self.confirm_timeout))
+                if not sends.to_resend or sends.stopped:
+                    break
+                await self._resend(queue, sends)
         except BaseException as exc:
+            if isinstance(exc, Paused):  # what went out before the pause is answered by now
+                outstanding = sends.outstanding_tags()
+                sends.record(await self._await_answers(outstanding, self.confirm_timeout))
             self._connection.take_answers(sends.outstanding_tags())
             if not isinstance(exc, ClientError) or isinstance(exc, InvalidArgument):
                 raise
             raise sends.interrupted(exc) from None
         return sends.result(self.confirm_timeout)
 
-    async def _await_answers(self, tags: list[int], timeout: float) -> list[str | Error | None]:
+    async def _resend(self, queue: str, sends: ConfirmedSends) -> None:
+        """Send the flow refusals of a confirmed send_many again, once the pause is over."""
+        await self._wait_while_paused(queue)
+        frame, count, tags = sends.resends()
+        await self._send_frame(frame, count, tags)
+        sends.resent(frame)
+
+    async def _wait_while_paused(self, queue: str) -> None:
+        """Return once the broker has not paused sends to `queue` (docs/protocol.md §6.4),
+        woken by each frame the reader takes in; raise Paused after `send_timeout` without
+        a RESUME."""
+        connection = self._connection
+        if connection.paused(queue) is None:
+            return
+        self._start()
+        started = time.monotonic()
+        deadline = started + self.send_timeout
+        while (pause := connection.paused(queue)) is not None:
+            if self.closed:
+                raise ClientError("client is closed")
+            self._flush_quietly()  # a producer that also consumes: let its acks go
+            now = time.monotonic()
+            if now >= deadline:
+                raise self._pause_outlasted(queue, pause, now - started)
+            await self._news_within(deadline - now)
+
+    async def _await_answers(
+        self, tags: list[int], timeout: float
+    ) -> list[str | Error | FlowRefusal | None]:
         """The answers to `tags`, in that order, once they are all in or `timeout` seconds
         passed without a new one (those get None)."""
         connection = self._connection

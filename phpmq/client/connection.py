@@ -9,11 +9,12 @@ Rules of this module:
    with `sent()`. Until HELLO has gone out on a transport, `frame()` puts the greeting (HELLO
    and a consume per window) in front of whatever is sent first.
 3. It says what a received frame means: dispatched messages queue in `received`, answers to
-   tagged sends wait for `take_answers()`, ADMIN replies queue in `admin_replies`; the rest
-   (the broker's HELLO answer, ERRORs, DISCONNECT, KBAI, undecodable frames) `receive()`
-   returns as events for the driver to log or act on.
+   tagged sends wait for `take_answers()`, ADMIN replies queue in `admin_replies`, PAUSE and
+   RESUME set what `paused()` says; the rest (the broker's HELLO answer, ERRORs, DISCONNECT,
+   KBAI, undecodable frames, and changes of pause) `receive()` returns as events for the
+   driver to log or act on.
 4. One transport at a time: `start(now)` begins one and gives up what was in flight on the
-   last (messages held, settles buffered, answers awaited).
+   last (messages held, settles buffered, answers awaited, pauses: the broker asks again).
 5. Not thread-safe: a driver that uses it from several threads holds one lock around every
    call, except the encoders of sends (`next_tag`, `send`, `send_batches`): they touch no
    state but the tag counter, so a producer need not hold the lock while it reads its input.
@@ -42,6 +43,8 @@ from ..protocol import (
     Kbai,
     Message,
     MessageType,
+    Pause,
+    Resume,
     Send,
     clamp_liveness,
     decode_frame,
@@ -58,10 +61,12 @@ from .events import (
     Event,
     GoodbyeAnswered,
     Rejoined,
+    SendsPaused,
+    SendsResumed,
     UndecodableFrame,
 )
 from .message import ReceivedMessage, Settle, queue_packet
-from .refusals import Refusals
+from .refusals import FLOW_CODES, FlowRefusal, Refusals
 
 VERSION = "phpmq-zmq-python/0.1"
 #: Outgoing settlements buffered before the driver is told to send them without waiting.
@@ -119,9 +124,15 @@ class Connection:
         self._flush_at = MAX_BUFFERED_OUT
         self._tags = itertools.count()
         #: Tags sent and not yet answered, and the answers come (an ID, the refusing ERROR,
-        #: or LOST when the transport they went out on was replaced).
+        #: a FlowRefusal, or LOST when the transport they went out on was replaced).
         self._awaited: set[int] = set()
-        self._answers: dict[int, str | Error | None] = {}
+        self._answers: dict[int, str | Error | FlowRefusal | None] = {}
+        #: The broker's PAUSEs in force, by queue (None: the broker-wide one; §6.4).
+        self._pauses: dict[str | None, Pause] = {}
+        #: While a frame is read: the PAUSEs in it, and the ERRORs in it that may be flow
+        #: refusals of confirmed sends (decided once the whole frame is read).
+        self._frame_pauses: dict[str | None, Pause] = {}
+        self._flow_errors: list[Error] = []
         self._greeting: bytes | None = None
         self._greeted_frame: bytes | None = None
         self._last_heard = self._last_sent = 0.0
@@ -156,6 +167,7 @@ class Connection:
         self._out.clear()
         for tag in self._awaited:
             self._answers[tag] = LOST
+        self._pauses.clear()  # the broker asks again on the new transport
         self._greet()
         self._last_heard = self._last_sent = now
 
@@ -257,9 +269,23 @@ class Connection:
         """The broker's HELLO answer came: sizes are checked against its limit."""
         return "max_content_bytes" in self.broker_info
 
-    def take_answers(self, tags: list[int]) -> list[str | Error | None]:
-        """The answers to `tags`, in order (an ID, the refusing ERROR, or LOST: none came),
-        which are no longer awaited."""
+    def paused(self, queue: str | None) -> Pause | None:
+        """The PAUSE that says to wait before sending to `queue`: its own, else the
+        broker-wide one (None: sends may go; docs/protocol.md §6.4)."""
+        pauses = self._pauses
+        if not pauses:
+            return None
+        return pauses.get(queue) or pauses.get(None)
+
+    @property
+    def pauses(self) -> dict[str | None, Pause]:
+        """The PAUSEs in force, by queue (None: the broker-wide one)."""
+        return dict(self._pauses)
+
+    def take_answers(self, tags: list[int]) -> list[str | Error | FlowRefusal | None]:
+        """The answers to `tags`, in order (an ID, the refusing ERROR, a FlowRefusal: to be
+        sent again once the pause is over, or LOST: none came), which are no longer
+        awaited."""
         self._awaited.difference_update(tags)
         answers = self._answers
         return [answers.pop(tag, LOST) for tag in tags]
@@ -369,9 +395,31 @@ class Connection:
                 if events is None:
                     events = []
                 events.append(event)
+        if self._flow_errors:
+            self._mark_flow_refusals()
+        if self._frame_pauses:
+            self._frame_pauses.clear()
         if error is not None:
             events = [*(events or ()), UndecodableFrame(error.reason)]
         return events or NO_EVENTS
+
+    def _mark_flow_refusals(self) -> None:
+        """Refusals of confirmed sends for a full queue or memory (429, 503) that a PAUSE
+        covers (one in force, or one in this frame: the broker may send the ERROR before the
+        PAUSE, and the RESUME in the same frame) are flow refusals: sent before the PAUSE
+        reached us, to be sent again after it, not reported."""
+        answers = self._answers
+        seen = self._frame_pauses
+        for error in self._flow_errors:
+            queue = error.queue
+            pause = seen.get(queue) or seen.get(None) or self.paused(queue)
+            if pause is None:
+                continue  # a limit no pause covers (max_queues, a draining broker): refused
+            refusal = FlowRefusal(error, pause)
+            for tag in range(error.tag, error.tag + (error.count or 1)):  # type: ignore[operator]
+                if answers.get(tag) is error:
+                    answers[tag] = refusal
+        self._flow_errors.clear()
 
     def _on_control(self, message: Message, now: float) -> Event | None:
         if isinstance(message, Confirm):
@@ -385,6 +433,8 @@ class Connection:
                 for tag in range(message.tag, message.tag + (message.count or 1)):  # type: ignore[operator]
                     if tag in self._awaited:
                         answers[tag] = message
+                if message.code in FLOW_CODES:
+                    self._flow_errors.append(message)
                 return None
             self.errors.append(message)
             self.error_count += 1
@@ -396,6 +446,15 @@ class Connection:
         if isinstance(message, AdminReply):
             self.admin_replies.append(message)
             return None
+        if isinstance(message, Pause):
+            self._frame_pauses[message.queue] = message
+            known = self._pauses.get(message.queue)
+            self._pauses[message.queue] = message
+            return SendsPaused(message) if known is None else None
+        if isinstance(message, Resume):
+            if self._pauses.pop(message.queue, None) is None:
+                return None
+            return SendsResumed(message.queue)
         if isinstance(message, Hello):
             self.broker_info = message.options
             self._adopt_terms(message.options)
@@ -413,6 +472,7 @@ class Connection:
             self.generation += 1
             self.received.clear()
             self._out.clear()
+            self._pauses.clear()  # a new peer for the broker: it asks again
             self._greet()
             return Rejoined(reason)
         return None  # HEARTBEAT: hearing anything is what counts

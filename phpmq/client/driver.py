@@ -12,9 +12,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import Error, MessageType
+from ..protocol import Error, MessageType, Pause
 from .connection import Connection
-from .errors import BrokerRefused, Unconfirmed
+from .errors import BrokerRefused, Paused, Unconfirmed
 from .events import (
     BROKER_LEAVING,
     BROKER_LOST,
@@ -24,8 +24,11 @@ from .events import (
     BrokerLeaving,
     Event,
     Rejoined,
+    SendsPaused,
+    SendsResumed,
     UndecodableFrame,
 )
+from .refusals import FlowRefusal
 
 log = logging.getLogger("phpmq.client")
 
@@ -102,13 +105,29 @@ class Driver:
             _, refusal = subscriptions.popitem()
             raise BrokerRefused(refusal)
 
-    def _one_answer(self, answer: str | Error | None) -> str:
+    def _one_answer(self, answer: str | Error | FlowRefusal | None) -> str:
         """A confirmed send's answer: its ID, or BrokerRefused / Unconfirmed."""
+        if isinstance(answer, FlowRefusal):
+            raise BrokerRefused(answer.error)
         if isinstance(answer, Error):
             raise BrokerRefused(answer)
         if answer is None:
             raise Unconfirmed(f"no confirm from the broker at {self.address}", [None], {})
         return answer
+
+    @staticmethod
+    def _pause_outlasted(queue: str, pause: Pause, waited: float) -> Paused:
+        """What to raise when a send to `queue` waited `send_timeout` for a RESUME in vain."""
+        error = Error(pause.code, pause.reason, queue=pause.queue, refused=MessageType.SEND)
+        detail = "" if pause.queue is not None else f" (sending to {queue!r})"
+        return Paused(error, waited, ids=[None], detail=detail)
+
+    @staticmethod
+    def _partly_sent(paused: Paused, sent: int) -> Paused:
+        """A Paused from a fire-and-forget send_many, with how many went out before it."""
+        return Paused(
+            paused.error, paused.waited, sent=sent, detail=f"; {sent} messages sent before it"
+        )
 
     @staticmethod
     def _admin_result(options: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +148,15 @@ class Driver:
             told = event.error.refused in TOLD_TO_THE_CALLER
             level = logging.DEBUG if told else logging.WARNING
             log.log(level, "broker error %d: %s", event.error.code, event.error.reason)
+        elif isinstance(event, SendsPaused):
+            pause = event.pause
+            scope = "every queue" if pause.queue is None else f"queue {pause.queue!r}"
+            log.info(
+                "broker %s paused sends to %s: %d %s", self.address, scope, pause.code, pause.reason
+            )
+        elif isinstance(event, SendsResumed):
+            scope = "every queue" if event.queue is None else f"queue {event.queue!r}"
+            log.info("broker %s resumed sends to %s", self.address, scope)
         elif isinstance(event, Rejoined):
             self._event(REJOINED, event.reason)
         elif isinstance(event, BrokerLeaving):

@@ -54,3 +54,38 @@ class InvalidArgument(ClientError, ValueError):
     def __init__(self, problem: str, value: str, code: ErrorCode = ErrorCode.INVALID_VALUE) -> None:
         self.code = code
         super().__init__(f"refused before sending: {int(code)} {problem}: {value!r}")
+
+
+class Paused(BrokerRefused, PartialSend, Unconfirmed):
+    """Raised when the broker paused sends to a queue (or to all: its memory is at its limit)
+    and no RESUME came within the client's `send_timeout` (docs/protocol.md §6.4).
+
+    A `BrokerRefused` whose `error` carries the PAUSE's code (429: the queue is nearly full;
+    503: the broker's memory) and reason; `waited` is how long the client waited. It is also
+    a `PartialSend` and an `Unconfirmed`, so that a `send_many` caller keeps its counts:
+    `sent` messages went out before the pause (fire-and-forget), and `ids` / `errors` are
+    the confirmed IDs and refusals so far (confirmed), as those exceptions have them.
+    """
+
+    def __init__(
+        self,
+        error: Error,
+        waited: float,
+        *,
+        sent: int = 0,
+        ids: list[str | None] | None = None,
+        errors: dict[int, Error] | None = None,
+        detail: str = "",
+    ) -> None:
+        scope = f"to queue {error.queue!r}" if error.queue else "to every queue"
+        ClientError.__init__(
+            self,
+            f"the broker paused sends {scope} and sent no RESUME within {waited:.1f}s"
+            f" (send_timeout): {error.code} {error.reason}{detail}",
+        )
+        self.error = error
+        self.refusals = [error]
+        self.waited = waited
+        self.sent = sent
+        self.ids = ids if ids is not None else []
+        self.errors = errors or {}

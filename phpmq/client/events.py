@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import Error
+from ..protocol import Error, Pause
 
 #: Events passed to `on_event(event, detail)`.
 BROKER_LOST = "broker-lost"  # silent for interval x liveness; reconnecting
@@ -49,6 +49,22 @@ class BrokerLeaving:
 
 
 @dataclass(frozen=True, slots=True)
+class SendsPaused:
+    """The broker asked the client to stop sending to `pause.queue` (None: to any queue) until
+    a RESUME (docs/protocol.md §6.4); sends to it wait. Only a change is reported: a PAUSE
+    already in force is not repeated."""
+
+    pause: Pause
+
+
+@dataclass(frozen=True, slots=True)
+class SendsResumed:
+    """The pause on `queue` (None: the broker-wide one) is over."""
+
+    queue: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class GoodbyeAnswered:
     """KBAI: the broker read everything sent before the goodbye."""
 
@@ -60,5 +76,14 @@ class UndecodableFrame:
     reason: str
 
 
-Event = BrokerGreeted | BrokerError | Rejoined | BrokerLeaving | GoodbyeAnswered | UndecodableFrame
+Event = (
+    BrokerGreeted
+    | BrokerError
+    | Rejoined
+    | BrokerLeaving
+    | SendsPaused
+    | SendsResumed
+    | GoodbyeAnswered
+    | UndecodableFrame
+)
 NO_EVENTS: tuple[Event, ...] = ()

@@ -13,14 +13,28 @@ which is how a refused send is told from a refused subscription.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
-from ..protocol import Error, ErrorCode
+from ..protocol import Error, ErrorCode, Pause
 
 #: Send refusals kept for the caller; past this the oldest are dropped (and counted).
 MAX_KEPT_REFUSALS = 1000
 #: A subscription refused with 429 is asked for again after this, doubling up to the max.
 RESUBSCRIBE_FIRST_S = 0.1
 RESUBSCRIBE_MAX_S = 5.0
+#: The codes of a flow refusal (a full queue, the broker's memory at its limit): a confirmed
+#: send refused with one of them while a PAUSE covers its queue is sent again after the RESUME.
+FLOW_CODES = frozenset((ErrorCode.LIMIT_REACHED, ErrorCode.OVERLOADED))
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRefusal:
+    """The answer to a confirmed send refused by flow control (docs/protocol.md §6.4): it went
+    out before the broker's PAUSE reached the client, so it is to be sent again once the
+    pause is over, not reported. `error` is the ERROR that refused it, `pause` the PAUSE."""
+
+    error: Error
+    pause: Pause
 
 
 class Refusals:

@@ -38,9 +38,10 @@ from .confirms import ConfirmedSends
 from .connection import Connection
 from .dealer import Dealer
 from .driver import RECONNECT_LINGER_S, Driver
-from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend
+from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Paused
 from .events import RECONNECTED
 from .message import ReceivedMessage
+from .refusals import FlowRefusal
 
 log = logging.getLogger("phpmq.client")
 
@@ -119,6 +120,9 @@ class Client(Driver):
                 one was not sent); `.refusals` lists every one not told before.
             Unconfirmed: (confirm) no answer within `confirm_timeout`, or the connection was
                 lost: it may or may not be queued.
+            Paused: (a BrokerRefused) the broker paused sends to the queue and no RESUME
+                came within `send_timeout`; this one was not sent (or, confirmed, was
+                refused while paused). See "When the broker is full" in docs/client.md.
         """
         connection = self._connection
         if connection.refusals.sends:
@@ -127,12 +131,17 @@ class Client(Driver):
             self._await_limits()
         tag = connection.next_tag() if confirm else None
         frame = connection.send(queue, content, ttl, headers, tag, key)
-        with self._lock:
-            self._send_frame(frame, 1, () if tag is None else (tag,))
-            if tag is None:
-                return None
-            [answer] = self._await_answers([tag], self.confirm_timeout)
-        return self._one_answer(answer)
+        while True:
+            self._wait_while_paused(queue)
+            with self._lock:
+                self._send_frame(frame, 1, () if tag is None else (tag,))
+                if tag is None:
+                    return None
+                [answer] = self._await_answers([tag], self.confirm_timeout)
+            if type(answer) is not FlowRefusal:
+                return self._one_answer(answer)
+            # Refused because the queue filled before the broker's PAUSE reached us: the
+            # same send goes again once the pause is over (or Paused after send_timeout).
 
     def send_many(
         self,
@@ -161,6 +170,9 @@ class Client(Driver):
                 `max_unconfirmed`) are still answered and reported.
             ValueError: `keys` has fewer entries than `contents`; or (also a ClientError)
                 the queue name or a key breaks the protocol's rules.
+            Paused: the broker paused sends to the queue and no RESUME came within
+                `send_timeout`; also a PartialSend (`sent`) and, confirmed, an Unconfirmed
+                (`ids`, `errors`), as above.
         """
         if self._connection.refusals.sends:
             self._tell_refused_sends()
@@ -171,20 +183,24 @@ class Client(Driver):
             queue, contents, ttl, keys, confirm=confirm, batch_messages=batch_messages
         )
         if confirm:
-            return self._send_confirmed(batches, ConfirmedSends(max_unconfirmed, on_confirm))
+            sends = ConfirmedSends(max_unconfirmed, on_confirm)
+            return self._send_confirmed(queue, batches, sends)
         sent = 0
         try:
             for frame, count, _ in batches:
+                self._wait_while_paused(queue)
                 self._send_frame(frame, count)
                 sent += count
         except InvalidArgument:
             raise
+        except Paused as exc:
+            raise self._partly_sent(exc, sent) from None
         except ClientError as exc:
             raise PartialSend(str(exc), sent) from None
         return sent
 
     def _send_confirmed(
-        self, batches: Iterable[tuple[bytes, int, list[int]]], sends: ConfirmedSends
+        self, queue: str, batches: Iterable[tuple[bytes, int, list[int]]], sends: ConfirmedSends
     ) -> list[str]:
         try:
             for frame, count, tags in batches:
@@ -192,12 +208,21 @@ class Client(Driver):
                 oldest = sends.to_wait_for(count)
                 if oldest:
                     sends.record(self._await_answers(oldest, self.confirm_timeout))
+                if sends.to_resend:
+                    self._resend(queue, sends)
                 if sends.stopped:
                     break
+                self._wait_while_paused(queue)
                 self._send_frame(frame, count, tags)
-                sends.sent(first, tags)
-            sends.record(self._await_answers(sends.outstanding_tags(), self.confirm_timeout))
+                sends.sent(first, tags, frame)
+            while True:
+                sends.record(self._await_answers(sends.outstanding_tags(), self.confirm_timeout))
+                if not sends.to_resend or sends.stopped:
+                    break
+                self._resend(queue, sends)
         except BaseException as exc:
+            if isinstance(exc, Paused):  # what went out before the pause is answered by now
+                sends.record(self._await_answers(sends.outstanding_tags(), self.confirm_timeout))
             with self._lock:
                 self._connection.take_answers(sends.outstanding_tags())
             if not isinstance(exc, ClientError) or isinstance(exc, InvalidArgument):
@@ -205,7 +230,36 @@ class Client(Driver):
             raise sends.interrupted(exc) from None
         return sends.result(self.confirm_timeout)
 
-    def _await_answers(self, tags: list[int], timeout: float) -> list[str | Error | None]:
+    def _resend(self, queue: str, sends: ConfirmedSends) -> None:
+        """Send the flow refusals of a confirmed send_many again, once the pause is over."""
+        self._wait_while_paused(queue)
+        frame, count, tags = sends.resends()
+        self._send_frame(frame, count, tags)
+        sends.resent(frame)
+
+    def _wait_while_paused(self, queue: str) -> None:
+        """Return once the broker has not paused sends to `queue` (docs/protocol.md §6.4),
+        reading the socket meanwhile; raise Paused after `send_timeout` without a RESUME.
+        The lock is let go between reads, so the heartbeat thread keeps its turn."""
+        connection = self._connection
+        if connection.paused(queue) is None:
+            return
+        started = time.monotonic()
+        deadline = started + self.send_timeout
+        while True:
+            with self._lock:
+                pause = connection.paused(queue)
+                if pause is None:
+                    return
+                self._flush_quietly()  # a producer that also consumes: let its acks go
+                now = time.monotonic()
+                if now >= deadline:
+                    raise self._pause_outlasted(queue, pause, now - started)
+                self._wait_and_read(min(deadline - now, WAIT_SLICE_S))
+
+    def _await_answers(
+        self, tags: list[int], timeout: float
+    ) -> list[str | Error | FlowRefusal | None]:
         """The answers to `tags`, in that order, reading the socket until they are all in or
         `timeout` seconds pass without a new one (those get None)."""
         connection = self._connection
