@@ -67,9 +67,9 @@ class Inbound(Bridge):
                     self.counters["refused"] += len(contents)
                     log.warning("dropping %d messages: %s", len(contents), exc)
                     break
-                except BrokerRefused as exc:  # earlier sends (a full queue): not these yet
-                    self.refused_by_broker(exc)
                 except PartialSend as exc:
+                    # Also Paused (a BrokerRefused too): the broker paused the queue and did
+                    # not resume it within send_timeout. Backpressure, not a refusal.
                     # Frames before the one refused went out: resend only the rest.
                     self.counters["sent"] += exc.sent
                     contents = contents[exc.sent :]
@@ -86,6 +86,8 @@ class Inbound(Bridge):
                         "broker did not take %d messages (%s); retrying", len(contents), exc
                     )
                     time.sleep(RETRY_PAUSE_S)
+                except BrokerRefused as exc:  # earlier sends (a full queue): not these yet
+                    self.refused_by_broker(exc)
 
 
 class PullIn(Inbound):

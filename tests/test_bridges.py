@@ -171,7 +171,7 @@ def test_pull_in_single_part_messages_go_to_the_queue_once(
     assert broker.bridge_counters("pull")["refused"] == 0
 
 
-def test_pull_in_counts_what_a_full_queue_refuses_and_goes_on(
+def test_pull_in_counts_what_a_full_queue_refuses_and_waits_for_room(
     tmp_path: Path, start_bridge, context
 ) -> None:
     full = Broker(tmp_path / "broker-full.log", "--max-queue-length", "5")
@@ -185,8 +185,15 @@ def test_pull_in_counts_what_a_full_queue_refuses_and_goes_on(
         wait_for(lambda: full.bridge_counters("full").get("refused") == 3, "3 refused")
         assert full.bridge_counters("full")["sent"] == 5
         assert "the broker refused" in bridge.log() and "429" in bridge.log()
-        push.send(b"after")  # the bridge goes on
-        wait_for(lambda: full.bridge_counters("full").get("received") == 9, "still reading")
+        # The broker paused the bridge on the full queue: the next message waits for room.
+        push.send(b"after")
+        with full.client() as consumer:
+            for message in consumer.consume("jobs", window=5, timeout=2):
+                message.ack()
+                if message.content == b"after":
+                    break
+        wait_for(lambda: full.bridge_counters("full").get("sent") == 6, "goes on once resumed")
+        assert full.bridge_counters("full")["received"] == 9
     finally:
         full.stop()
 
