@@ -21,7 +21,7 @@ import logging
 
 import zmq
 
-from ..client import BrokerRefused, ReceivedMessage
+from ..client import BrokerRefused, Paused, ReceivedMessage
 from .base import POLL_MS, Bridge, open_socket
 
 log = logging.getLogger("phpmq.bridge")
@@ -144,12 +144,22 @@ class ReqOut(Outbound):
         return open_socket(zmq.Context.instance(), zmq.REQ, self.address, bind=False)
 
     def _queue_reply(self, reply: bytes) -> None:
-        try:
-            self.client.send(self.reply_queue, reply)  # type: ignore[arg-type]
-        except BrokerRefused as refused:  # earlier replies were refused: this one goes now
-            self.refused_by_broker(refused)
-            self.client.send(self.reply_queue, reply)  # type: ignore[arg-type]
-        self.counters["replies_queued"] += 1
+        while True:
+            try:
+                self.client.send(self.reply_queue, reply)  # type: ignore[arg-type]
+            except Paused:
+                # The reply queue stayed full for send_timeout: wait on, unless stopping.
+                self.counters["reply_queue_paused"] += 1
+                if self.stopping:
+                    self.counters["replies_dropped"] += 1
+                    log.warning("stopping with a reply the full reply queue did not take")
+                    return
+                continue
+            except BrokerRefused as refused:  # earlier replies were refused: this one goes now
+                self.refused_by_broker(refused)
+                continue
+            self.counters["replies_queued"] += 1
+            return
 
     def deliver(self, message: ReceivedMessage) -> bool:
         for attempt in range(1 + self.retries):

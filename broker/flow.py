@@ -66,8 +66,8 @@ class Flow:
             return True
         ctx = self._ctx
         ctx.counters.refused_memory += 1
+        self._pause_all(peer)  # before the ERROR it explains, as for a full queue
         ctx.refuse(peer, ErrorCode.OVERLOADED, self._memory_reason(), None, queue_name, tag)
-        self._pause_all(peer)
         return False
 
     def _memory_reason(self) -> str:
