@@ -67,8 +67,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: them itself; what it sends a consumer is bounded by the consumer's window anyway).
     send_hwm: int = 10_000
     #: Frames queued per peer on receive before libzmq stops reading that peer's TCP socket,
-    #: which pushes back on a producer that outruns the broker.
-    receive_hwm: int = 10_000
+    #: which pushes back on a producer that outruns the broker. This bounds what producers
+    #: can make the broker hold before it reads a byte: peers x receive_hwm x frame size, each
+    #: frame at most `max_frame_bytes` (in practice a client's frame of 256 small messages is
+    #: ~10-30 KB: 1,000 frames ~ 10-30 MB per flooding peer), plus what the kernel's socket
+    #: buffers hold. 1,000 (libzmq's default is 1,000 too) keeps the pipe benchmark's
+    #: throughput (its producer never has more than a few dozen frames in flight).
+    receive_hwm: int = 1_000
     #: Frames read per loop turn and transport before the turn's dispatches are sent.
     batch_frames: int = 2_000
     #: A loop turn stops reading once it has read for this long (milliseconds), whatever
