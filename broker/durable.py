@@ -52,7 +52,7 @@ CHECKPOINT_CATCH_UP = 200
 #: Past this a catch-up that did not see the WAL start over ends with a RESTART checkpoint,
 #: which holds the writer's lock while it copies the last few frames and syncs (milliseconds):
 #: the price of a WAL that cannot grow without bound under a loop that never pauses.
-WAL_HARD_BYTES = 64 * 1024 * 1024
+WAL_HARD_BYTES = 256 * 1024 * 1024
 #: How long a forced RESTART checkpoint may wait for the loop's current commit to end.
 RESTART_WAIT_MS = 100
 RESTARTED = "restarted"
@@ -188,6 +188,7 @@ class DurableStore:
             raise StorageError(f"cannot open the data directory {data_dir}: {exc}") from None
         self.commits = 0
         self.last_commit_ms = 0.0
+        self.longest_commit_ms = 0.0
         self.started = time.monotonic()
         #: True from BEGIN to COMMIT: the checkpoint thread times its last copies by it.
         self.writing = False
@@ -289,6 +290,7 @@ class DurableStore:
         self.free_pages = free_pages
         self.commits += 1
         self.last_commit_ms = (time.perf_counter() - started) * 1000
+        self.longest_commit_ms = max(self.longest_commit_ms, self.last_commit_ms)
 
     def reclaim(self) -> None:
         """Give one slice of free pages back, in a transaction of its own (a turn that had
@@ -371,6 +373,7 @@ class DurableStore:
             "commits": self.commits,
             "fsyncs_per_s": round(self.commits / elapsed, 1),
             "last_commit_ms": round(self.last_commit_ms, 3),
+            "longest_commit_ms": round(self.longest_commit_ms, 3),
             "free_pages": self.free_pages,
             "pages_reclaimed": self.pages_reclaimed,
             "last_reclaim_ms": round(self.last_reclaim_ms, 3),
