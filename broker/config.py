@@ -67,10 +67,25 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: them itself; what it sends a consumer is bounded by the consumer's window anyway).
     send_hwm: int = 10_000
     #: Frames queued per peer on receive before libzmq stops reading that peer's TCP socket,
-    #: which pushes back on a producer that outruns the broker.
-    receive_hwm: int = 10_000
-    #: Frames read per loop turn before the turn's dispatches are sent.
+    #: which pushes back on a producer that outruns the broker. This bounds what producers
+    #: can make the broker hold before it reads a byte: peers x receive_hwm x frame size, each
+    #: frame at most `max_frame_bytes` (in practice a client's frame of 256 small messages is
+    #: ~10-30 KB: 1,000 frames ~ 10-30 MB per flooding peer), plus what the kernel's socket
+    #: buffers hold. 1,000 (libzmq's default is 1,000 too) keeps the pipe benchmark's
+    #: throughput (its producer never has more than a few dozen frames in flight).
+    receive_hwm: int = 1_000
+    #: Frames read per loop turn and transport before the turn's dispatches are sent.
     batch_frames: int = 2_000
+    #: A loop turn stops reading once it has read for this long (milliseconds), whatever
+    #: `batch_frames` allows: one busy producer cannot delay heartbeats, admin answers and
+    #: dispatches to everyone else by more than about this much. The rest waits for the next
+    #: turn (no peer is declared dead for silence while frames wait unread).
+    turn_budget_ms: float = 5.0
+    #: Bytes waiting in the broker for one peer that does not read them (beside
+    #: `max_backlog_frames`): past this the peer counts as gone. 64 MiB is four of the largest
+    #: messages (`max_content_bytes`), so a consumer of big messages that is merely slow
+    #: is not given up after one of them, while a dead reader costs at most this much.
+    max_backlog_bytes: int = 64 * 1024 * 1024
     #: On SIGTERM/SIGINT: seconds to wait for outstanding acks before exiting.
     grace_seconds: float = 5.0
 
@@ -132,6 +147,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "send_hwm",
             "receive_hwm",
             "batch_frames",
+            "turn_budget_ms",
+            "max_backlog_bytes",
             "heartbeat_ms",
             "min_heartbeat_ms",
             "max_heartbeat_ms",

@@ -1,5 +1,13 @@
 """The durable store: the core's journal (broker/journal.py) written to SQLite in WAL mode,
 one transaction and one fsync per loop turn (group commit), and read back at start.
+
+Nothing here may stall the loop (docs/durability.md): the loop's connection never checkpoints
+(`wal_autocheckpoint=0`); a background thread with its own connection copies the WAL into the
+database (PASSIVE checkpoints, which never take the writer's lock) once it has grown, and cuts
+it back when the broker is idle. Space comes back as queues drain: the database is in
+`auto_vacuum=INCREMENTAL` mode and the loop gives free pages back in bounded slices
+(`incremental_vacuum(N)`), inside the turn's own transaction when it has one, else in idle
+turns.
 """
 
 from __future__ import annotations
@@ -7,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,6 +40,29 @@ from .journal import (
 log = logging.getLogger("phpmq.broker")
 
 DB_NAME = "phpmq.sqlite3"
+
+#: The checkpoint thread copies the WAL into the database once it is this big...
+CHECKPOINT_WAL_BYTES = 4 * 1024 * 1024
+#: ...or once nothing was written for this long (then it also truncates the WAL to nothing).
+CHECKPOINT_IDLE_S = 1.0
+#: How often the checkpoint thread looks at the WAL's size.
+CHECKPOINT_POLL_S = 0.05
+#: Checkpoints in a row (a millisecond apart), at most, to catch up with a loop that writes.
+CHECKPOINT_CATCH_UP = 200
+#: Past this a catch-up that did not see the WAL start over ends with a RESTART checkpoint,
+#: which holds the writer's lock while it copies the last few frames and syncs (milliseconds):
+#: the price of a WAL that cannot grow without bound under a loop that never pauses.
+WAL_HARD_BYTES = 256 * 1024 * 1024
+#: How long a forced RESTART checkpoint may wait for the loop's current commit to end.
+RESTART_WAIT_MS = 100
+RESTARTED = "restarted"
+CAUGHT_UP = "caught up"
+#: When the WAL starts over, SQLite cuts the file back to this size (journal_size_limit).
+WAL_SIZE_LIMIT = 1024 * 1024
+#: Free pages kept for reuse; above this the loop gives them back to the file system...
+RECLAIM_FREE_PAGES = 256
+#: ...at most this many per turn: a slice of about a millisecond (~7.5 us a page, measured).
+RECLAIM_SLICE_PAGES = 128
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -135,17 +167,61 @@ class DurableStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self.path = self.directory / DB_NAME
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False
+            )
+            # Only takes effect before the first table exists (a new store); an old store is
+            # converted below.
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            db.execute("PRAGMA journal_mode=WAL")
             # FULL: the WAL is fsynced at every commit, so a commit is on disk when it returns.
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            db.execute("PRAGMA synchronous=FULL")
+            # The loop never checkpoints (a checkpoint inside a COMMIT stalls the turn): the
+            # checkpoint thread does. The WAL file shrinks back to this size when it restarts.
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            db.executescript(_SCHEMA)
             self._ids_as_blobs()
+            self._incremental_vacuum_on()
+            self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open the data directory {data_dir}: {exc}") from None
         self.commits = 0
         self.last_commit_ms = 0.0
+        self.longest_commit_ms = 0.0
         self.started = time.monotonic()
+        #: True from BEGIN to COMMIT: the checkpoint thread times its last copies by it.
+        self.writing = False
+        #: Pages given back to the file system, the slices that did it and the last's cost.
+        self.pages_reclaimed = 0
+        self.reclaims = 0
+        self.last_reclaim_ms = 0.0
+        self._checkpointer = _Checkpointer(self)
+        self._checkpointer.start()
+
+    def _incremental_vacuum_on(self) -> None:
+        """A store written before auto_vacuum was set never gives space back: rebuild it once
+        in INCREMENTAL mode (VACUUM rewrites the whole file: seconds for a big store)."""
+        db = self._db
+        if db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+            return
+        started = time.monotonic()
+        size = self.size_bytes()
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        db.execute("VACUUM")
+        log.info(
+            "converted the store to incremental vacuum (space is given back as queues drain):"
+            " %d bytes before, %d after, in %.0f ms",
+            size,
+            self.size_bytes(),
+            (time.monotonic() - started) * 1000,
+        )
+
+    @property
+    def reclaimable(self) -> bool:
+        """Whether free pages wait to be given back (the server then polls briefly and calls
+        reclaim() in turns that write nothing)."""
+        return self.free_pages > RECLAIM_FREE_PAGES
 
     def _ids_as_blobs(self) -> None:
         """Message IDs are bytes in the broker and BLOBs here; a store written when they were
@@ -193,6 +269,7 @@ class DurableStore:
         """
         started = time.perf_counter()
         db = self._db
+        self.writing = True
         try:
             db.execute("BEGIN")
             for kind, rows in _runs(operations):
@@ -201,14 +278,59 @@ class DurableStore:
                         self._apply(db, (kind, *row))
                 else:
                     db.executemany(_STATEMENTS[kind], rows)
+            free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves it to SQLite
                 if db.in_transaction:
                     db.execute("ROLLBACK")
             raise StorageError(str(exc)) from None
+        finally:
+            self.writing = False
+        self.free_pages = free_pages
         self.commits += 1
         self.last_commit_ms = (time.perf_counter() - started) * 1000
+        self.longest_commit_ms = max(self.longest_commit_ms, self.last_commit_ms)
+
+    def reclaim(self) -> None:
+        """Give one slice of free pages back, in a transaction of its own (a turn that had
+        nothing else to write).
+
+        Raises:
+            StorageError: nothing was given back this time.
+        """
+        db = self._db
+        self.writing = True
+        try:
+            db.execute("BEGIN")
+            free_pages = self._reclaim_slice(db)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            raise StorageError(str(exc)) from None
+        finally:
+            self.writing = False
+        self.free_pages = free_pages
+
+    def _reclaim_slice(self, db: sqlite3.Connection) -> int:
+        """Inside the open transaction: when more than RECLAIM_FREE_PAGES pages are free,
+        move up to RECLAIM_SLICE_PAGES of them to the end of the file and cut it there (the
+        file shrinks at the next checkpoint). Returns the free pages left."""
+        free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
+        if free_pages <= RECLAIM_FREE_PAGES:
+            return free_pages
+        started = time.perf_counter()
+        # Python's sqlite3 steps this pragma once, which gives back one page (it has no result
+        # columns, so the module never steps it again): one execute per page.
+        for _ in range(min(RECLAIM_SLICE_PAGES, free_pages - RECLAIM_FREE_PAGES)):
+            db.execute("PRAGMA incremental_vacuum")
+        left = db.execute("PRAGMA freelist_count").fetchone()[0]
+        self.last_reclaim_ms = (time.perf_counter() - started) * 1000
+        self.pages_reclaimed += free_pages - left
+        self.reclaims += 1
+        return left
 
     @staticmethod
     def _apply(db: sqlite3.Connection, operation: tuple) -> None:
@@ -235,15 +357,156 @@ class DurableStore:
                 total += Path(f"{self.path}{suffix}").stat().st_size
         return total
 
+    def wal_bytes(self) -> int:
+        try:
+            return Path(f"{self.path}-wal").stat().st_size
+        except OSError:
+            return 0
+
     def stats(self) -> dict[str, float | int | str]:
         elapsed = max(time.monotonic() - self.started, 1e-9)
+        checkpointer = self._checkpointer
         return {
             "data_dir": str(self.directory),
             "size_bytes": self.size_bytes(),
+            "wal_bytes": self.wal_bytes(),
             "commits": self.commits,
             "fsyncs_per_s": round(self.commits / elapsed, 1),
             "last_commit_ms": round(self.last_commit_ms, 3),
+            "longest_commit_ms": round(self.longest_commit_ms, 3),
+            "free_pages": self.free_pages,
+            "pages_reclaimed": self.pages_reclaimed,
+            "last_reclaim_ms": round(self.last_reclaim_ms, 3),
+            "checkpoints": checkpointer.checkpoints,
+            "wal_truncations": checkpointer.truncations,
+            "wal_forced_restarts": checkpointer.restarts,
+            "longest_checkpoint_ms": round(checkpointer.longest_ms, 3),
+            "checkpoint_errors": checkpointer.errors,
         }
 
     def close(self) -> None:
+        self._checkpointer.stop()
         self._db.close()
+
+
+class _Checkpointer(threading.Thread):
+    """Copies the WAL into the database off the loop thread, with its own connection.
+
+    PASSIVE checkpoints never take the writer's lock, so the loop's COMMIT never waits for
+    one (they run side by side; SQLite releases the GIL while it works). Once the store has
+    been idle for CHECKPOINT_IDLE_S, a TRUNCATE checkpoint empties the WAL file: it takes the
+    writer's lock, but only after a PASSIVE one copied everything, so it holds it for a
+    truncate() and does not wait for anyone (busy timeout 0: a busy store is simply tried
+    again later)."""
+
+    def __init__(self, store: DurableStore) -> None:
+        super().__init__(name="phpmq-checkpoint", daemon=True)
+        self._store = store
+        self._stopping = threading.Event()
+        self._db: sqlite3.Connection | None = None
+        self.checkpoints = 0
+        self.truncations = 0
+        self.restarts = 0
+        self.errors = 0
+        self.longest_ms = 0.0
+
+    def run(self) -> None:
+        try:
+            # Busy timeout 0: a checkpoint that would have to wait gives up and is retried.
+            self._db = sqlite3.connect(self._store.path, isolation_level=None, timeout=0)
+        except sqlite3.Error as exc:
+            log.error("no WAL checkpoints (the WAL will grow): %s", exc)
+            return
+        try:
+            self._watch()
+        finally:
+            self._db.close()
+
+    def _watch(self) -> None:
+        store = self._store
+        writes = -1
+        quiet_since = time.monotonic()
+        while not self._stopping.wait(CHECKPOINT_POLL_S):
+            now = time.monotonic()
+            seen = store.commits + store.reclaims
+            if seen != writes:
+                writes, quiet_since = seen, now
+            wal = store.wal_bytes()
+            idle = bool(wal) and now - quiet_since >= CHECKPOINT_IDLE_S
+            if wal < CHECKPOINT_WAL_BYTES and not idle:
+                continue
+            try:
+                outcome = self._catch_up()
+                if outcome is None and wal >= WAL_HARD_BYTES:
+                    self._force_restart()
+                elif outcome == CAUGHT_UP and idle and not store.reclaimable:
+                    self._truncate()
+            except sqlite3.Error as exc:
+                self.errors += 1
+                if self.errors == 1 or self.errors % 1000 == 0:
+                    log.warning("WAL checkpoint failed (will retry): %s", exc)
+
+    def _catch_up(self) -> str | None:
+        """PASSIVE checkpoints until the WAL can start over: RESTARTED if it did meanwhile,
+        CAUGHT_UP once one copied everything while the loop was not writing (the loop's next
+        write then starts the WAL over); None if neither happened in CHECKPOINT_CATCH_UP
+        tries.
+
+        A checkpoint copies the frames committed when it began, and the WAL can only start
+        over (and shrink back to WAL_SIZE_LIMIT) at a write that begins when everything is
+        copied. The loop is often in the middle of a commit: a checkpoint now and then
+        would let the WAL grow for as long as the loop is busy. So after the first, large
+        one, small ones follow, each begun between two of the loop's commits."""
+        store = self._store
+        seen = -1
+        for _ in range(CHECKPOINT_CATCH_UP):
+            writes = store.commits + store.reclaims
+            between = not store.writing
+            busy, frames, copied = self._checkpoint("PASSIVE")
+            complete = not busy and frames == copied
+            if complete and frames < seen:
+                return RESTARTED
+            if (
+                complete
+                and between
+                and not store.writing
+                and writes == store.commits + store.reclaims
+            ):
+                return CAUGHT_UP
+            seen = frames if complete else -1
+            if self._stopping.wait(0.001):
+                break
+        return None
+
+    def _force_restart(self) -> None:
+        """A loop that never pauses never lets the WAL start over: make it start over, with
+        the writer's lock (the loop's COMMIT may wait for the copy of its last frames and a
+        sync: milliseconds, only while the WAL is past WAL_HARD_BYTES)."""
+        assert self._db is not None
+        self._db.execute(f"PRAGMA busy_timeout={RESTART_WAIT_MS}")
+        try:
+            if not self._checkpoint("RESTART")[0]:
+                self.restarts += 1
+        finally:
+            self._db.execute("PRAGMA busy_timeout=0")
+
+    def _truncate(self) -> None:
+        """The store is idle and the WAL all copied: empty the WAL file. TRUNCATE takes the
+        writer's lock but has nothing to copy, so it holds it for a truncate() only; a
+        write that comes meanwhile waits that long."""
+        if not self._checkpoint("TRUNCATE")[0]:
+            self.truncations += 1
+
+    def _checkpoint(self, mode: str) -> tuple[int, int, int]:
+        """(busy, frames in the WAL, frames copied), as SQLite reports them."""
+        assert self._db is not None
+        started = time.perf_counter()
+        result = self._db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        self.longest_ms = max(self.longest_ms, (time.perf_counter() - started) * 1000)
+        self.checkpoints += 1
+        return result
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive():
+            self.join()

@@ -1,7 +1,8 @@
 """The server loop around the core: the only broker module, with its transports, that touches
-sockets or reads the clock. Each loop turn polls, drains what is readable (up to
-`batch_frames` per transport), runs the core, commits the turn's journal (durable mode), and
-sends each peer one frame holding everything the core has for it.
+sockets or reads the clock. Each loop turn polls, reads what is readable within the turn's
+budget (up to `batch_frames` per transport and `turn_budget_ms` in all, the transports in
+alternating slices), runs the core, commits the turn's journal (durable mode), and sends each
+peer one frame holding everything the core has for it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,61 @@ MAX_POLL_MS = 250
 CLOSE_LINGER_MS = 500
 #: Poll timeout while libzmq refuses frames for a slow peer (its high-water mark is reached).
 BACKLOG_RETRY_MS = 5
+#: Poll timeout while the store has free pages to give back (one slice per idle turn).
+RECLAIM_POLL_MS = 5
+#: Frames a transport reads before the other gets its turn: neither endpoint starves the other.
+READ_SLICE = 32
+#: The "recent" longest turn covers the last one to two of these periods (seconds).
+RECENT_TURN_PERIOD_S = 10.0
+
+
+class _Backlog:
+    """Frames libzmq would not take yet for one peer, and their size."""
+
+    __slots__ = ("bytes", "frames")
+
+    def __init__(self, frame: bytes) -> None:
+        self.frames = deque([frame])
+        self.bytes = len(frame)
+
+
+class _LoopStats:
+    """What the loop counts about itself, for `stats` (under "server")."""
+
+    __slots__ = (
+        "backlog_frames_dropped",
+        "longest_turn_ms",
+        "peers_unreadable",
+        "period_longest_ms",
+        "period_started",
+        "previous_longest_ms",
+        "turns",
+        "turns_cut",
+    )
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.turns_cut = 0
+        self.longest_turn_ms = 0.0
+        self.period_started = time.monotonic()
+        self.period_longest_ms = 0.0
+        self.previous_longest_ms = 0.0
+        self.backlog_frames_dropped = 0
+        self.peers_unreadable = 0
+
+    def turn_took(self, seconds: float, now: float) -> None:
+        self.turns += 1
+        ms = seconds * 1000
+        if now - self.period_started >= RECENT_TURN_PERIOD_S:
+            # A period with no turn at all leaves nothing recent to remember.
+            recent = now - self.period_started < 2 * RECENT_TURN_PERIOD_S
+            self.previous_longest_ms = self.period_longest_ms if recent else 0.0
+            self.period_longest_ms = 0.0
+            self.period_started = now
+        if ms > self.period_longest_ms:
+            self.period_longest_ms = ms
+            if ms > self.longest_turn_ms:
+                self.longest_turn_ms = ms
 
 
 class BrokerError(Exception):
@@ -75,7 +131,16 @@ class BrokerServer:
                 self._close_sockets()
                 raise BrokerError(f"cannot bind {config.tcp_bind}: {exc}") from None
         #: Frames libzmq would not take yet, per peer, sent in order before anything newer.
-        self._backlog: dict[bytes, deque[bytes]] = {}
+        self._backlog: dict[bytes, _Backlog] = {}
+        #: The transports, read in this order in alternating slices.
+        self._sources: list[RouterTransport | TcpEndpoint] = [self.router]
+        if self.tcp is not None:
+            self._sources.append(self.tcp)
+        self._budget_s = config.turn_budget_ms / 1000
+        #: Whether the last turn left frames unread (its budget ran out).
+        self._input_pending = False
+        self._loop = _LoopStats()
+        self.core.admin.server_stats = self.stats
 
     def _close_sockets(self) -> None:
         self.router.close(0)
@@ -207,12 +272,18 @@ class BrokerServer:
 
     def _turn(self, poller: zmq.Poller) -> None:
         readable = poller.poll(self._poll_timeout_ms())
-        self.core.begin_turn()
-        if readable:
-            self.router.receive(self.core, self.config.batch_frames)
-            if self.tcp is not None:
-                self.tcp.receive(self.core, self.config.batch_frames)
-        self._commit_and_send(self.core.end_turn())
+        started = time.perf_counter()
+        core = self.core
+        core.begin_turn()
+        pending = self._read() if readable else False
+        if pending != self._input_pending:
+            self._input_pending = pending
+            core.note_input_pending(pending)
+        committed = self.store.commits if self.store is not None else 0
+        self._commit_and_send(core.end_turn())
+        if self.store is not None and self.store.commits == committed and self.store.reclaimable:
+            # Nothing to write this turn: give free pages back to the file system, one slice.
+            self._reclaim(self.store)
         if self._backlog:
             self._flush_backlog()
         if self.tcp is not None:
@@ -220,10 +291,49 @@ class BrokerServer:
             # connection in this turn: read again, it would come back as a new peer.
             self._close(self.core.take_closes())
             self.tcp.retry_closes()
+        self._loop.turn_took(time.perf_counter() - started, time.monotonic())
+
+    def _read(self) -> bool:
+        """Read what is readable within the turn's budget: `batch_frames` per transport and
+        `turn_budget_ms` in all, the transports taking turns in slices of READ_SLICE frames
+        (the ROUTER itself takes its peers' frames in turn). Returns whether frames were
+        left unread because the budget ran out."""
+        core = self.core
+        deadline = time.perf_counter() + self._budget_s
+        sources = self._sources
+        left = [self.config.batch_frames] * len(sources)
+        drained = [False] * len(sources)
+        reading = list(range(len(sources)))
+        while reading:
+            for index in tuple(reading):
+                read, drained[index] = sources[index].receive(
+                    core, min(READ_SLICE, left[index]), deadline
+                )
+                left[index] -= read
+                if drained[index] or not left[index]:
+                    reading.remove(index)
+            if time.perf_counter() >= deadline:
+                break
+        pending = any(
+            not drained[index] and source.has_input() for index, source in enumerate(sources)
+        )
+        if pending:
+            self._loop.turns_cut += 1
+        return pending
+
+    def _reclaim(self, store: DurableStore) -> None:
+        try:
+            store.reclaim()
+        except StorageError as exc:
+            log.warning("giving free pages back failed (will retry): %s", exc)
 
     def _poll_timeout_ms(self) -> int:
+        if self._input_pending:
+            return 0
         if self._backlog:
             return BACKLOG_RETRY_MS
+        if self.store is not None and self.store.reclaimable:
+            return RECLAIM_POLL_MS
         deadline = self.core.next_deadline()
         if deadline is None:
             return MAX_POLL_MS
@@ -234,21 +344,27 @@ class BrokerServer:
         for peer_id, frame in outgoing:
             backlog = self._backlog.get(peer_id)
             if backlog is not None:
-                if len(backlog) >= self.config.max_backlog_frames:
+                if (
+                    len(backlog.frames) >= self.config.max_backlog_frames
+                    or backlog.bytes + len(frame) > self.config.max_backlog_bytes
+                ):
+                    self._loop.backlog_frames_dropped += 1  # this one, and those waiting
                     self._unreadable(peer_id)
                 else:
-                    backlog.append(frame)
+                    backlog.frames.append(frame)
+                    backlog.bytes += len(frame)
                 continue
             try:
                 self._send_one(peer_id, frame)
             except zmq.Again:
-                self._backlog[peer_id] = deque([frame])
+                self._backlog[peer_id] = _Backlog(frame)
             except zmq.ZMQError as exc:
                 self._unreachable(peer_id, exc)
 
     def _flush_backlog(self) -> None:
         for peer_id in list(self._backlog):
-            frames = self._backlog[peer_id]
+            backlog = self._backlog[peer_id]
+            frames = backlog.frames
             while frames:
                 try:
                     self._send_one(peer_id, frames[0])
@@ -257,7 +373,7 @@ class BrokerServer:
                 except zmq.ZMQError as exc:
                     self._unreachable(peer_id, exc)
                     break
-                frames.popleft()
+                backlog.bytes -= len(frames.popleft())
             else:
                 del self._backlog[peer_id]
 
@@ -270,22 +386,49 @@ class BrokerServer:
     def _unreadable(self, peer_id: bytes) -> None:
         """A peer that reads nothing while frames pile up for it is treated as gone: its
         messages go to others instead of the broker's memory growing without bound."""
-        dropped = len(self._backlog.pop(peer_id, ()))
+        backlog = self._backlog.pop(peer_id, None)
+        dropped, size = (len(backlog.frames), backlog.bytes) if backlog is not None else (0, 0)
+        self._loop.backlog_frames_dropped += dropped
+        self._loop.peers_unreadable += 1
         returned = self.core.peer_gone(peer_id)
         log.warning(
-            "peer %s is not reading (%d frames waiting): treated as gone, %d messages back to"
-            " their queues",
+            "peer %s is not reading (%d frames, %d bytes waiting): treated as gone, %d messages"
+            " back to their queues",
             peer_id.hex(),
             dropped,
+            size,
             returned,
         )
 
     def _unreachable(self, peer_id: bytes, exc: zmq.ZMQError) -> None:
         if exc.errno != errno.EHOSTUNREACH:
             log.error("send to peer %s failed: %s", peer_id.hex(), exc)
-        self._backlog.pop(peer_id, None)
+        backlog = self._backlog.pop(peer_id, None)
+        if backlog is not None:
+            self._loop.backlog_frames_dropped += len(backlog.frames)
         self.core.begin_turn()
         self.core.peer_gone(peer_id)
+
+    def stats(self) -> dict[str, float | int]:
+        """The loop's own figures (`stats` shows them under "server")."""
+        loop = self._loop
+        now = time.monotonic()
+        recent = loop.period_longest_ms
+        if now - loop.period_started < 2 * RECENT_TURN_PERIOD_S:
+            recent = max(recent, loop.previous_longest_ms)
+        return {
+            "turns": loop.turns,
+            "turns_cut_by_budget": loop.turns_cut,
+            "input_pending": self._input_pending,
+            "longest_turn_ms": round(loop.longest_turn_ms, 3),
+            "longest_turn_recent_ms": round(recent, 3),
+            "turn_budget_ms": self.config.turn_budget_ms,
+            "backlog_peers": len(self._backlog),
+            "backlog_frames": sum(len(b.frames) for b in self._backlog.values()),
+            "backlog_bytes": sum(b.bytes for b in self._backlog.values()),
+            "backlog_frames_dropped": loop.backlog_frames_dropped,
+            "peers_unreadable": loop.peers_unreadable,
+        }
 
     def _report_losses(self) -> None:
         ready, in_flight = self.core.ready, self.core.in_flight

@@ -4,6 +4,8 @@ messages, addressed by the peer's routing id. The peer id the core sees is that 
 
 from __future__ import annotations
 
+import time
+
 import zmq
 
 from ...protocol import RemoteProtocolError
@@ -37,21 +39,33 @@ class RouterTransport:
             raise
         self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
 
-    def receive(self, core: Core, batch: int) -> None:
-        """Read up to `batch` frames and hand them to the core."""
+    def receive(self, core: Core, limit: int, deadline: float) -> tuple[int, bool]:
+        """Read up to `limit` frames and hand them to the core, stopping once
+        `time.perf_counter()` reaches `deadline`. Returns (frames read, whether the socket
+        had nothing more to read)."""
         recv = self.socket.recv_multipart
         handle_frame = core.handle_frame
         profile = self.profile
-        for _ in range(batch):
+        clock = time.perf_counter
+        read = 0
+        while read < limit:
             try:
                 frames = recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                return read, True
+            read += 1
             if len(frames) == 2:
                 handle_frame(frames[0], frames[1], profile)
             else:
                 # A REQ socket's empty delimiter or extra frames: not our framing.
                 core.handle_messages(frames[0], [], MULTIPART_ERROR, profile)
+            if clock() >= deadline:
+                break
+        return read, False
+
+    def has_input(self) -> bool:
+        """Whether a frame is waiting to be read (libzmq's own answer, no system call)."""
+        return bool(self.socket.get(zmq.EVENTS) & zmq.POLLIN)
 
     def send(self, peer_id: bytes, frame: bytes, flags: int = 0) -> None:
         """Raises zmq.Again when the peer's queue is full, EHOSTUNREACH when it is gone."""

@@ -13,6 +13,7 @@ nothing else is affected.
 from __future__ import annotations
 
 import logging
+import time
 
 import zmq
 
@@ -52,15 +53,27 @@ class TcpEndpoint:
     def owns(peer_id: bytes) -> bool:
         return peer_id.startswith(TCP_PEER_PREFIX)
 
-    def receive(self, core: Core, batch: int) -> None:
-        """Read up to `batch` chunks and hand what decodes to the core."""
-        sock = self.socket
-        for _ in range(batch):
+    def receive(self, core: Core, limit: int, deadline: float) -> tuple[int, bool]:
+        """Read up to `limit` chunks and hand what decodes to the core, stopping once
+        `time.perf_counter()` reaches `deadline`. Returns (chunks read, whether the socket
+        had nothing more to read)."""
+        recv = self.socket.recv_multipart
+        clock = time.perf_counter
+        read = 0
+        while read < limit:
             try:
-                routing_id, chunk = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                routing_id, chunk = recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                return read, True
+            read += 1
             self._on_chunk(core, routing_id.bytes, chunk)
+            if clock() >= deadline:
+                break
+        return read, False
+
+    def has_input(self) -> bool:
+        """Whether a chunk is waiting to be read."""
+        return bool(self.socket.get(zmq.EVENTS) & zmq.POLLIN)
 
     def _on_chunk(self, core: Core, routing_id: bytes, chunk: zmq.Frame) -> None:
         data = chunk.bytes
