@@ -42,6 +42,8 @@ def test_messages_move_from_a_producer_to_a_consumer(broker: BrokerProcess) -> N
         "delayed": 0,
         "consumers": 0,
         "dead_letters": 0,
+        "refused": 0,
+        "paused_producers": 0,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
     assert stats["counters"]["acked"] == 2

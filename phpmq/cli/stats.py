@@ -9,6 +9,9 @@ import click
 
 from .shared import admin, broker_option, timeout_option, with_client
 
+#: Queue names up to this long are shown whole in the queue table.
+MAX_NAME_WIDTH = 40
+
 
 @click.command()
 @broker_option
@@ -58,8 +61,11 @@ def _render(result: dict[str, Any], address: str) -> Any:
 
     table = Table(title=f"phpmq broker {address}")
     columns = ("ready", "in_flight", "consumers", "dead_letters", "refused", "paused_producers")
-    for column in ("queue", "ready", "in flight", "consumers", "dead letters", "refused", "paused"):
-        table.add_column(column, justify="left" if column == "queue" else "right")
+    # Queue names are never cut (a name is what people look for); the number columns give way.
+    longest = max((len(name) for name in result["queues"]), default=5)
+    table.add_column("queue", no_wrap=True, min_width=min(longest, MAX_NAME_WIDTH))
+    for column in ("ready", "in flight", "consumers", "dead letters", "refused", "paused"):
+        table.add_column(column, justify="right")
     for name, q in result["queues"].items():
         table.add_row(name, *(str(q.get(k, "")) for k in columns))
     parts: list[Any] = [table]
@@ -127,4 +133,6 @@ def _clients_table(clients: list[dict[str, Any]]) -> Any:
 
 
 def _mib(size: int) -> str:
-    return f"{size / 1048576:.1f} MiB"
+    if size >= 1048576:
+        return f"{size / 1048576:.1f} MiB"
+    return f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size} bytes"
