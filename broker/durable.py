@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -41,6 +43,7 @@ from .journal import (
 log = logging.getLogger("phpmq.broker")
 
 DB_NAME = "phpmq.sqlite3"
+_MX_FRAME = struct.Struct("=I")
 
 #: The checkpoint thread copies the WAL into the database once it is this big (each
 #: checkpoint syncs the database beside the loop's WAL syncs: fewer, larger ones cost less)...
@@ -54,7 +57,9 @@ CHECKPOINT_POLL_S = 0.05
 CHECKPOINT_CATCH_UP = 5
 CATCH_UP_FRAMES = 256
 #: When the WAL starts over, SQLite cuts the file back to this size (journal_size_limit).
-WAL_SIZE_LIMIT = 1024 * 1024
+#: Above the checkpoint threshold: a WAL that starts over then overwrites blocks it already
+#: has, and the loop's fsyncs need not record a growing file. Idle, the WAL is emptied anyway.
+WAL_SIZE_LIMIT = 32 * 1024 * 1024
 #: Free pages kept for reuse; above this the loop gives them back to the file system...
 RECLAIM_FREE_PAGES = 256
 #: ...at most this many per turn: a slice of about a millisecond (~7.5 us a page, measured).
@@ -414,6 +419,8 @@ class _Checkpointer(threading.Thread):
         self._store = store
         self._stopping = threading.Event()
         self._db: sqlite3.Connection | None = None
+        self._shm: int | None = None
+        self._page_size = 4096
         self.checkpoints = 0
         self.truncations = 0
         self.errors = 0
@@ -427,9 +434,14 @@ class _Checkpointer(threading.Thread):
             log.error("no WAL checkpoints (the WAL will grow): %s", exc)
             return
         try:
+            self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
             self._watch()
+        except sqlite3.Error as exc:
+            log.error("no more WAL checkpoints (the WAL will grow): %s", exc)
         finally:
             self._db.close()
+            if self._shm is not None:
+                os.close(self._shm)
 
     def _watch(self) -> None:
         store = self._store
@@ -440,8 +452,8 @@ class _Checkpointer(threading.Thread):
             seen = store.commits + store.reclaims
             if seen != writes:
                 writes, quiet_since = seen, now
-            wal = store.wal_bytes()
-            idle = bool(wal) and now - quiet_since >= CHECKPOINT_IDLE_S
+            wal = self._wal_frames_bytes()
+            idle = store.wal_bytes() > 0 and now - quiet_since >= CHECKPOINT_IDLE_S
             try:
                 if idle:
                     busy, frames, copied = self._checkpoint("PASSIVE")
@@ -453,6 +465,21 @@ class _Checkpointer(threading.Thread):
                 self.errors += 1
                 if self.errors == 1 or self.errors % 1000 == 0:
                     log.warning("WAL checkpoint failed (will retry): %s", exc)
+
+    def _wal_frames_bytes(self) -> int:
+        """How much the WAL holds since it last started over. The file's size cannot say (it
+        keeps its blocks up to WAL_SIZE_LIMIT): the WAL index's header can, read without a
+        lock (mxFrame, a 32-bit native-order integer at offset 16 of the -shm file;
+        sqlite.org/walformat.html). A torn read only moves a checkpoint by one poll."""
+        try:
+            if self._shm is None:
+                self._shm = os.open(f"{self._store.path}-shm", os.O_RDONLY)
+            header = os.pread(self._shm, 20, 0)
+        except OSError:
+            return self._store.wal_bytes()
+        if len(header) < 20:
+            return 0
+        return _MX_FRAME.unpack_from(header, 16)[0] * self._page_size
 
     def _catch_up(self) -> bool:
         """PASSIVE checkpoints until one copies no more than CATCH_UP_FRAMES (what the loop
