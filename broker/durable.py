@@ -1,20 +1,23 @@
 """The durable store: the core's journal (broker/journal.py) written to SQLite in WAL mode,
 one transaction and one fsync per loop turn (group commit), and read back at start.
 
-Nothing here may stall the loop (docs/durability.md): the loop's connection never checkpoints
-(`wal_autocheckpoint=0`); a background thread with its own connection copies the WAL into the
-database (PASSIVE checkpoints, which never take the writer's lock) once it has grown, and cuts
-it back when the broker is idle. Space comes back as queues drain: the database is in
-`auto_vacuum=INCREMENTAL` mode and the loop gives free pages back in bounded slices
-(`incremental_vacuum(N)`), inside the turn's own transaction when it has one, else in idle
-turns.
+Nothing here may stall the loop (docs/durability.md): the loop's connection never runs
+SQLite's auto-checkpoint (`wal_autocheckpoint=0`); a background thread with its own connection
+copies the WAL into the database (PASSIVE checkpoints, which never take the writer's lock) once
+it has grown, then lets the loop copy the last few frames itself before its next transaction,
+so that the WAL starts over; and it empties the WAL when the broker is idle. Space comes back
+as queues drain: the database is in `auto_vacuum=INCREMENTAL` mode and the loop gives free
+pages back in bounded slices (`incremental_vacuum(N)`), inside the turn's own transaction when
+it has one, else in idle turns.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -40,25 +43,23 @@ from .journal import (
 log = logging.getLogger("phpmq.broker")
 
 DB_NAME = "phpmq.sqlite3"
+_MX_FRAME = struct.Struct("=I")
 
-#: The checkpoint thread copies the WAL into the database once it is this big...
-CHECKPOINT_WAL_BYTES = 4 * 1024 * 1024
+#: The checkpoint thread copies the WAL into the database once it is this big (each
+#: checkpoint syncs the database beside the loop's WAL syncs: fewer, larger ones cost less)...
+CHECKPOINT_WAL_BYTES = 16 * 1024 * 1024
 #: ...or once nothing was written for this long (then it also truncates the WAL to nothing).
 CHECKPOINT_IDLE_S = 1.0
 #: How often the checkpoint thread looks at the WAL's size.
 CHECKPOINT_POLL_S = 0.05
-#: Checkpoints in a row (a millisecond apart), at most, to catch up with a loop that writes.
-CHECKPOINT_CATCH_UP = 200
-#: Past this a catch-up that did not see the WAL start over ends with a RESTART checkpoint,
-#: which holds the writer's lock while it copies the last few frames and syncs (milliseconds):
-#: the price of a WAL that cannot grow without bound under a loop that never pauses.
-WAL_HARD_BYTES = 256 * 1024 * 1024
-#: How long a forced RESTART checkpoint may wait for the loop's current commit to end.
-RESTART_WAIT_MS = 100
-RESTARTED = "restarted"
-CAUGHT_UP = "caught up"
+#: PASSIVE checkpoints in a row, at most, while each still copies more than
+#: CATCH_UP_FRAMES: what is left for the loop's hand-off (below) is then about one commit.
+CHECKPOINT_CATCH_UP = 5
+CATCH_UP_FRAMES = 256
 #: When the WAL starts over, SQLite cuts the file back to this size (journal_size_limit).
-WAL_SIZE_LIMIT = 1024 * 1024
+#: Above the checkpoint threshold: a WAL that starts over then overwrites blocks it already
+#: has, and the loop's fsyncs need not record a growing file. Idle, the WAL is emptied anyway.
+WAL_SIZE_LIMIT = 32 * 1024 * 1024
 #: Free pages kept for reuse; above this the loop gives them back to the file system...
 RECLAIM_FREE_PAGES = 256
 #: ...at most this many per turn: a slice of about a millisecond (~7.5 us a page, measured).
@@ -190,8 +191,11 @@ class DurableStore:
         self.last_commit_ms = 0.0
         self.longest_commit_ms = 0.0
         self.started = time.monotonic()
-        #: True from BEGIN to COMMIT: the checkpoint thread times its last copies by it.
-        self.writing = False
+        #: Set by the checkpoint thread once it copied nearly all of a big WAL: the next
+        #: commit first copies the rest itself, so that its write starts the WAL over.
+        self.hand_off = False
+        self.hand_offs = 0
+        self.longest_hand_off_ms = 0.0
         #: Pages given back to the file system, the slices that did it and the last's cost.
         self.pages_reclaimed = 0
         self.reclaims = 0
@@ -269,7 +273,8 @@ class DurableStore:
         """
         started = time.perf_counter()
         db = self._db
-        self.writing = True
+        if self.hand_off:
+            self._take_hand_off(db)
         try:
             db.execute("BEGIN")
             for kind, rows in _runs(operations):
@@ -285,8 +290,6 @@ class DurableStore:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
             raise StorageError(str(exc)) from None
-        finally:
-            self.writing = False
         self.free_pages = free_pages
         self.commits += 1
         self.last_commit_ms = (time.perf_counter() - started) * 1000
@@ -300,7 +303,6 @@ class DurableStore:
             StorageError: nothing was given back this time.
         """
         db = self._db
-        self.writing = True
         try:
             db.execute("BEGIN")
             free_pages = self._reclaim_slice(db)
@@ -310,9 +312,21 @@ class DurableStore:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
             raise StorageError(str(exc)) from None
-        finally:
-            self.writing = False
         self.free_pages = free_pages
+
+    def _take_hand_off(self, db: sqlite3.Connection) -> None:
+        """Copy the few frames committed since the checkpoint thread's last checkpoint, so
+        that the transaction that follows starts the WAL over (a write can only do that when
+        every frame is copied, and the thread cannot time that: the loop is mostly between
+        BEGIN and COMMIT). About one commit's frames: the thread left no more. PASSIVE: if
+        the thread happens to be checkpointing, SQLite answers busy at once; never a wait."""
+        self.hand_off = False
+        started = time.perf_counter()
+        with contextlib.suppress(sqlite3.Error):  # housekeeping: the commit goes on anyway
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        self.hand_offs += 1
+        ms = (time.perf_counter() - started) * 1000
+        self.longest_hand_off_ms = max(self.longest_hand_off_ms, ms)
 
     def _reclaim_slice(self, db: sqlite3.Connection) -> int:
         """Inside the open transaction: when more than RECLAIM_FREE_PAGES pages are free,
@@ -379,7 +393,8 @@ class DurableStore:
             "last_reclaim_ms": round(self.last_reclaim_ms, 3),
             "checkpoints": checkpointer.checkpoints,
             "wal_truncations": checkpointer.truncations,
-            "wal_forced_restarts": checkpointer.restarts,
+            "wal_hand_offs": self.hand_offs,
+            "longest_hand_off_ms": round(self.longest_hand_off_ms, 3),
             "longest_checkpoint_ms": round(checkpointer.longest_ms, 3),
             "checkpoint_errors": checkpointer.errors,
         }
@@ -404,9 +419,10 @@ class _Checkpointer(threading.Thread):
         self._store = store
         self._stopping = threading.Event()
         self._db: sqlite3.Connection | None = None
+        self._shm: int | None = None
+        self._page_size = 4096
         self.checkpoints = 0
         self.truncations = 0
-        self.restarts = 0
         self.errors = 0
         self.longest_ms = 0.0
 
@@ -418,9 +434,14 @@ class _Checkpointer(threading.Thread):
             log.error("no WAL checkpoints (the WAL will grow): %s", exc)
             return
         try:
+            self._page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
             self._watch()
+        except sqlite3.Error as exc:
+            log.error("no more WAL checkpoints (the WAL will grow): %s", exc)
         finally:
             self._db.close()
+            if self._shm is not None:
+                os.close(self._shm)
 
     def _watch(self) -> None:
         store = self._store
@@ -431,64 +452,55 @@ class _Checkpointer(threading.Thread):
             seen = store.commits + store.reclaims
             if seen != writes:
                 writes, quiet_since = seen, now
-            wal = store.wal_bytes()
-            idle = bool(wal) and now - quiet_since >= CHECKPOINT_IDLE_S
-            if wal < CHECKPOINT_WAL_BYTES and not idle:
-                continue
+            wal = self._wal_frames_bytes()
+            idle = store.wal_bytes() > 0 and now - quiet_since >= CHECKPOINT_IDLE_S
             try:
-                outcome = self._catch_up()
-                if outcome is None and wal >= WAL_HARD_BYTES:
-                    self._force_restart()
-                elif outcome == CAUGHT_UP and idle and not store.reclaimable:
-                    self._truncate()
+                if idle:
+                    busy, frames, copied = self._checkpoint("PASSIVE")
+                    if not busy and frames == copied and not store.reclaimable:
+                        self._truncate()
+                elif wal >= CHECKPOINT_WAL_BYTES and not store.hand_off and self._catch_up():
+                    store.hand_off = True
             except sqlite3.Error as exc:
                 self.errors += 1
                 if self.errors == 1 or self.errors % 1000 == 0:
                     log.warning("WAL checkpoint failed (will retry): %s", exc)
 
-    def _catch_up(self) -> str | None:
-        """PASSIVE checkpoints until the WAL can start over: RESTARTED if it did meanwhile,
-        CAUGHT_UP once one copied everything while the loop was not writing (the loop's next
-        write then starts the WAL over); None if neither happened in CHECKPOINT_CATCH_UP
-        tries.
+    def _wal_frames_bytes(self) -> int:
+        """How much the WAL holds since it last started over. The file's size cannot say (it
+        keeps its blocks up to WAL_SIZE_LIMIT): the WAL index's header can, read without a
+        lock (mxFrame, a 32-bit native-order integer at offset 16 of the -shm file;
+        sqlite.org/walformat.html). A torn read only moves a checkpoint by one poll."""
+        try:
+            if self._shm is None:
+                self._shm = os.open(f"{self._store.path}-shm", os.O_RDONLY)
+            header = os.pread(self._shm, 20, 0)
+        except OSError:
+            return self._store.wal_bytes()
+        if len(header) < 20:
+            return 0
+        return _MX_FRAME.unpack_from(header, 16)[0] * self._page_size
+
+    def _catch_up(self) -> bool:
+        """PASSIVE checkpoints until one copies no more than CATCH_UP_FRAMES (what the loop
+        committed while the one before ran). Returns whether that happened: the rest, about
+        one commit, is then the loop's to copy (DurableStore._take_hand_off).
 
         A checkpoint copies the frames committed when it began, and the WAL can only start
-        over (and shrink back to WAL_SIZE_LIMIT) at a write that begins when everything is
-        copied. The loop is often in the middle of a commit: a checkpoint now and then
-        would let the WAL grow for as long as the loop is busy. So after the first, large
-        one, small ones follow, each begun between two of the loop's commits."""
-        store = self._store
-        seen = -1
+        over (and shrink back to WAL_SIZE_LIMIT) at a write that begins when every frame is
+        copied; the loop is mostly in the middle of a commit, so without the hand-off the
+        WAL would grow for as long as the loop is busy."""
+        done = -1
         for _ in range(CHECKPOINT_CATCH_UP):
-            writes = store.commits + store.reclaims
-            between = not store.writing
-            busy, frames, copied = self._checkpoint("PASSIVE")
-            complete = not busy and frames == copied
-            if complete and frames < seen:
-                return RESTARTED
-            if (
-                complete
-                and between
-                and not store.writing
-                and writes == store.commits + store.reclaims
-            ):
-                return CAUGHT_UP
-            seen = frames if complete else -1
-            if self._stopping.wait(0.001):
+            busy, _, copied = self._checkpoint("PASSIVE")
+            if busy or copied < 0:
+                return False
+            if done >= 0 and (copied < done or copied - done <= CATCH_UP_FRAMES):
+                return True  # little was added meanwhile (or the WAL started over)
+            done = copied
+            if self._stopping.is_set():
                 break
-        return None
-
-    def _force_restart(self) -> None:
-        """A loop that never pauses never lets the WAL start over: make it start over, with
-        the writer's lock (the loop's COMMIT may wait for the copy of its last frames and a
-        sync: milliseconds, only while the WAL is past WAL_HARD_BYTES)."""
-        assert self._db is not None
-        self._db.execute(f"PRAGMA busy_timeout={RESTART_WAIT_MS}")
-        try:
-            if not self._checkpoint("RESTART")[0]:
-                self.restarts += 1
-        finally:
-            self._db.execute("PRAGMA busy_timeout=0")
+        return False
 
     def _truncate(self) -> None:
         """The store is idle and the WAL all copied: empty the WAL file. TRUNCATE takes the

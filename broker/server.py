@@ -140,6 +140,7 @@ class BrokerServer:
         #: Whether the last turn left frames unread (its budget ran out).
         self._input_pending = False
         self._loop = _LoopStats()
+        self._reclaim_failing = False
         self.core.admin.server_stats = self.stats
 
     def _close_sockets(self) -> None:
@@ -325,7 +326,12 @@ class BrokerServer:
         try:
             store.reclaim()
         except StorageError as exc:
-            log.warning("giving free pages back failed (will retry): %s", exc)
+            # Housekeeping: retried in the next idle turn, logged once per streak.
+            if not self._reclaim_failing:
+                log.warning("giving free pages back failed (will retry): %s", exc)
+            self._reclaim_failing = True
+        else:
+            self._reclaim_failing = False
 
     def _poll_timeout_ms(self) -> int:
         if self._input_pending:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zmq
 
 import phpmq.protocol as p
 from harness import BrokerProcess, raw_dealer
@@ -119,3 +120,32 @@ def test_stats_show_the_loops_figures(broker: BrokerProcess) -> None:
     ):
         assert server[name] == 0, name
     assert server["input_pending"] is False
+
+
+def test_a_consumer_that_reads_nothing_is_given_up_past_max_backlog_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHPMQ_SEND_HWM", "1")
+    monkeypatch.setenv("PHPMQ_MAX_BACKLOG_BYTES", str(1024 * 1024))
+    broker = BrokerProcess(tmp_path / "broker.log", "--grace-seconds", "0")
+    content = b"x" * 100_000
+    with broker, raw_dealer(broker.address) as stuck:
+        stuck.rcvhwm = 1
+        stuck.setsockopt(zmq.RCVBUF, 4096)
+        stuck.send(p.encode(p.Consume("big", 10_000)))  # then never reads
+        with broker.client() as producer:
+            for _ in range(20):  # each in a turn of its own: one frame of 2 MB each
+                producer.send_many("big", [content] * 20)
+                producer.flush()
+                time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while (server := broker.stats()["server"])["peers_unreadable"] == 0:
+            assert time.monotonic() < deadline, (server, broker.stats()["queues"])
+            time.sleep(0.1)
+        stats = broker.stats()
+    assert server["backlog_frames_dropped"] >= 1
+    assert stats["server"]["backlog_bytes"] <= 1024 * 1024 + 4 * 100_100
+    # What it held went back to the queue for others.
+    assert stats["queues"]["big"]["in_flight"] == 0
+    assert stats["queues"]["big"]["ready"] == 400
+    assert "is not reading" in broker.log()
