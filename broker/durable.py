@@ -408,7 +408,9 @@ class _Checkpointer(threading.Thread):
     """Copies the WAL into the database off the loop thread, with its own connection.
 
     PASSIVE checkpoints never take the writer's lock, so the loop's COMMIT never waits for
-    one (they run side by side; SQLite releases the GIL while it works). Once the store has
+    one (they run side by side; SQLite releases the GIL while it works). Once little is left
+    to copy it sets `store.hand_off`, and the loop copies the rest (about one commit) before
+    its next transaction, which then starts the WAL over. Once the store has
     been idle for CHECKPOINT_IDLE_S, a TRUNCATE checkpoint empties the WAL file: it takes the
     writer's lock, but only after a PASSIVE one copied everything, so it holds it for a
     truncate() and does not wait for anyone (busy timeout 0: a busy store is simply tried
