@@ -29,7 +29,7 @@ from rich.table import Table
 from .. import protocol as p
 from ..client import Client, ClientError, PartialSend
 from ..testing import BrokerProcess
-from .measure import MB, RssSampler, mb, ms, percentiles, verdict
+from .measure import MB, RssSampler, SeenSequence, mb, ms, percentiles, verdict
 
 FLOOD_QUEUE = "flood"
 CALM_QUEUE = "calm"
@@ -106,8 +106,8 @@ def _calm_consumer(address: str, produced: Any, done: Any, out: Any) -> None:
     """Consume CALM_QUEUE acking each message until every produced message arrived (or
     DRAIN_TIMEOUT_S after the producer stopped); puts latencies and counts."""
     latencies = array("q")
-    seen = bytearray()
-    duplicates = redelivered = 0
+    seen = SeenSequence()
+    redelivered = 0
     clock = time.monotonic_ns
     unpack = _STAMP.unpack_from
     events: list[str] = []
@@ -121,12 +121,7 @@ def _calm_consumer(address: str, produced: Any, done: Any, out: Any) -> None:
             if message is not None:
                 now = clock()
                 seq, sent_at = unpack(message.content)
-                if seq >= len(seen):
-                    seen.extend(bytes(seq + 1 - len(seen) + 4096))
-                if seen[seq]:
-                    duplicates += 1
-                else:
-                    seen[seq] = 1
+                if seen.first_time(seq):
                     latencies.append(now - sent_at)
                 if message.delivery_count > 1:
                     redelivered += 1
@@ -138,7 +133,7 @@ def _calm_consumer(address: str, produced: Any, done: Any, out: Any) -> None:
                 if time.monotonic() - done_at > DRAIN_TIMEOUT_S:
                     break
         client.flush()
-    out.put((latencies.tobytes(), duplicates, redelivered, events))
+    out.put((latencies.tobytes(), seen.duplicates, redelivered, events))
 
 
 class _StatsProbe:

@@ -120,3 +120,25 @@ def verdict(value: float | None, target: float) -> str:
     if value is None:
         return "-"
     return "met" if value <= target else "missed"
+
+
+class SeenSequence:
+    """Which sequence numbers a consumer has received (a bit per number, grown as needed):
+    tells a first delivery from a duplicate."""
+
+    __slots__ = ("_seen", "duplicates")
+
+    def __init__(self) -> None:
+        self._seen = bytearray()
+        self.duplicates = 0
+
+    def first_time(self, seq: int) -> bool:
+        """True the first time `seq` is seen; after that, counts a duplicate."""
+        seen = self._seen
+        if seq >= len(seen):
+            seen.extend(bytes(seq + 1 - len(seen) + 65536))
+        if seen[seq]:
+            self.duplicates += 1
+            return False
+        seen[seq] = 1
+        return True

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from ..client import Client
 from ..testing import BrokerProcess
-from .measure import MB, RssSampler, data_dir_bytes, mb, percentiles, verdict
+from .measure import MB, RssSampler, SeenSequence, data_dir_bytes, mb, percentiles, verdict
 
 QUEUE = "bench-steady"
 CONTENT_BYTES = 100
@@ -61,8 +61,7 @@ def _consumer(address: str, produced: Any, done: Any, out: Any) -> None:
     arrivals = array("q")
     clock = time.monotonic_ns
     unpack = _STAMP.unpack_from
-    duplicates = 0
-    seen = bytearray()
+    seen = SeenSequence()
     done_at = None
     with Client(address, name="bench-steady-consumer") as client:
         client.subscribe(QUEUE, window=WINDOW)
@@ -71,12 +70,7 @@ def _consumer(address: str, produced: Any, done: Any, out: Any) -> None:
             if message is not None:
                 now = clock()
                 seq, sent_at = unpack(message.content)
-                if seq >= len(seen):
-                    seen.extend(bytes(seq + 1 - len(seen) + 65536))
-                if seen[seq]:
-                    duplicates += 1
-                else:
-                    seen[seq] = 1
+                if seen.first_time(seq):
                     latencies.append(now - sent_at)
                     arrivals.append(now)
                 message.ack()
@@ -87,7 +81,7 @@ def _consumer(address: str, produced: Any, done: Any, out: Any) -> None:
                 if time.monotonic() - done_at > DRAIN_TIMEOUT_S:
                     break
         client.flush()
-    out.put((latencies.tobytes(), arrivals.tobytes(), duplicates))
+    out.put((latencies.tobytes(), arrivals.tobytes(), seen.duplicates))
 
 
 def _run_mode(rate: int, seconds: float, data_dir: str | None, row_s: float) -> dict[str, Any]:
