@@ -66,7 +66,8 @@ from .events import (
     UndecodableFrame,
 )
 from .message import ReceivedMessage, Settle, queue_packet
-from .refusals import FLOW_CODES, FlowRefusal, Refusals
+from .pauses import Pauses
+from .refusals import FlowRefusal, Refusals
 
 VERSION = "phpmq-zmq-python/0.1"
 #: Outgoing settlements buffered before the driver is told to send them without waiting.
@@ -127,12 +128,8 @@ class Connection:
         #: a FlowRefusal, or LOST when the transport they went out on was replaced).
         self._awaited: set[int] = set()
         self._answers: dict[int, str | Error | FlowRefusal | None] = {}
-        #: The broker's PAUSEs in force, by queue (None: the broker-wide one; §6.4).
-        self._pauses: dict[str | None, Pause] = {}
-        #: While a frame is read: the PAUSEs in it, and the ERRORs in it that may be flow
-        #: refusals of confirmed sends (decided once the whole frame is read).
-        self._frame_pauses: dict[str | None, Pause] = {}
-        self._flow_errors: list[Error] = []
+        #: The broker's PAUSEs in force, and which refusals they explain (§6.4).
+        self._pauses = Pauses()
         self._greeting: bytes | None = None
         self._greeted_frame: bytes | None = None
         self._last_heard = self._last_sent = 0.0
@@ -272,15 +269,12 @@ class Connection:
     def paused(self, queue: str | None) -> Pause | None:
         """The PAUSE that says to wait before sending to `queue`: its own, else the
         broker-wide one (None: sends may go; docs/protocol.md §6.4)."""
-        pauses = self._pauses
-        if not pauses:
-            return None
-        return pauses.get(queue) or pauses.get(None)
+        return self._pauses.paused(queue)
 
     @property
     def pauses(self) -> dict[str | None, Pause]:
         """The PAUSEs in force, by queue (None: the broker-wide one)."""
-        return dict(self._pauses)
+        return self._pauses.in_force
 
     def take_answers(self, tags: list[int]) -> list[str | Error | FlowRefusal | None]:
         """The answers to `tags`, in order (an ID, the refusing ERROR, a FlowRefusal: to be
@@ -395,31 +389,10 @@ class Connection:
                 if events is None:
                     events = []
                 events.append(event)
-        if self._flow_errors:
-            self._mark_flow_refusals()
-        if self._frame_pauses:
-            self._frame_pauses.clear()
+        self._pauses.end_frame(self._answers)
         if error is not None:
             events = [*(events or ()), UndecodableFrame(error.reason)]
         return events or NO_EVENTS
-
-    def _mark_flow_refusals(self) -> None:
-        """Refusals of confirmed sends for a full queue or memory (429, 503) that a PAUSE
-        covers (one in force, or one in this frame: the broker may send the ERROR before the
-        PAUSE, and the RESUME in the same frame) are flow refusals: sent before the PAUSE
-        reached us, to be sent again after it, not reported."""
-        answers = self._answers
-        seen = self._frame_pauses
-        for error in self._flow_errors:
-            queue = error.queue
-            pause = seen.get(queue) or seen.get(None) or self.paused(queue)
-            if pause is None:
-                continue  # a limit no pause covers (max_queues, a draining broker): refused
-            refusal = FlowRefusal(error, pause)
-            for tag in range(error.tag, error.tag + (error.count or 1)):  # type: ignore[operator]
-                if answers.get(tag) is error:
-                    answers[tag] = refusal
-        self._flow_errors.clear()
 
     def _on_control(self, message: Message, now: float) -> Event | None:
         if isinstance(message, Confirm):
@@ -433,8 +406,7 @@ class Connection:
                 for tag in range(message.tag, message.tag + (message.count or 1)):  # type: ignore[operator]
                     if tag in self._awaited:
                         answers[tag] = message
-                if message.code in FLOW_CODES:
-                    self._flow_errors.append(message)
+                self._pauses.refused(message)
                 return None
             self.errors.append(message)
             self.error_count += 1
@@ -447,14 +419,9 @@ class Connection:
             self.admin_replies.append(message)
             return None
         if isinstance(message, Pause):
-            self._frame_pauses[message.queue] = message
-            known = self._pauses.get(message.queue)
-            self._pauses[message.queue] = message
-            return SendsPaused(message) if known is None else None
+            return SendsPaused(message) if self._pauses.pause(message) else None
         if isinstance(message, Resume):
-            if self._pauses.pop(message.queue, None) is None:
-                return None
-            return SendsResumed(message.queue)
+            return SendsResumed(message.queue) if self._pauses.resume(message.queue) else None
         if isinstance(message, Hello):
             self.broker_info = message.options
             self._adopt_terms(message.options)
