@@ -80,7 +80,8 @@ class Flow:
     def after_put(self, peer: Peer, queue: Queue) -> None:
         """A send was queued: past 90% of a limit its sender (if it said HELLO) is asked to
         pause; at the memory limit every later send is refused."""
-        if queue.max_length and queue.ready_count >= queue.pause_mark:
+        full_soon = queue.max_length and queue.ready_count >= queue.pause_mark
+        if full_soon and queue.overflow == "reject":  # a drop-oldest queue takes every send
             self.pause(peer, queue)
         if self._ctx.held_bytes >= self.pause_at:
             self._pause_all(peer)

@@ -71,6 +71,13 @@ def test_a_hello_producer_is_paused_at_ninety_percent_and_resumed_under_eighty()
     assert core.core.counters.pauses == 1 and core.core.counters.resumes == 1
 
 
+def test_a_drop_oldest_queue_pauses_nobody() -> None:
+    core = CoreHarness(max_queue_length=10, overflow="drop-oldest")
+    out = core.send(PRODUCER, HELLO, *[p.Send("q", b"x", 0) for _ in range(20)])
+    assert of_type(out, p.Pause) == [] and errors(out) == []
+    assert core.stats("q")["ready"] == 10
+
+
 def test_stock_producers_get_no_pause() -> None:
     core = CoreHarness(max_queue_length=10)
     assert core.send(b"stock", *[p.Send("q", b"x") for _ in range(20)]) == []
