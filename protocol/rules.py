@@ -52,3 +52,42 @@ def clamp_liveness(liveness: object, default: int = DEFAULT_LIVENESS) -> int:
     if type(liveness) is not int:
         return default
     return min(max(liveness, MIN_LIVENESS), MAX_LIVENESS)
+
+
+#: Event names and binding patterns (issue "Events"): dot-separated segments, 1-255 bytes.
+MAX_EVENT_BYTES = 255
+#: In a pattern, a segment that is exactly one of these matches one segment / zero or more.
+ONE_SEGMENT = "*"
+ANY_SEGMENTS = "#"
+
+
+def event_name_problem(name: str) -> str | None:
+    """Why `name` is not a valid event name (what a publish names), or None if it is."""
+    return _segments_problem(name, "event name", wildcards=False)
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` is not a valid binding pattern, or None if it is: an event name whose
+    segments may also be `*` (exactly one segment) or `#` (zero or more)."""
+    return _segments_problem(pattern, "pattern", wildcards=True)
+
+
+def _segments_problem(text: str, what: str, wildcards: bool) -> str | None:
+    if not text:
+        return f"{what} is empty"
+    if len(text.encode()) > MAX_EVENT_BYTES:
+        return f"{what} is longer than {MAX_EVENT_BYTES} bytes"
+    if not text.isprintable() or any(ch.isspace() for ch in text):
+        return f"{what} contains whitespace or control characters"
+    for segment in text.split("."):
+        if not segment:
+            return f"{what} {text!r} has an empty segment (two dots, or a dot at an end)"
+        if segment in (ONE_SEGMENT, ANY_SEGMENTS):
+            if not wildcards:
+                return f"event name {text!r} has a wildcard segment {segment!r}"
+        elif ONE_SEGMENT in segment or ANY_SEGMENTS in segment:
+            return (
+                f"{what} {text!r}: '*' and '#' stand alone as a whole segment, not inside"
+                f" {segment!r}"
+            )
+    return None
