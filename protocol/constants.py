@@ -45,6 +45,8 @@ class MessageType(IntEnum):
     CONFIRM = 105  # broker -> client: id, [tag]
     PAUSE = 106  # broker -> client: code, reason, [queue]: stop sending there until RESUME
     RESUME = 107  # broker -> client: [queue]: the pause is over
+    PUBLISH = 108  # client -> broker: event, content, [ttl, tag, key, headers]
+    CANCEL = 109  # both ways: queue, [reason, count]: a consumer's consumption of it ends
     ADMIN = 110  # client -> broker: options (JSON command)
     ADMIN_REPLY = 111  # broker -> client: options (JSON result)
 
@@ -66,6 +68,9 @@ class PacketType(IntEnum):
     HEADERS = 17
     TAG = 18
     REFUSED = 19
+    EVENT = 20
+    PATTERNS = 21
+    UNUSED_MS = 22
 
 
 class ErrorCode(IntEnum):

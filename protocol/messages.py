@@ -44,6 +44,11 @@ class Consume(msgspec.Struct, frozen=True, gc=False):
     queue: str
     count: int
     lease_ms: int | None = None
+    #: Extension packet: binding patterns (separated by single spaces) the queue is bound to
+    #: in the same request (docs/protocol.md §6.5).
+    patterns: str | None = None
+    #: Extension packet: delete the queue once it has had no consumer for this long (ms).
+    unused_ms: int | None = None
 
 
 class Dispatch(msgspec.Struct, frozen=True, gc=False):
@@ -57,6 +62,8 @@ class Dispatch(msgspec.Struct, frozen=True, gc=False):
     delivery_count: int | None = None
     #: The producer's HEADERS packet as it sent it (JSON bytes).
     headers: bytes | None = None
+    #: The event a published copy was published as (extension peers only).
+    event: str | None = None
 
 
 class Ack(msgspec.Struct, frozen=True, gc=False):
@@ -114,6 +121,9 @@ class Confirm(msgspec.Struct, frozen=True, gc=False):
     TYPE: ClassVar[MessageType] = MessageType.CONFIRM
     message_id: bytes
     tag: int | None = None
+    #: A PUBLISH's answer: how many queues got a copy (absent for a send, and for a publish
+    #: answered from its idempotency key).
+    count: int | None = None
 
 
 class Pause(msgspec.Struct, frozen=True, gc=False):
@@ -131,6 +141,30 @@ class Resume(msgspec.Struct, frozen=True, gc=False):
 
     TYPE: ClassVar[MessageType] = MessageType.RESUME
     queue: str | None = None
+
+
+class Publish(msgspec.Struct, frozen=True, gc=False):
+    """108 (extension): publish `content` as `event`: one copy into every queue bound to a
+    pattern that matches it. TTL, tag, key and headers work as in 001."""
+
+    TYPE: ClassVar[MessageType] = MessageType.PUBLISH
+    event: str
+    content: bytes
+    ttl: int | None = None
+    tag: int | None = None
+    key: str | None = None
+    headers: bytes | None = None
+
+
+class Cancel(msgspec.Struct, frozen=True, gc=False):
+    """109 (extension). From a client: stop consuming `queue` and take back what I hold. From
+    the broker: your consumption of `queue` is over (`reason`), `count` messages you held
+    went back to it (cancelled) or are gone (queue deleted)."""
+
+    TYPE: ClassVar[MessageType] = MessageType.CANCEL
+    queue: str
+    reason: str | None = None
+    count: int | None = None
 
 
 class Hello(msgspec.Struct, frozen=True):
@@ -184,6 +218,8 @@ Message = (
     | Confirm
     | Pause
     | Resume
+    | Publish
+    | Cancel
     | Hello
     | Heartbeat
     | Disconnect

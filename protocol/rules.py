@@ -72,6 +72,20 @@ def pattern_problem(pattern: str) -> str | None:
     return _segments_problem(pattern, "pattern", wildcards=True)
 
 
+#: Patterns in one 002 PATTERNS packet are separated by single spaces (a pattern has none).
+PATTERN_SEPARATOR = " "
+
+
+def split_patterns(text: str) -> tuple[list[str], str | None]:
+    """The patterns of a PATTERNS packet, and why they are not valid (None if they are)."""
+    patterns = text.split(PATTERN_SEPARATOR)
+    for pattern in patterns:
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            return patterns, problem
+    return patterns, None
+
+
 def _segments_problem(text: str, what: str, wildcards: bool) -> str | None:
     if not text:
         return f"{what} is empty"

@@ -58,6 +58,9 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.KEY: "key",
     P.TAG: "tag",
     P.REFUSED: "refused",
+    P.EVENT: "event",
+    P.PATTERNS: "patterns",
+    P.UNUSED_MS: "unused_ms",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -66,12 +69,12 @@ SPECS: dict[MessageType, TypeSpec] = {
         # 001: the stock client sends 2 packets (pre-TTL), the README form 3; a confirming
         # producer adds its tag (and key) right after, which keeps it on the fast path.
         TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL, P.TAG, P.KEY, P.HEADERS)),
-        TypeSpec(m.Consume, (P.QUEUE, P.COUNT), (P.LEASE_MS,)),
+        TypeSpec(m.Consume, (P.QUEUE, P.COUNT), (P.LEASE_MS, P.PATTERNS, P.UNUSED_MS)),
         # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
         TypeSpec(
             m.Dispatch,
             (P.QUEUE, P.CONTENT, P.MESSAGE_ID),
-            (P.TTL, P.DELIVERY_COUNT, P.HEADERS),
+            (P.TTL, P.DELIVERY_COUNT, P.HEADERS, P.EVENT),
         ),
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
         TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
@@ -81,9 +84,11 @@ SPECS: dict[MessageType, TypeSpec] = {
             (P.ERROR_CODE, P.REASON),
             (P.MESSAGE_ID, P.QUEUE, P.TAG, P.REFUSED, P.COUNT),
         ),
-        TypeSpec(m.Confirm, (P.MESSAGE_ID,), (P.TAG,)),
+        TypeSpec(m.Confirm, (P.MESSAGE_ID,), (P.TAG, P.COUNT)),
         TypeSpec(m.Pause, (P.ERROR_CODE, P.REASON), (P.QUEUE,)),
         TypeSpec(m.Resume, (), (P.QUEUE,)),
+        TypeSpec(m.Publish, (P.EVENT, P.CONTENT), (P.TTL, P.TAG, P.KEY, P.HEADERS)),
+        TypeSpec(m.Cancel, (P.QUEUE,), (P.REASON, P.COUNT)),
         TypeSpec(m.Hello, (), (P.OPTIONS,)),
         TypeSpec(m.Heartbeat, ()),
         TypeSpec(m.Disconnect, (), (P.REASON,)),
@@ -146,4 +151,7 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.KEY: _text,
     P.TAG: _integer,
     P.REFUSED: _integer,
+    P.EVENT: _text,
+    P.PATTERNS: _text,
+    P.UNUSED_MS: _integer,
 }

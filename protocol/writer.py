@@ -12,7 +12,7 @@ import msgspec
 
 from .constants import LENGTH_DIGITS, PROTOCOL_VERSION, MessageType, PacketType
 from .errors import LocalProtocolError
-from .messages import Message
+from .messages import Confirm, Message
 from .table import SPEC_OF_CLASS
 
 _json = msgspec.json.Encoder()
@@ -127,10 +127,16 @@ def encode_dispatch(
     ttl: int | None,
     delivery_count: int | None,
     headers: bytes = b"",
+    event: bytes = b"",
 ) -> bytes:
     """003 in the form the receiving peer speaks: `ttl=None` is the pre-TTL 3-packet form,
     a `delivery_count` adds the extension packet (only for peers that opted in), and so do
-    `headers` (JSON bytes as the producer's HEADERS packet carried them)."""
+    `headers` (JSON bytes as the producer's HEADERS packet carried them) and `event` (the
+    event a published copy was published as)."""
+    if event and delivery_count is not None and ttl is not None:
+        return _dispatch_with_event(
+            queue_packet, content, message_id, ttl, delivery_count, headers, event
+        )
     if headers and delivery_count is not None and ttl is not None:
         return _DISPATCH_6 % (
             queue_packet,
@@ -168,6 +174,28 @@ def encode_dispatch(
         len(count_bytes),
         count_bytes,
     )
+
+
+def _dispatch_with_event(
+    queue_packet: bytes,
+    content: bytes,
+    message_id: bytes,
+    ttl: int,
+    delivery_count: int,
+    headers: bytes,
+    event: bytes,
+) -> bytes:
+    parts = [
+        queue_packet,
+        packet(PacketType.CONTENT, content),
+        packet(PacketType.MESSAGE_ID, message_id),
+        packet(PacketType.TTL, b"%d" % ttl),
+        packet(PacketType.DELIVERY_COUNT, b"%d" % delivery_count),
+    ]
+    if headers:
+        parts.append(packet(PacketType.HEADERS, headers))
+    parts.append(packet(PacketType.EVENT, event))
+    return message_header(MessageType.DISPATCH, len(parts)) + b"".join(parts)
 
 
 _SEND_HEADERS = {count: message_header(MessageType.SEND, count) for count in (2, 3, 4, 5)}
@@ -216,8 +244,11 @@ _CONFIRM_1 = message_header(MessageType.CONFIRM, 1) + _ID_PACKET + b"%b"
 _CONFIRM_2 = message_header(MessageType.CONFIRM, 2) + _ID_PACKET + b"%b" + _TAG_PACKET + b"%b"
 
 
-def encode_confirm(message_id: bytes, tag: int | None) -> bytes:
-    """105 on the broker's hot path: one formatting call per confirm."""
+def encode_confirm(message_id: bytes, tag: int | None, count: int | None = None) -> bytes:
+    """105 on the broker's hot path: one formatting call per confirm. A `count` (how many
+    queues a PUBLISH reached) takes the general path."""
+    if count is not None:
+        return encode(Confirm(message_id, tag, count))
     if tag is None:
         return _CONFIRM_1 % (len(message_id), message_id)
     tag_bytes = b"%d" % tag
