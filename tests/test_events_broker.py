@@ -5,6 +5,8 @@ queues a publish reaches are exactly those a reference matcher picks."""
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -145,3 +147,44 @@ def test_publish_reaches_exactly_the_queues_a_reference_matcher_picks(
             assert answer.count == len(expected)
         for queue in queues:
             admin(sock, "queue-delete", queue=queue)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> None:
+    with raw_dealer(broker.address) as ops:
+
+        def queues() -> dict:
+            return admin(ops, "stats")["queues"]
+
+        with raw_dealer(broker.address) as first:
+            first.send(p.encode_all([p.Hello({}), p.Consume("graced", 5, None, "job.#", 1500)]))
+            first.send(p.encode(p.Consume("at-once", 5, None, "job.#", 0)))
+            recv_messages(first)
+            assert {"graced", "at-once"} <= set(queues())
+            first.send(p.encode_all([p.Disconnect(), p.Kbai()]))
+            recv_messages(first)  # the broker's KBAI: both windows are closed
+        assert wait_for(lambda: "at-once" not in queues())
+        assert "graced" in queues()
+        assert publish(ops, "job.1", b"kept for a returning consumer", 1).count == 1
+        with raw_dealer(broker.address) as second:
+            second.send(p.encode_all([p.Hello({}), p.Consume("graced", 5)]))
+            [got] = receive(second, 1)
+            assert got.content == b"kept for a returning consumer"
+            second.send(p.encode(p.Ack("graced", got.message_id)))
+            second.send(p.encode(p.Cancel("graced")))
+            [answer] = [m for m in recv_messages(second) if isinstance(m, p.Cancel)]
+            assert (answer.reason, answer.count) == ("cancelled", 0)
+        left_at = time.monotonic()
+        assert "graced" in queues()
+        assert wait_for(lambda: "graced" not in queues())
+        assert time.monotonic() - left_at >= 1.0  # not before its grace (1.5 s) was nearly over
+        counters = admin(ops, "stats")["counters"]
+        assert counters["queues_unused_deleted"] == 2
