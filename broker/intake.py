@@ -78,7 +78,10 @@ class Intake:
             peer.opt_in()  # asking for an answer is speaking the extensions
         elif message.ttl is not None or message.headers is not None:
             peer.ttl_form = True
-        if self.refuses_now(peer, message.queue, tag):
+        ctx = self._ctx
+        if (ctx.draining or ctx.storage_problem is not None) and self.refuses_now(
+            peer, message.queue, tag
+        ):
             return
         key = message.key
         if key is not None and self.is_repeat(peer, message.queue, key, tag):
@@ -92,12 +95,17 @@ class Intake:
         queue = self._queues.open(peer, message.queue, tag)
         if queue is None:
             return
-        if queue.max_length and not self.has_room(peer, queue, tag):
+        max_length = queue.max_length
+        if (
+            max_length
+            and len(queue.ready) - queue.stale >= max_length
+            and not self._make_room(peer, queue, tag)
+        ):
             return
         message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
         if key is not None and self.keys.window_ns:
-            self.remember_key(queue.name, key, message_id, self._ctx.now + self.keys.window_ns)
-        self._ctx.counters.received += 1
+            self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
+        ctx.counters.received += 1
         self.confirm(peer, message_id, tag)
 
     def refuses_now(self, peer: Peer, name: str, tag: int | None) -> bool:
@@ -145,7 +153,7 @@ class Intake:
         self._queues.place(queue, record, to_head=False)
         flow = self._flow
         max_length = queue.max_length
-        if (max_length and queue.ready_count >= queue.pause_mark) or (
+        if (max_length and len(queue.ready) - queue.stale >= queue.pause_mark) or (
             ctx.held_bytes >= flow.pause_at
         ):
             flow.after_put(peer, queue)
