@@ -47,6 +47,8 @@ class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
     broker: str
     handler: str
     queues: tuple[tuple[str, int], ...]
+    #: Event patterns every queue is bound to by its consume (docs/protocol.md §6.5).
+    bind: tuple[str, ...] = ()
     prefetch: int = 1
     timeout: float = 0.0
     max_retries: int = 3
@@ -224,7 +226,7 @@ class Child(ChildBase):
         """Work until stopped, recycled or orphaned; returns why it ended."""
         parent = os.getppid()
         for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
-            self.client.subscribe(queue, window)
+            self.client.subscribe(queue, window, bind=self.spec.bind)
         jobs = 0
         try:
             while not self.stopping:
@@ -283,7 +285,7 @@ class AsyncChild(ChildBase):
         jobs = 0
         try:
             for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
-                await self.client.subscribe(queue, window)
+                await self.client.subscribe(queue, window, bind=self.spec.bind)
             while not self.stopping:
                 self._read_supervisor()
                 if os.getppid() != parent:
