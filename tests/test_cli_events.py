@@ -135,6 +135,16 @@ def test_workers_bind_their_queue_to_the_patterns(
             time.sleep(0.1)
         assert handled.exists(), f"no worker handled the event; pool status {pool.poll()}"
         assert handled.read_text() == "order.paid 17"
+        # The queue deleted under the pool: its worker starts over and binds it again.
+        handled.unlink()
+        with events_broker.client() as client:
+            assert client.delete_queue("orders")["bindings"] == 1
+            deadline = time.monotonic() + 20
+            while not client.publish("order.sent", b"18") and time.monotonic() < deadline:
+                time.sleep(0.1)
+        while not handled.exists() and pool.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert handled.exists() and handled.read_text() == "order.sent 18"
     finally:
         pool.terminate()
         try:

@@ -28,7 +28,14 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ..client import AsyncClient, AsyncReceivedMessage, Client, ClientError, ReceivedMessage
+from ..client import (
+    AsyncClient,
+    AsyncReceivedMessage,
+    Client,
+    ClientError,
+    QueueDeleted,
+    ReceivedMessage,
+)
 from .outcome import Reject, Retry
 from .slot import JobSlot
 
@@ -241,6 +248,8 @@ class Child(ChildBase):
                 if self.spec.max_jobs and jobs >= self.spec.max_jobs:
                     return f"recycled after {jobs} jobs"
             return "stopped"
+        except QueueDeleted as exc:
+            return _queue_deleted(exc)
         finally:
             self._leave()
 
@@ -298,6 +307,8 @@ class AsyncChild(ChildBase):
                 if self.spec.max_jobs and jobs >= self.spec.max_jobs:
                     return f"recycled after {jobs} jobs"
             return "stopped"
+        except QueueDeleted as exc:
+            return _queue_deleted(exc)
         finally:
             await self._leave()
 
@@ -325,6 +336,13 @@ class AsyncChild(ChildBase):
         with contextlib.suppress(ClientError):
             await self.client.flush()
         await self.client.close()
+
+
+def _queue_deleted(exc: QueueDeleted) -> str:
+    """A consumed queue was deleted: this worker ends (its prefetched messages go back) and
+    the supervisor starts another, whose consumes make the queue again, bound as before."""
+    log.warning("%s: this worker starts over", exc)
+    return f"queue {exc.queue} deleted"
 
 
 def _message_timeout(message: ReceivedMessage, default: float) -> float:
