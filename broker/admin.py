@@ -16,8 +16,11 @@ from typing import Any
 from ..protocol import AdminReply, ErrorCode
 from .context import Context
 from .deadletters import DeadLetters
+from .errors import CommandError
+from .events import Events, pattern_list
 from .flow import Flow
 from .intake import Intake
+from .lifecycle import Lifecycle
 from .model import READY, Peer, Queue
 from .peers import Peers
 from .queues import Queues
@@ -26,6 +29,8 @@ DEFAULT_LIST_LIMIT = 100
 #: Peers listed by `stats` at most: those that were refused most, then the most recent.
 MAX_LISTED_CLIENTS = 50
 MAX_REPORT_KEYS = 50
+#: Bindings listed per queue by `stats` (`queue-bindings` lists them all).
+LISTED_BINDINGS = 20
 #: JSON keys, ID, numbers and punctuation of one listed dead letter, rounded up.
 ENTRY_OVERHEAD_BYTES = 200
 
@@ -39,8 +44,12 @@ class Admin:
         dead_letters: DeadLetters,
         intake: Intake,
         flow: Flow,
+        events: Events,
+        lifecycle: Lifecycle,
     ) -> None:
         self._ctx = ctx
+        self._events = events
+        self._lifecycle = lifecycle
         self._flow = flow
         self._queues = queues
         self._peers = peers
@@ -58,6 +67,10 @@ class Admin:
             "queue-peek": self._queue_peek,
             "queue-purge": self._queue_purge,
             "queue-delete": self._queue_delete,
+            "queue-bind": self._queue_bind,
+            "queue-unbind": self._queue_unbind,
+            "queue-rebind": self._queue_rebind,
+            "queue-bindings": self._queue_bindings,
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:
@@ -67,7 +80,8 @@ class Admin:
             result = self.run(message.options, peer)
         except ValueError as exc:
             ctx.counters.errors += 1
-            result = {"error": {"code": int(ErrorCode.INVALID_VALUE), "reason": str(exc)}}
+            code = exc.code if isinstance(exc, CommandError) else int(ErrorCode.INVALID_VALUE)
+            result = {"error": {"code": code, "reason": str(exc)}}
         ctx.reply(peer, AdminReply(result))
 
     def run(self, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
@@ -82,6 +96,7 @@ class Admin:
 
     def _stats(self, options: dict[str, Any]) -> dict[str, Any]:
         ctx = self._ctx
+        bindings = self._events.bindings
         queues = {
             name: {
                 "ready": queue.ready_count,
@@ -91,6 +106,9 @@ class Admin:
                 "dead_letters": len(queue.dead),
                 "refused": queue.refused,
                 "paused_producers": len(queue.paused),
+                "bindings": bindings.patterns(name)[:LISTED_BINDINGS],
+                "binding_count": bindings.count(name),
+                "delete_when_unused_ms": queue.unused_ms,
                 "settings": {
                     "max_deliveries": queue.max_deliveries,
                     "max_length": queue.max_length,
@@ -118,6 +136,7 @@ class Admin:
                 "paused_producers": self._flow.paused_producers,
             },
             "counters": ctx.counters.as_dict(),
+            "bindings": len(bindings),
             "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
             "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
             "server": self.server_stats() if self.server_stats else {},
@@ -126,12 +145,9 @@ class Admin:
         }
 
     def _named_queue(self, options: dict[str, Any]) -> Queue:
-        name = options.get("queue")
-        if not isinstance(name, str):
-            raise ValueError("this command needs a 'queue' string")
-        queue = self._queues.get(name)
+        queue = self._queues.get(_queue_name(options))
         if queue is None:
-            raise ValueError(f"no queue named {name!r}")
+            raise CommandError(f"no queue named {options['queue']!r}", ErrorCode.NOT_FOUND)
         return queue
 
     def _dlq_list(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -216,9 +232,35 @@ class Admin:
         return {"queue": queue.name, "purged": self._queues.purge(queue)}
 
     def _queue_delete(self, options: dict[str, Any]) -> dict[str, Any]:
+        return self._lifecycle.delete(self._named_queue(options))
+
+    def _queue_bind(self, options: dict[str, Any]) -> dict[str, Any]:
+        name = _queue_name(options)
+        _, added = self._events.bind(name, pattern_list(options))
+        return {"queue": name, "added": added, "bindings": self._events.bindings.patterns(name)}
+
+    def _queue_unbind(self, options: dict[str, Any]) -> dict[str, Any]:
         queue = self._named_queue(options)
-        purged, dead = self._queues.delete(queue)
-        return {"queue": queue.name, "purged": purged, "dead_letters": dead}
+        removed = self._events.unbind(queue, pattern_list(options))
+        bindings = self._events.bindings.patterns(queue.name)
+        return {"queue": queue.name, "removed": removed, "bindings": bindings}
+
+    def _queue_rebind(self, options: dict[str, Any]) -> dict[str, Any]:
+        name = _queue_name(options)
+        result = self._events.rebind(name, options)
+        result["bindings"] = self._events.bindings.patterns(name)
+        return result
+
+    def _queue_bindings(self, options: dict[str, Any]) -> dict[str, Any]:
+        queue = self._named_queue(options)
+        return {"queue": queue.name, "bindings": self._events.bindings.patterns(queue.name)}
+
+
+def _queue_name(options: dict[str, Any]) -> str:
+    name = options.get("queue")
+    if not isinstance(name, str):
+        raise CommandError("this command needs a 'queue' string")
+    return name
 
 
 def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:

@@ -134,6 +134,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dedup_window_seconds: float = 120.0
     #: Keys remembered at most; past it the oldest are forgotten early (and counted).
     max_dedup_keys: int = 1_000_000
+    # Events (docs/protocol.md §6.5).
+    #: Patterns one queue may be bound to, and bindings of all queues together.
+    max_bindings_per_queue: int = 1_000
+    max_bindings: int = 100_000
+    #: Where a publish that matches no binding goes ("": nowhere; it is counted).
+    unrouted_queue: str = ""
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
     queues: dict[str, QueueSettings] = {}
     log_level: str = "INFO"
@@ -156,6 +162,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "max_queues",
             "max_backlog_frames",
             "max_dedup_keys",
+            "max_bindings_per_queue",
+            "max_bindings",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -180,6 +188,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if self.overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
         memory_limit(self.max_memory)  # raises ValueError for a bad size
+        if self.unrouted_queue and rules.queue_name_problem(self.unrouted_queue):
+            raise ValueError(f"unrouted_queue: {rules.queue_name_problem(self.unrouted_queue)}")
 
     @property
     def max_memory_bytes(self) -> int:

@@ -24,6 +24,7 @@ from ..protocol import (
     EXTENSION_TYPES,
     Ack,
     Admin,
+    Cancel,
     Consume,
     DeadLetter,
     Disconnect,
@@ -34,6 +35,7 @@ from ..protocol import (
     Message,
     MessageType,
     ProtocolError,
+    Publish,
     Requeue,
     Send,
     decode_frame,
@@ -44,15 +46,26 @@ from .config import BrokerConfig
 from .context import Context, Frames
 from .deadletters import DeadLetters
 from .dispatch import DISPATCH_PER_TURN, Dispatch
+from .events import Events
 from .expiry import Expiry
 from .flow import Flow
 from .intake import Intake
 from .journal import Journal, NullJournal
+from .lifecycle import Lifecycle
 from .model import Counters, Peer, PeerProfile, Queue
 from .peers import Peers
 from .queues import Queues
 from .recovery import restore_keys, restore_messages
-from .schedule import DELAY_OVER, HEARTBEAT, KEY_EXPIRY, LEASE, PEER_EXPIRY, TTL, Schedule
+from .schedule import (
+    DELAY_OVER,
+    HEARTBEAT,
+    KEY_EXPIRY,
+    LEASE,
+    PEER_EXPIRY,
+    TTL,
+    UNUSED_QUEUE,
+    Schedule,
+)
 
 #: Scheduled entries (TTLs, leases, ...) handled in one turn at most; the rest wait a turn.
 DUE_PER_TURN = 8_192
@@ -100,13 +113,25 @@ class Core:
         self.intake = Intake(ctx, self._queues, self.dead_letters, self.expiry, self.flow)
         self._peers = Peers(ctx, self.dispatch, self.flow)
         self.dispatch.give_up = self._peers.give_up
+        self.events = Events(ctx, self._queues, self.intake, self.flow)
+        self.lifecycle = lifecycle = Lifecycle(ctx, self._queues, self.dispatch, self.events)
+        self.dispatch.unused = lifecycle.unused
         self.admin = AdminCommands(
-            ctx, self._queues, self._peers, self.dead_letters, self.intake, self.flow
+            ctx,
+            self._queues,
+            self._peers,
+            self.dead_letters,
+            self.intake,
+            self.flow,
+            self.events,
+            lifecycle,
         )
         peers = self._peers
         self._handlers: dict[type, Callable[[Peer, Any], None]] = {
             Send: self.intake.on_send,
-            Consume: self.dispatch.on_consume,
+            Publish: self.events.on_publish,
+            Consume: lifecycle.on_consume,
+            Cancel: lifecycle.on_cancel,
             Ack: self.dispatch.on_ack,
             Requeue: self.dispatch.on_requeue,
             DeadLetter: self.dispatch.on_dead_letter,
@@ -123,6 +148,7 @@ class Core:
             PEER_EXPIRY: peers.on_expiry_due,
             HEARTBEAT: peers.on_heartbeat_due,
             KEY_EXPIRY: self.intake.on_key_expiry,
+            UNUSED_QUEUE: lifecycle.on_unused_due,
         }
         self._is_live: dict[int, Callable[[int, Any], bool]] = {
             TTL: self.expiry.is_live,
@@ -131,6 +157,7 @@ class Core:
             PEER_EXPIRY: peers.is_expiry_live,
             HEARTBEAT: peers.is_heartbeat_live,
             KEY_EXPIRY: self.intake.is_key_expiry_live,
+            UNUSED_QUEUE: lifecycle.is_unused_live,
         }
 
     # ----------------------------------------------------------------- what others read
@@ -328,6 +355,15 @@ class Core:
         return restore_messages(
             self.ctx, self._queues, self.dead_letters, self.expiry, messages, dead_letters
         )
+
+    def restore_bindings(
+        self, bindings: list[tuple[str, str]], unused: list[tuple[str, int]]
+    ) -> int:
+        """Bindings and delete-when-unused settings from the durable store; how many
+        bindings."""
+        restored = self.events.restore(bindings)
+        self.lifecycle.restore_unused(unused)
+        return restored
 
     def restore_keys(self, keys: list) -> int:
         """Idempotency keys from the durable store, those still inside their window."""

@@ -13,7 +13,7 @@ from ..protocol import Ack, Consume, DeadLetter, ErrorCode, Requeue, encode_disp
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
-from .flow import RECORD_OVERHEAD_BYTES
+from .flow import RECORD_OVERHEAD_BYTES, record_bytes
 from .model import (
     DELAYED,
     GONE,
@@ -41,8 +41,12 @@ def _no_give_up(peer: Peer, why: str) -> None:
     raise RuntimeError("Dispatch.give_up used before the core set it")
 
 
+def _no_unused(queue: Queue) -> None:
+    raise RuntimeError("Dispatch.unused used before the core set it")
+
+
 class Dispatch:
-    __slots__ = ("_ctx", "_dead", "_expiry", "_queues", "give_up")
+    __slots__ = ("_ctx", "_dead", "_expiry", "_queues", "give_up", "unused")
 
     def __init__(
         self, ctx: Context, queues: Queues, dead_letters: DeadLetters, expiry: Expiry
@@ -53,6 +57,8 @@ class Dispatch:
         self._expiry = expiry
         #: Forget a peer as if it had gone (peers.py): what it holds goes back.
         self.give_up = _no_give_up
+        #: A queue marked delete-when-unused lost its last window (lifecycle.py).
+        self.unused = _no_unused
 
     # ----------------------------------------------------------------- consumer messages
 
@@ -177,8 +183,11 @@ class Dispatch:
 
     def close_window_if_idle(self, window: Window) -> None:
         if window.limit == 0 and not window.held:
-            window.queue.windows.remove(window)
-            del window.peer.windows[window.queue.name]
+            queue = window.queue
+            queue.windows.remove(window)
+            del window.peer.windows[queue.name]
+            if not queue.windows and queue.unused_ms is not None:
+                self.unused(queue)
 
     def stop_windows(self, peer: Peer) -> None:
         """The peer takes no new work (DISCONNECT); it may still settle what it holds."""
@@ -189,22 +198,29 @@ class Dispatch:
     def release_all(self, peer: Peer) -> int:
         """Everything the peer holds goes back to the head of its queue, in the order it was
         dispatched, with one more delivery; returns how many."""
-        ctx = self._ctx
         returned = 0
-        for window in peer.windows.values():
-            queue = window.queue
-            records = list(window.held.values())
-            window.held.clear()
-            queue.in_flight -= len(records)
-            for record in reversed(records):
-                self.give_back(queue, record, to_head=True)
-            ctx.counters.redelivered += len(records)
-            returned += len(records)
-            if window in queue.windows:
-                queue.windows.remove(window)
-            ctx.mark_dirty(queue)
-        peer.windows.clear()
+        for window in list(peer.windows.values()):
+            returned += self.release_window(window)
         return returned
+
+    def release_window(self, window: Window) -> int:
+        """Close one window: what it holds goes back to the head of its queue, in the order
+        it was dispatched, with one more delivery; returns how many."""
+        queue = window.queue
+        records = list(window.held.values())
+        window.held.clear()
+        queue.in_flight -= len(records)
+        for record in reversed(records):
+            self.give_back(queue, record, to_head=True)
+        self._ctx.counters.redelivered += len(records)
+        if window in queue.windows:
+            queue.windows.remove(window)
+        if window.peer.windows.get(queue.name) is window:
+            del window.peer.windows[queue.name]
+        self._ctx.mark_dirty(queue)
+        if not queue.windows and queue.unused_ms is not None:
+            self.unused(queue)
+        return len(records)
 
     # ----------------------------------------------------------------- returns and delays
 
@@ -238,6 +254,10 @@ class Dispatch:
     def on_delay_over(self, due: int, target: tuple[Queue, Record]) -> None:
         queue, record = target
         if record.state != DELAYED:
+            return
+        if queue.deleted:  # its queue went while it waited: it goes too
+            record.state = GONE
+            self._ctx.held_bytes -= record_bytes(record)
             return
         queue.delayed -= 1
         record.state = READY
@@ -387,6 +407,7 @@ class Dispatch:
                     record.remaining_ttl(now) if peer.ttl_form else None,
                     record.deliveries if peer.extensions else None,
                     record.headers,
+                    record.event,
                 )
             )
             dispatched += 1

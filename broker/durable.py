@@ -25,6 +25,7 @@ import msgspec
 from .checkpoints import Checkpointer
 from .journal import (
     BACK,
+    BIND,
     CLEAR,
     DEAD,
     DELAY,
@@ -34,8 +35,10 @@ from .journal import (
     KEY,
     PURGE,
     PUT,
+    UNBIND,
     UNDEAD,
     UNKEY,
+    UNUSED,
 )
 
 log = logging.getLogger("phpmq.broker")
@@ -59,7 +62,8 @@ CREATE TABLE IF NOT EXISTS messages (
     headers BLOB NOT NULL,
     expires_wall REAL NOT NULL,
     deliveries INTEGER NOT NULL,
-    in_flight INTEGER NOT NULL
+    in_flight INTEGER NOT NULL,
+    event BLOB NOT NULL DEFAULT x''
 );
 CREATE INDEX IF NOT EXISTS messages_by_position ON messages (queue, seq);
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -80,10 +84,19 @@ CREATE TABLE IF NOT EXISTS keys (
     PRIMARY KEY (queue, key)
 );
 CREATE INDEX IF NOT EXISTS keys_by_expiry ON keys (expires_wall);
+CREATE TABLE IF NOT EXISTS bindings (
+    queue TEXT NOT NULL,
+    pattern TEXT NOT NULL,
+    PRIMARY KEY (queue, pattern)
+);
+CREATE TABLE IF NOT EXISTS queue_settings (
+    queue TEXT PRIMARY KEY,
+    unused_ms INTEGER
+);
 """
 
 _STATEMENTS = {
-    PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+    PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)",
     FLY: "UPDATE messages SET in_flight = 1"
     " WHERE queue = ? AND seq BETWEEN ? AND ? AND in_flight = 0",
     BACK: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 0"
@@ -96,6 +109,9 @@ _STATEMENTS = {
     CLEAR: "DELETE FROM messages WHERE queue = ? AND in_flight = 0",
     KEY: "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?)",
     UNKEY: "DELETE FROM keys WHERE expires_wall <= ?",
+    BIND: "INSERT OR IGNORE INTO bindings VALUES (?, ?)",
+    UNBIND: "DELETE FROM bindings WHERE queue = ? AND pattern = ?",
+    UNUSED: "INSERT OR REPLACE INTO queue_settings VALUES (?, ?)",
 }
 
 
@@ -109,6 +125,8 @@ class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
     deliveries: int
     #: 0 ready, 1 in flight (comes back with one more delivery), 2 delayed (counted).
     in_flight: int
+    #: The event of a published copy (b"": a send).
+    event: bytes = b""
 
 
 class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
@@ -168,6 +186,7 @@ class DurableStore:
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             db.executescript(_SCHEMA)
             self._ids_as_blobs()
+            self._event_column()
             self._incremental_vacuum_on()
             self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
         except (OSError, sqlite3.Error) as exc:
@@ -212,6 +231,12 @@ class DurableStore:
         reclaim() in turns that write nothing)."""
         return self.free_pages > RECLAIM_FREE_PAGES
 
+    def _event_column(self) -> None:
+        """A store written before events has no `event` column: add it (empty: sends)."""
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(messages)")]
+        if "event" not in columns:
+            self._db.execute("ALTER TABLE messages ADD COLUMN event BLOB NOT NULL DEFAULT x''")
+
     def _ids_as_blobs(self) -> None:
         """Message IDs are bytes in the broker and BLOBs here; a store written when they were
         str holds TEXT, which would never equal a BLOB: convert it once, at open."""
@@ -228,8 +253,8 @@ class DurableStore:
         messages = [
             StoredMessage(*row)
             for row in self._db.execute(
-                "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight"
-                " FROM messages ORDER BY queue, seq"
+                "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight,"
+                " event FROM messages ORDER BY queue, seq"
             )
         ]
         dead = [
@@ -240,6 +265,13 @@ class DurableStore:
             )
         ]
         return messages, dead
+
+    def load_bindings(self) -> tuple[list[tuple[str, str]], list[tuple[str, int]]]:
+        """Every (queue, pattern) binding, in the order bound, and every queue's
+        delete-when-unused setting (queue, ms)."""
+        bindings = list(self._db.execute("SELECT queue, pattern FROM bindings ORDER BY rowid"))
+        unused = list(self._db.execute("SELECT queue, unused_ms FROM queue_settings"))
+        return bindings, unused
 
     def load_keys(self) -> list[StoredKey]:
         """Every idempotency key on disk (some may have expired while the broker was down)."""
@@ -342,8 +374,8 @@ class DurableStore:
                 operation[1:],
             )
         elif kind == DELETE_QUEUE:
-            db.execute("DELETE FROM messages WHERE queue = ?", operation[1:])
-            db.execute("DELETE FROM dead_letters WHERE queue = ?", operation[1:])
+            for table in ("messages", "dead_letters", "bindings", "queue_settings"):
+                db.execute(f"DELETE FROM {table} WHERE queue = ?", operation[1:])
         else:
             db.execute(_STATEMENTS[kind], operation[1:])
 

@@ -17,7 +17,16 @@ from .deadletters import DeadLetters
 from .expiry import Expiry
 from .flow import RECORD_OVERHEAD_BYTES, Flow
 from .keys import KeyWindow
-from .model import NS_PER_SECOND, READY, DurableRecord, Peer, Queue, Record
+from .model import (
+    NS_PER_SECOND,
+    READY,
+    DurableEventRecord,
+    DurableRecord,
+    EventRecord,
+    Peer,
+    Queue,
+    Record,
+)
 from .queues import Queues
 from .schedule import KEY_EXPIRY
 
@@ -34,6 +43,7 @@ class Intake:
         "_key_expiry_due",
         "_keys_purged_at",
         "_queues",
+        "_event_record",
         "_record",
         "keys",
     )
@@ -53,6 +63,7 @@ class Intake:
         self._flow = flow
         #: What a send becomes: a durable broker's records carry their store position.
         self._record = DurableRecord if ctx.journal.durable else Record
+        self._event_record = DurableEventRecord if ctx.journal.durable else EventRecord
         config = ctx.config
         self.keys = KeyWindow(
             int(config.dedup_window_seconds * NS_PER_SECOND), config.max_dedup_keys
@@ -62,29 +73,15 @@ class Intake:
         self._key_expiry_due = 0
 
     def on_send(self, peer: Peer, message: Send) -> None:
-        ctx = self._ctx
         tag = message.tag
         if tag is not None:
             peer.opt_in()  # asking for an answer is speaking the extensions
         elif message.ttl is not None or message.headers is not None:
             peer.ttl_form = True
-        if ctx.draining:
-            ctx.refuse(
-                peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, message.queue, tag
-            )
-            return
-        if ctx.storage_problem is not None:
-            ctx.refuse(
-                peer,
-                ErrorCode.INSUFFICIENT_STORAGE,
-                ctx.storage_problem,
-                None,
-                message.queue,
-                tag,
-            )
+        if self.refuses_now(peer, message.queue, tag):
             return
         key = message.key
-        if key is not None and self._is_repeat(peer, message):
+        if key is not None and self.is_repeat(peer, message.queue, key, tag):
             return
         flow = self._flow
         if flow.memory_high and not flow.admits(peer, message.queue, tag):
@@ -95,49 +92,89 @@ class Intake:
         queue = self._queues.open(peer, message.queue, tag)
         if queue is None:
             return
-        max_length = queue.max_length
-        if max_length:
-            ready = len(queue.ready) - queue.stale
-            if ready >= max_length and not self._make_room(peer, queue, tag):
-                return
-        ttl = message.ttl or 0
-        content = message.content
+        if queue.max_length and not self.has_room(peer, queue, tag):
+            return
+        message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
+        if key is not None and self.keys.window_ns:
+            self.remember_key(queue.name, key, message_id, self._ctx.now + self.keys.window_ns)
+        self._ctx.counters.received += 1
+        self.confirm(peer, message_id, tag)
+
+    def refuses_now(self, peer: Peer, name: str, tag: int | None) -> bool:
+        """Refused (and the peer told) because the broker drains or its store cannot write:
+        nothing is taken at all then. `name` is the queue (or event) the ERROR names."""
+        ctx = self._ctx
+        if ctx.draining:
+            ctx.refuse(peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, name, tag)
+            return True
+        if ctx.storage_problem is not None:
+            ctx.refuse(peer, ErrorCode.INSUFFICIENT_STORAGE, ctx.storage_problem, None, name, tag)
+            return True
+        return False
+
+    def has_room(self, peer: Peer, queue: Queue, tag: int | None) -> bool:
+        """Whether a queue with a max length takes one more message (a drop-oldest queue
+        makes room); a refusal is sent here."""
+        ready = len(queue.ready) - queue.stale
+        return ready < queue.max_length or self._make_room(peer, queue, tag)
+
+    def put(
+        self,
+        peer: Peer,
+        queue: Queue,
+        content: bytes,
+        ttl: int | None,
+        headers: bytes | None,
+        event: bytes = b"",
+    ) -> bytes:
+        """A new message at the tail of `queue` (admitted already): placed, counted against
+        memory, journaled, watched for its TTL; returns its ID."""
+        ctx = self._ctx
+        ttl = ttl or 0
         message_id = ctx.new_id()  # ID_BYTES long: IdSource makes it so
-        record = self._record(message_id + content, ctx.now + ttl * NS_PER_SECOND if ttl else 0)
+        expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
+        if event:
+            record: Record = self._event_record(message_id + content, expires_at, event=event)
+        else:
+            record = self._record(message_id + content, expires_at)
         size = len(content) + RECORD_OVERHEAD_BYTES
-        if message.headers:
-            record.headers = message.headers  # passed on untouched, never parsed
-            size += len(message.headers)
+        if headers:
+            record.headers = headers  # passed on untouched, never parsed
+            size += len(headers)
         ctx.held_bytes += size
         self._queues.place(queue, record, to_head=False)
-        if (max_length and ready + 1 >= queue.pause_mark) or ctx.held_bytes >= flow.pause_at:
+        flow = self._flow
+        max_length = queue.max_length
+        if (max_length and queue.ready_count >= queue.pause_mark) or (
+            ctx.held_bytes >= flow.pause_at
+        ):
             flow.after_put(peer, queue)
         ctx.journal.put(queue.name, record, message_id, content)
-        if key is not None and self.keys.window_ns:
-            self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
         if ttl:
             self._expiry.watch(queue, record)
         if queue.windows:
             ctx.mark_dirty(queue)
-        ctx.counters.received += 1
-        self._confirm(peer, message_id, tag)
+        return message_id
 
-    def _is_repeat(self, peer: Peer, message: Send) -> bool:
-        """A send whose idempotency key is bad (refused) or was already accepted on its
-        queue within the window (confirmed with the first message's ID): nothing to queue."""
+    def is_repeat(self, peer: Peer, scope: str, key: str, tag: int | None) -> bool:
+        """A send (publish) whose idempotency key is bad (refused) or was already accepted
+        in its scope (the queue; for a publish, the event) within the window (confirmed with
+        the first message's ID): nothing to queue."""
         ctx = self._ctx
-        problem = key_problem(message.key)  # type: ignore[arg-type]
+        problem = key_problem(key)
         if problem is not None:
-            ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, message.queue, message.tag)
+            ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, scope, tag)
             return True
-        first_id = self.keys.get(message.queue, message.key, ctx.now)  # type: ignore[arg-type]
+        first_id = self.keys.get(scope, key, ctx.now)
         if first_id is None:
             return False
         ctx.counters.deduplicated += 1
-        self._confirm(peer, first_id, message.tag)
+        self.confirm(peer, first_id, tag)
         return True
 
-    def _confirm(self, peer: Peer, message_id: bytes, tag: int | None) -> None:
+    def confirm(
+        self, peer: Peer, message_id: bytes, tag: int | None, count: int | None = None
+    ) -> None:
         """CONFIRM a send that asked for it (a tag, or a HELLO with `confirm`): with the
         turn's replies in memory mode; in durable mode held until the turn's commit is on
         disk (the core's release_confirms)."""
@@ -148,7 +185,7 @@ class Intake:
         chunks = outbox.get(peer.id)
         if chunks is None:
             chunks = outbox[peer.id] = []
-        chunks.append(encode_confirm(message_id, tag))
+        chunks.append(encode_confirm(message_id, tag, count))
         ctx.counters.confirmed += 1
 
     def _make_room(self, peer: Peer, queue: Queue, tag: int | None) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from .model import DeadLetterEntry, Record
 
 # Operation kinds: each operation is a tuple whose first item is its kind.
-PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries
+PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries, event
 FLY = "fly"  # queue, first seq, last seq: the ready messages in that range were dispatched
 BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
 DELAY = "delay"  # id, seq, expires_wall, deliveries: requeued with a delay (already counted)
@@ -34,6 +34,9 @@ CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
 DELETE_QUEUE = "delete-queue"  # queue: its messages and dead letters deleted
 KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted
 UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
+BIND = "bind"  # queue, pattern: the queue is bound to the pattern
+UNBIND = "unbind"  # queue, pattern: no longer
+UNUSED = "unused"  # queue, ms: the queue is deleted after that long without consumers
 
 Operation = tuple
 
@@ -84,6 +87,7 @@ class Journal:
                 record.headers,
                 self._expires_wall(record),
                 record.deliveries,
+                record.event,
             )
         )
 
@@ -140,6 +144,15 @@ class Journal:
         """Keys whose window ended by `wall` are deleted (inf: every key)."""
         self._operations.append((UNKEY, wall))
 
+    def bound(self, queue_name: str, pattern: str) -> None:
+        self._operations.append((BIND, queue_name, pattern))
+
+    def unbound(self, queue_name: str, pattern: str) -> None:
+        self._operations.append((UNBIND, queue_name, pattern))
+
+    def unused(self, queue_name: str, unused_ms: int) -> None:
+        self._operations.append((UNUSED, queue_name, unused_ms))
+
 
 class NullJournal:
     """Memory mode: nothing is kept, every method costs one call."""
@@ -192,4 +205,13 @@ class NullJournal:
         pass
 
     def keys_expired(self, wall: float = math.inf) -> None:
+        pass
+
+    def bound(self, queue_name: str, pattern: str) -> None:
+        pass
+
+    def unbound(self, queue_name: str, pattern: str) -> None:
+        pass
+
+    def unused(self, queue_name: str, unused_ms: int) -> None:
         pass

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -49,6 +49,8 @@ class Record(msgspec.Struct, gc=False):
     lease_until: int = 0
     #: The producer's HEADERS packet (JSON), passed on to extension consumers.
     headers: bytes = b""
+    #: The event a published copy was published as (EventRecord); b"" for a send.
+    event: ClassVar[bytes] = b""
 
     @property
     def id(self) -> bytes:
@@ -77,6 +79,17 @@ class DurableRecord(Record, gc=False):
     seq: int = 0
 
 
+class EventRecord(Record, gc=False):
+    """A copy of a published event (broker/events.py): the event name goes with it to the
+    consumer. A subclass, so that a plain send's record stays as small as it was."""
+
+    event: bytes = b""
+
+
+class DurableEventRecord(DurableRecord, gc=False):
+    event: bytes = b""
+
+
 def new_record(
     message_id: bytes,
     content: bytes,
@@ -84,14 +97,19 @@ def new_record(
     deliveries: int = 1,
     headers: bytes = b"",
     durable: bool = False,
+    event: bytes = b"",
 ) -> Record:
-    """A record (a DurableRecord if `durable`) for a message with this ID (ID_BYTES long).
+    """A record (a DurableRecord if `durable`) for a message with this ID (ID_BYTES long);
+    with an `event`, an EventRecord (DurableEventRecord).
 
     Raises:
         ValueError: the ID is not ID_BYTES long.
     """
     if len(message_id) != ID_BYTES:
         raise ValueError(f"message IDs are {ID_BYTES} bytes, not {len(message_id)}")
+    if event:
+        kind = DurableEventRecord if durable else EventRecord
+        return kind(message_id + content, expires_at, deliveries, headers=headers, event=event)
     kind = DurableRecord if durable else Record
     return kind(message_id + content, expires_at, deliveries, headers=headers)
 
@@ -130,6 +148,7 @@ class Queue:
     __slots__ = (
         "dead",
         "dead_dropped",
+        "deleted",
         "delayed",
         "in_flight",
         "max_deliveries",
@@ -142,6 +161,8 @@ class Queue:
         "refused",
         "stale",
         "turn",
+        "unused_due",
+        "unused_ms",
         "windows",
     )
 
@@ -172,6 +193,12 @@ class Queue:
         #: Sends refused (full, memory), and the HELLO producers told to pause on it (flow.py).
         self.refused = 0
         self.paused: dict[Peer, None] = {}
+        #: Delete when unused (docs/protocol.md §6.5): after this many ms without a consumer
+        #: window (None: never), and when that wait is due (0: not waiting).
+        self.unused_ms: int | None = None
+        self.unused_due = 0
+        #: Deleted from the queue table: what still refers to it (a delay, a lease) lets go.
+        self.deleted = False
 
     @property
     def ready_count(self) -> int:
@@ -331,6 +358,13 @@ class Counters:
         "resumes",
         "stalled_consumers",
         "consumers_reclaimed",
+        "published",
+        "routed",
+        "unrouted",
+        "cancelled",
+        "queues_deleted",
+        "queues_unused_deleted",
+        "deleted_messages",
     )
 
     def __init__(self) -> None:

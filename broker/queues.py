@@ -80,20 +80,11 @@ class Queues:
 
     def delete(self, queue: Queue) -> tuple[int, int]:
         """Remove a queue with its ready messages and dead letters; (messages, dead letters)
-        deleted. Raises ValueError while a consumer is attached or a message is out (in
-        flight or delayed): those would have no queue to come back to."""
-        busy = []
-        if queue.windows:
-            busy.append(f"{len(queue.windows)} consumers attached")
-        if queue.in_flight:
-            busy.append(f"{queue.in_flight} messages in flight")
-        if queue.delayed:
-            busy.append(f"{queue.delayed} messages delayed")
-        if busy:
-            raise ValueError(f"queue {queue.name!r} is in use ({', '.join(busy)})")
+        deleted. Its windows are closed first (lifecycle.py): nothing may point to it."""
         purged = self.purge(queue)
         dead = len(queue.dead)
         queue.dead.clear()
+        queue.deleted = True
         del self.by_name[queue.name]
         self._ctx.journal.queue_deleted(queue.name)
         return purged, dead

@@ -40,7 +40,13 @@ def restore_messages(
         if stored.expires_wall:
             expires_at = ctx.now + int((stored.expires_wall - wall) * NS_PER_SECOND)
         record = new_record(
-            stored.id, stored.content, expires_at, stored.deliveries, stored.headers, durable=True
+            stored.id,
+            stored.content,
+            expires_at,
+            stored.deliveries,
+            stored.headers,
+            durable=True,
+            event=stored.event,
         )
         queues.restore_seq(stored.seq)
         record.seq = stored.seq  # type: ignore[attr-defined]

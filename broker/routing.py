@@ -33,16 +33,21 @@ class _Node:
 
 
 class Bindings:
-    __slots__ = ("_by_queue", "_exact", "_root")
+    __slots__ = ("_by_queue", "_exact", "_root", "total")
 
     def __init__(self) -> None:
         self._exact: dict[str, set[str]] = {}
         self._root = _Node()
         #: Each queue's patterns, in the order they were bound.
         self._by_queue: dict[str, dict[str, None]] = {}
+        #: Bindings of all queues together.
+        self.total = 0
 
     def __len__(self) -> int:
-        return sum(len(patterns) for patterns in self._by_queue.values())
+        return self.total
+
+    def count(self, queue: str) -> int:
+        return len(self._by_queue.get(queue, ()))
 
     def patterns(self, queue: str) -> list[str]:
         return list(self._by_queue.get(queue, ()))
@@ -53,6 +58,7 @@ class Bindings:
         if pattern in patterns:
             return False
         patterns[pattern] = None
+        self.total += 1
         if _is_exact(pattern):
             self._exact.setdefault(pattern, set()).add(queue)
         else:
@@ -65,6 +71,7 @@ class Bindings:
         if patterns is None or pattern not in patterns:
             return False
         del patterns[pattern]
+        self.total -= 1
         if not patterns:
             del self._by_queue[queue]
         if _is_exact(pattern):
@@ -148,6 +155,29 @@ class Bindings:
             else:
                 del node.children[segment]
         return node.empty()
+
+
+def mask_matches(mask: str, text: str) -> bool:
+    """Whether `text` (an event name, or a pattern read as one) matches the mask: `*` is
+    one segment, `#` zero or more (`rebind --remove-mask`)."""
+    return _segments_match(mask.split("."), text.split("."))
+
+
+def _segments_match(mask: list[str], text: list[str]) -> bool:
+    # Positions in `text` the mask can have reached; `#` may stay or move on.
+    reachable = {0}
+    for segment in mask:
+        if segment == ANY_SEGMENTS:
+            reachable = set(range(min(reachable), len(text) + 1)) if reachable else set()
+        else:
+            reachable = {
+                i + 1
+                for i in reachable
+                if i < len(text) and (segment == ONE_SEGMENT or segment == text[i])
+            }
+        if not reachable:
+            return False
+    return len(text) in reachable
 
 
 def _is_exact(pattern: str) -> bool:

@@ -152,6 +152,7 @@ class BrokerServer:
         try:
             messages, dead = store.load()
             keys = store.load_keys()
+            bindings, unused = store.load_bindings()
         except StorageError as exc:
             self._close_sockets()
             raise BrokerError(str(exc)) from None
@@ -159,14 +160,17 @@ class BrokerServer:
         core.admin.storage_stats = store.stats
         ready, were_in_flight, dead_count = core.restore(messages, dead)
         key_count = core.restore_keys(keys)
+        binding_count = core.restore_bindings(bindings, unused)
         self._commit()
         log.info(
             "recovered %d messages (%d were in flight: back as ready, delivery count +1),"
-            " %d dead letters and %d idempotency keys in %d queues from %s in %.0f ms",
+            " %d dead letters, %d idempotency keys and %d bindings in %d queues from %s"
+            " in %.0f ms",
             ready,
             were_in_flight,
             dead_count,
             key_count,
+            binding_count,
             len(core.queues),
             store.directory,
             (time.monotonic() - started) * 1000,

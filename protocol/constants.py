@@ -78,6 +78,8 @@ class ErrorCode(IntEnum):
 
     MALFORMED = 400  # bytes that are not a valid PHPMQ message
     UNKNOWN_MESSAGE = 404  # ack/requeue/dead-letter of an ID this peer does not hold
+    #: The same code: an admin command names a queue that does not exist.
+    NOT_FOUND = 404
     UNSUPPORTED_TYPE = 405  # a type the broker does not accept from clients
     TOO_LARGE = 413  # a packet or frame over the configured maximum
     INVALID_VALUE = 422  # well-formed, but a value is out of range (queue name, count...)

@@ -44,6 +44,9 @@ def test_messages_move_from_a_producer_to_a_consumer(broker: BrokerProcess) -> N
         "dead_letters": 0,
         "refused": 0,
         "paused_producers": 0,
+        "bindings": [],
+        "binding_count": 0,
+        "delete_when_unused_ms": None,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
     assert stats["counters"]["acked"] == 2

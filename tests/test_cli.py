@@ -37,6 +37,9 @@ def test_send_consume_and_stats(broker: BrokerProcess) -> None:
         "dead_letters": 0,
         "refused": 0,
         "paused_producers": 0,
+        "bindings": [],
+        "binding_count": 0,
+        "delete_when_unused_ms": None,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
 

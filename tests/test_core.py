@@ -399,6 +399,9 @@ def test_stats_reports_queues_and_counters(core: CoreHarness) -> None:
         "dead_letters": 0,
         "refused": 0,
         "paused_producers": 0,
+        "bindings": [],
+        "binding_count": 0,
+        "delete_when_unused_ms": None,
         "settings": {"max_deliveries": 20, "max_length": 1_000_000, "overflow": "reject"},
     }
     assert stats["counters"]["received"] == 2

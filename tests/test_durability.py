@@ -251,7 +251,10 @@ def test_a_store_written_with_text_ids_is_read_back_with_byte_ids(tmp_path: Path
     of such a message would be refused after the upgrade unless the store converts them."""
     DurableStore(tmp_path).close()
     with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
-        db.execute("INSERT INTO messages VALUES ('a1', 'q', 1, x'61', x'', 0, 1, 1)")
+        db.execute(
+            "INSERT INTO messages (id, queue, seq, content, headers, expires_wall, deliveries,"
+            " in_flight) VALUES ('a1', 'q', 1, x'61', x'', 0, 1, 1)"
+        )
         db.execute("INSERT INTO keys VALUES ('q', 'k', 'a1', 9e99)")
     store = DurableStore(tmp_path)
     [message], _ = store.load()
@@ -259,4 +262,18 @@ def test_a_store_written_with_text_ids_is_read_back_with_byte_ids(tmp_path: Path
     assert (message.id, key.id) == (b"a1", b"a1")
     store.commit([(DROP, b"a1")])  # what an ack journals: it finds the converted row
     assert store.load() == ([], [])
+    store.close()
+
+
+def test_a_store_written_before_events_gets_an_event_column(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
+        db.execute(
+            "CREATE TABLE messages (id TEXT PRIMARY KEY, queue TEXT NOT NULL, seq INTEGER NOT"
+            " NULL, content BLOB NOT NULL, headers BLOB NOT NULL, expires_wall REAL NOT NULL,"
+            " deliveries INTEGER NOT NULL, in_flight INTEGER NOT NULL)"
+        )
+        db.execute("INSERT INTO messages VALUES (x'6131', 'q', 1, x'61', x'', 0, 1, 0)")
+    store = DurableStore(tmp_path)
+    [message], _ = store.load()
+    assert (message.id, message.event) == (b"a1", b"")
     store.close()

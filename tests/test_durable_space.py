@@ -66,7 +66,7 @@ def test_a_store_without_incremental_vacuum_is_converted_at_open(tmp_path: Path)
     try:
         assert store._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # INCREMENTAL
         ids = [b"%016d" % i for i in range(5000)]
-        store.commit([(PUT, i, "q", n, b"x" * 500, b"", 0.0, 1) for n, i in enumerate(ids)])
+        store.commit([(PUT, i, "q", n, b"x" * 500, b"", 0.0, 1, b"") for n, i in enumerate(ids)])
         store.commit([(DROP, i) for i in ids])
         # The commit that freed the pages already gave some back, the rest go in idle slices.
         assert store.pages_reclaimed > 0
@@ -85,7 +85,17 @@ def test_checkpoints_leave_the_loop_and_the_wal_stays_bounded(tmp_path: Path) ->
         for batch in range(600):  # ~60 MB of rows through the WAL
             store.commit(
                 [
-                    (PUT, b"%08d%08d" % (batch, n), "q", batch * 100 + n, b"x" * 1000, b"", 0.0, 1)
+                    (
+                        PUT,
+                        b"%08d%08d" % (batch, n),
+                        "q",
+                        batch * 100 + n,
+                        b"x" * 1000,
+                        b"",
+                        0.0,
+                        1,
+                        b"",
+                    )
                     for n in range(100)
                 ]
             )

@@ -59,6 +59,12 @@ import click
     " durable mode; p50/p99/p99.9/max latency and RSS over time.",
 )
 @click.option(
+    "--events",
+    is_flag=True,
+    help="Run the events workload: publish-to-delivery with 10,000 bindings (1,000 patterns)"
+    " and 10 matching queues per event, beside the plain pipe's p99.",
+)
+@click.option(
     "--pipe",
     "pipe",
     is_flag=True,
@@ -118,6 +124,7 @@ def bench(
     flood: bool,
     memory: bool,
     steady: bool,
+    events: bool,
     pipe: bool,
     seconds: float | None,
     flooders: int,
@@ -132,8 +139,9 @@ def bench(
     msgs/s, p50/p99 latency and the ratio to the relay ceiling measured in the same run.
     --codec, --durable and --pool add workloads after it.
 
-    --flood, --memory and --steady run the long overload workloads (issue 15) instead of the
-    pipe (add --pipe to keep it), in that order, each printing its figures beside its targets.
+    --flood, --memory and --steady run the long overload workloads instead of the pipe (add
+    --pipe to keep it), in that order, each printing its figures beside its targets; so does
+    --events (event routing: publish once, a copy to every bound queue).
     Figures are printed, never asserted.
     """
     from ..bench.pipe import run_pipe_benchmark
@@ -142,7 +150,7 @@ def bench(
         from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
-    if pipe or not (flood or memory or steady):
+    if pipe or not (flood or memory or steady or events):
         run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
         from ..bench.pipe import run_durable_pipe
@@ -166,3 +174,7 @@ def bench(
         from ..bench.steady import run_steady_benchmark
 
         run_steady_benchmark(rate=rate, seconds=120.0 if seconds is None else seconds)
+    if events:
+        from ..bench.events import run_events_benchmark
+
+        run_events_benchmark(messages=messages, size=size, window=window)

@@ -1,0 +1,136 @@
+"""Queues that come and go (docs/protocol.md §6.5): consume with bindings, cancel one
+consumer, delete a queue at once (telling its consumers), and delete a queue once it has
+been without consumers for its grace time.
+
+Deleting closes every window on the queue first, so that nothing points to it afterwards:
+what the consumers held is gone with it (their later acks get 404), a delayed message finds
+its queue deleted when its delay ends (dispatch.py), and a TTL or lease entry finds nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol import Cancel, Consume
+from .context import Context
+from .dispatch import NS_PER_MS, Dispatch
+from .events import Events
+from .flow import record_bytes
+from .model import GONE, Peer, Queue
+from .queues import Queues
+from .schedule import UNUSED_QUEUE
+
+
+class Lifecycle:
+    __slots__ = ("_ctx", "_dispatch", "_events", "_queues")
+
+    def __init__(self, ctx: Context, queues: Queues, dispatch: Dispatch, events: Events) -> None:
+        self._ctx = ctx
+        self._queues = queues
+        self._dispatch = dispatch
+        self._events = events
+
+    # ----------------------------------------------------------------- consume, cancel
+
+    def on_consume(self, peer: Peer, message: Consume) -> None:
+        """A 002; with PATTERNS its queue is bound in the same request (checked first: a bad
+        pattern opens no window), with UNUSED_MS it is marked delete-when-unused."""
+        dispatch = self._dispatch
+        if (message.patterns is None and message.unused_ms is None) or message.count == 0:
+            dispatch.on_consume(peer, message)
+            return
+        peer.opt_in()  # binding in a 002 is speaking the extensions: it gets the event names
+        patterns: list[str] = []
+        if message.patterns is not None:
+            checked = self._events.consume_patterns(peer, message.queue, message.patterns)
+            if checked is None:
+                return
+            patterns = checked
+        dispatch.on_consume(peer, message)
+        window = peer.windows.get(message.queue)
+        if window is None:
+            return  # refused (a bad name, a limit)
+        queue = window.queue
+        if patterns:
+            self._events.bind_checked(queue, patterns)
+        if message.unused_ms is not None and message.unused_ms != queue.unused_ms:
+            queue.unused_ms = message.unused_ms
+            self._ctx.journal.unused(queue.name, message.unused_ms)
+
+    def on_cancel(self, peer: Peer, message: Cancel) -> None:
+        """109 from a client: its window on the queue closes and what it held there goes
+        back; the answer says how many."""
+        ctx = self._ctx
+        ctx.counters.cancelled += 1
+        window = peer.windows.get(message.queue)
+        returned = 0 if window is None else self._dispatch.release_window(window)
+        ctx.reply(peer, Cancel(message.queue, "cancelled", returned))
+
+    # ----------------------------------------------------------------- delete
+
+    def delete(self, queue: Queue) -> dict[str, Any]:
+        """Delete a queue at once with everything in it; its consumers are told (CANCEL)."""
+        self._ctx.counters.queues_deleted += 1
+        return self._remove(queue)
+
+    def _remove(self, queue: Queue) -> dict[str, Any]:
+        ctx = self._ctx
+        consumers = len(queue.windows)
+        in_flight = 0
+        for window in list(queue.windows):
+            held = window.held
+            for record in held.values():
+                record.state = GONE
+                ctx.held_bytes -= record_bytes(record)
+            in_flight += len(held)
+            peer = window.peer
+            if peer.windows.get(queue.name) is window:
+                del peer.windows[queue.name]
+            if peer.extensions:
+                ctx.reply(peer, Cancel(queue.name, "queue deleted", len(held)))
+            held.clear()
+        queue.windows.clear()
+        queue.in_flight = 0
+        delayed = queue.delayed  # each lets go when its delay ends (dispatch.on_delay_over)
+        bindings = self._events.bindings.count(queue.name)
+        self._events.forget(queue.name)
+        purged, dead = self._queues.delete(queue)
+        ctx.counters.deleted_messages += purged + in_flight + delayed + dead
+        return {
+            "queue": queue.name,
+            "purged": purged,
+            "in_flight": in_flight,
+            "delayed": delayed,
+            "dead_letters": dead,
+            "consumers": consumers,
+            "bindings": bindings,
+        }
+
+    # ----------------------------------------------------------------- delete when unused
+
+    def unused(self, queue: Queue) -> None:
+        """The queue's last window closed: it is deleted if none opens within its grace."""
+        ctx = self._ctx
+        queue.unused_due = ctx.now + (queue.unused_ms or 0) * NS_PER_MS
+        ctx.schedule.arm(queue.unused_due, UNUSED_QUEUE, queue)
+
+    def restore_unused(self, settings: list[tuple[str, int]]) -> None:
+        """Delete-when-unused settings read back from the store: after a restart no queue
+        has a consumer, so each one's wait starts now."""
+        for name, unused_ms in settings:
+            queue = self._queues.get(name) or self._queues.create(name)
+            queue.unused_ms = unused_ms
+            self.unused(queue)
+
+    @staticmethod
+    def is_unused_live(due: int, queue: Queue) -> bool:
+        return due == queue.unused_due and not queue.deleted
+
+    def on_unused_due(self, due: int, queue: Queue) -> None:
+        if due != queue.unused_due or queue.deleted:
+            return
+        queue.unused_due = 0
+        if queue.windows:
+            return  # a consumer came back in time
+        self._remove(queue)
+        self._ctx.counters.queues_unused_deleted += 1

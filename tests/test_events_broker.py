@@ -1,0 +1,147 @@
+"""Events against real broker processes, spoken as bare PHPMQ bytes over DEALER sockets:
+the MQKS hello world, bindings and copies that survive kill -9, and a property test that the
+queues a publish reaches are exactly those a reference matcher picks."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import phpmq.protocol as p
+from harness import BrokerProcess, free_port, raw_dealer, recv_messages
+
+
+def admin(sock: zmq.Socket, command: str, **options: object) -> dict:
+    sock.send(p.encode(p.Admin({"command": command, **options})))
+    [reply] = recv_messages(sock)
+    assert isinstance(reply, p.AdminReply), reply
+    return reply.options
+
+
+def publish(sock: zmq.Socket, event: str, content: bytes, tag: int) -> p.Confirm:
+    """The publish's CONFIRM (dispatches to the same socket may come first)."""
+    sock.send(p.encode(p.Publish(event, content, 0, tag)))
+    while True:
+        for answer in recv_messages(sock):
+            if not isinstance(answer, p.Dispatch):
+                assert isinstance(answer, p.Confirm) and answer.tag == tag, answer
+                return answer
+
+
+def receive(sock: zmq.Socket, count: int) -> list[p.Dispatch]:
+    got: list[p.Dispatch] = []
+    while len(got) < count:
+        got += [m for m in recv_messages(sock) if isinstance(m, p.Dispatch)]
+    return got
+
+
+def test_mqks_hello_world(broker: BrokerProcess) -> None:
+    with (
+        raw_dealer(broker.address) as alice,
+        raw_dealer(broker.address) as bob,
+        raw_dealer(broker.address) as charlie,
+        raw_dealer(broker.address) as dave,
+    ):
+        for sock, queue, events in (
+            (alice, "greetings", "hi hello"),
+            (bob, "greetings", "hi hello"),
+            (charlie, "greetings-and-byes", "hi hello bye good-bye"),
+        ):
+            sock.send(p.encode_all([p.Hello({}), p.Consume(queue, 10, None, events)]))
+            recv_messages(sock)  # the HELLO answer: the window is open
+        assert publish(dave, "hello", b"world", 1).count == 2
+        [own] = receive(charlie, 1)
+        assert (own.content, own.event) == (b"world", "hello")
+        shared = [m for sock in (alice, bob) if sock.poll(1000) for m in recv_messages(sock, 0)]
+        assert [(m.content, m.event, m.queue) for m in shared] == [(b"world", "hello", "greetings")]
+        assert publish(dave, "good-bye", b"later", 2).count == 1
+        assert receive(charlie, 1)[0].content == b"later"
+
+
+def test_bindings_and_copies_survive_kill_9(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    address = f"tcp://127.0.0.1:{free_port()}"
+    with BrokerProcess(tmp_path / "first.log", "--data-dir", str(data), address=address) as first:
+        with raw_dealer(address) as ops, raw_dealer(address) as live:
+            admin(ops, "queue-bind", queue="audit", patterns=["#"])
+            admin(ops, "queue-bind", queue="users", patterns=["user.*.updated", "user.created"])
+            live.send(p.encode_all([p.Hello({}), p.Consume("live", 1, None, "user.#", 60_000)]))
+            recv_messages(live)
+            assert publish(ops, "user.7.updated", b"u7", 1).count == 3
+            assert publish(ops, "order.paid", b"o1", 2).count == 1
+            admin(ops, "queue-rebind", queue="users", remove_mask=["user.*.*"])
+        first.kill()
+    second = BrokerProcess(tmp_path / "second.log", "--data-dir", str(data), address=address)
+    with second, raw_dealer(address) as ops:
+        stats = admin(ops, "stats")["queues"]
+        assert stats["audit"]["bindings"] == ["#"] and stats["audit"]["ready"] == 2
+        assert stats["users"]["bindings"] == ["user.created"]
+        assert stats["users"]["ready"] == 1
+        assert stats["live"]["delete_when_unused_ms"] == 60_000
+        ops.send(p.encode_all([p.Hello({}), p.Consume("audit", 10)]))
+        got = receive(ops, 2)
+        assert [(d.content, d.event) for d in got] == [
+            (b"u7", "user.7.updated"),
+            (b"o1", "order.paid"),
+        ]
+        assert publish(ops, "user.created", b"new", 3).count == 3
+
+
+SEGMENTS = st.sampled_from(["a", "b", "c"])
+EVENTS = st.lists(SEGMENTS, min_size=1, max_size=4).map(".".join)
+PATTERNS = st.lists(st.sampled_from(["a", "b", "c", "*", "#"]), min_size=1, max_size=4).map(
+    ".".join
+)
+
+
+def reference_match(pattern: str, event: str) -> bool:
+    """Plain recursion over segments: `*` one, `#` zero or more."""
+
+    def match(ps: list[str], es: list[str]) -> bool:
+        if not ps:
+            return not es
+        if ps[0] == "#":
+            return any(match(ps[1:], es[i:]) for i in range(len(es) + 1))
+        return bool(es) and ps[0] in ("*", es[0]) and match(ps[1:], es[1:])
+
+    return match(pattern.split("."), event.split("."))
+
+
+_round = itertools.count()
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    bindings=st.lists(st.lists(PATTERNS, min_size=1, max_size=3), min_size=1, max_size=5),
+    events=st.lists(EVENTS, min_size=1, max_size=5),
+)
+def test_publish_reaches_exactly_the_queues_a_reference_matcher_picks(
+    broker: BrokerProcess, bindings: list[list[str]], events: list[str]
+) -> None:
+    prefix = f"p{next(_round)}-"
+    queues = {f"{prefix}{index}": patterns for index, patterns in enumerate(bindings)}
+    with raw_dealer(broker.address) as sock:
+        for queue, patterns in queues.items():
+            admin(sock, "queue-bind", queue=queue, patterns=patterns)
+        for tag, event in enumerate(events):
+            expected = {
+                queue
+                for queue, patterns in queues.items()
+                if any(reference_match(pattern, event) for pattern in patterns)
+            }
+            before = {q: s["ready"] for q, s in admin(sock, "stats")["queues"].items()}
+            answer = publish(sock, event, b"e", tag)
+            after = admin(sock, "stats")["queues"]
+            reached = {q for q in queues if after[q]["ready"] > before.get(q, 0)}
+            assert reached == expected, (event, queues)
+            assert answer.count == len(expected)
+        for queue in queues:
+            admin(sock, "queue-delete", queue=queue)
