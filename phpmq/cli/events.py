@@ -91,7 +91,7 @@ def bind(address: str, timeout: float, queue: str, patterns: tuple[str, ...]) ->
     In a pattern `*` matches one dot-separated segment and `#` zero or more: order.*,
     user.*.created, audit.#. Prints the queue's bindings after."""
     checked = _checked(patterns)
-    bound = with_client(address, timeout, lambda c: _admin(c, "bind", c.bind, queue, checked))
+    bound = with_client(address, timeout, lambda c: _admin(c, "bind", c.bind, queue, *checked))
     _print_bindings(queue, bound)
 
 
@@ -118,7 +118,11 @@ def unbind(
     remove, mask = _checked(patterns), _checked(masks)
 
     def run(client: Client) -> list[str]:
-        return _admin(client, "unbind", client.rebind, queue, remove=remove, remove_mask=mask)
+        # queue-unbind first: it refuses an unknown queue (404), where queue-rebind makes it.
+        bound = _admin(client, "unbind", client.unbind, queue, *remove)
+        if mask:
+            bound = _admin(client, "unbind", client.rebind, queue, remove_mask=mask)
+        return bound
 
     _print_bindings(queue, with_client(address, timeout, run))
 
