@@ -6,11 +6,13 @@ deleted under its consumer. Skipped while the broker does not route events yet.
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from driven import Connect
 
-from harness import BrokerProcess
+from harness import BrokerProcess, free_port
 from phpmq.client import BrokerRefused, InvalidArgument, QueueDeleted
 
 
@@ -131,3 +133,40 @@ def _wait_gone(broker: BrokerProcess, queue: str) -> dict:
         if queue not in queues or time.monotonic() > deadline:
             return queues
         time.sleep(0.05)
+
+
+def test_a_live_feed_is_bound_again_by_a_restarted_broker(tmp_path: Path, connect: Connect) -> None:
+    """The feed's consume carries its patterns in every greeting: a broker that lost the
+    queue (an in-memory restart) makes it again, bound, when the client comes back."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    options = {"heartbeat_ms": 100, "liveness": 3, "send_timeout": 2}
+    first = BrokerProcess(tmp_path / "a.log", "--grace-seconds", "0", address=address)
+    second = None
+    try:
+        subscriber = connect(address, **options)
+        feed = subscriber.subscribe_events("tick.#", window=10)
+        _publish_until_routed(connect(address, **options), "tick.one", b"1")
+        first.kill()
+        second = BrokerProcess(tmp_path / "b.log", address=address)
+        _publish_until_routed(connect(address, **options), "tick.two", b"2")
+        contents = []
+        while (message := subscriber.receive(5)) is not None:
+            assert message.queue == feed
+            contents.append(message.content)
+            message.ack()
+            if b"2" in contents:
+                break
+        assert b"2" in contents
+        subscriber.close()
+    finally:
+        first.kill()
+        if second is not None:
+            second.stop()
+
+
+def _publish_until_routed(client: Any, event: str, content: bytes) -> None:
+    """Publish until a queue is bound to take it (a consume is on its way), then close."""
+    with client:
+        deadline = time.monotonic() + 10
+        while not client.publish(event, content) and time.monotonic() < deadline:
+            time.sleep(0.05)
