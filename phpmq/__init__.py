@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         InvalidArgument,
         PartialSend,
         Paused,
+        QueueDeleted,
         ReceivedMessage,
         Unconfirmed,
     )
@@ -40,6 +41,7 @@ _LAZY = {
     "InvalidArgument": ".client",
     "PartialSend": ".client",
     "Paused": ".client",
+    "QueueDeleted": ".client",
     "ReceivedMessage": ".client",
     "Unconfirmed": ".client",
     "Reject": ".workers.outcome",
@@ -54,6 +56,7 @@ __all__ = [
     "InvalidArgument",
     "PartialSend",
     "Paused",
+    "QueueDeleted",
     "ReceivedMessage",
     "Reject",
     "Retry",

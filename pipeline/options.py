@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..protocol import DEFAULT_ADDRESS, queue_name_problem, rules
+from ..protocol import DEFAULT_ADDRESS, event_name_problem, queue_name_problem, rules
 
 #: Rows per micro-batch when `maxRecordsPerBatch` is not given.
 DEFAULT_MAX_RECORDS_PER_BATCH = 1_000
@@ -92,6 +92,9 @@ class SinkOptions:
     #: TTL in seconds for rows without a `ttl` column (or with a null one); 0 = never expires.
     ttl: int
     client_name: str
+    #: Where rows are published (an event name, docs/protocol.md §6.5) when they have no
+    #: `event` column (or a null one); it wins over `queue`. None: rows go to queues.
+    event: str | None = None
     #: Batch writes: the first part of every row's idempotency key instead of a random one,
     #: so that writing the same rows again (a retried foreachBatch) adds nothing.
     key_scope: str | None = None
@@ -107,13 +110,23 @@ class SinkOptions:
         queue = options.get("queue") or None
         if queue is not None:
             _check_queue_name(queue, "queue")
+        event = options.get("event") or None
+        if event is not None:
+            _check_event(event)
         return cls(
             broker=_broker(options),
             queue=queue,
             ttl=_int(options, "ttl", 0, low=0),
             client_name=options.get("clientname") or "spark-sink",
             key_scope=_key_scope(options),
+            event=event,
         )
+
+
+def _check_event(event: str) -> None:
+    problem = event_name_problem(event)
+    if problem is not None:
+        raise OptionError(f"option event: {problem}")
 
 
 def _key_scope(options: Mapping[str, str]) -> str | None:

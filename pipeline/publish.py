@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..client import Client, ClientError, Unconfirmed
+from ..client import BrokerRefused, Client, ClientError, Unconfirmed
 from ..protocol import Error
 
 #: Longest the end-of-task round trip to the broker may take, in seconds.
@@ -47,6 +47,11 @@ class Publisher(Protocol):
         """Send `contents` to `queue`; row `first_row + i` of the task has key
         `<key_prefix>/<first_row + i>`."""
 
+    def publish_event(
+        self, event: str, ttl: int, contents: Sequence[bytes], first_row: int
+    ) -> None:
+        """Publish `contents` as `event` (docs/protocol.md §6.5), keyed as `publish`."""
+
     def finish(self) -> Receipt:
         """Return once the broker has everything published so far.
 
@@ -71,6 +76,13 @@ class BarrierPublisher:
 
     def publish(self, queue: str, ttl: int, contents: Sequence[bytes], first_row: int) -> None:
         self._published += self._client.send_many(queue, contents, ttl)
+
+    def publish_event(
+        self, event: str, ttl: int, contents: Sequence[bytes], first_row: int
+    ) -> None:
+        for content in contents:
+            self._client.publish(event, content, ttl, confirm=False)
+        self._published += len(contents)
 
     def finish(self) -> Receipt:
         self._client.admin("stats", timeout=BARRIER_TIMEOUT_S)
@@ -99,6 +111,18 @@ class ConfirmingPublisher:
             if exc.errors:
                 raise _refused(len(exc.errors), list(exc.errors.values())) from None
             raise  # no answer: the task fails and its retry sends the same keys
+        self._published += len(contents)
+
+    def publish_event(
+        self, event: str, ttl: int, contents: Sequence[bytes], first_row: int
+    ) -> None:
+        """One confirmed publish per row (a publish is not pipelined): slower than `publish`."""
+        for offset, content in enumerate(contents):
+            key = f"{self.key_prefix}/{first_row + offset}"
+            try:
+                self._client.publish(event, content, ttl, key=key)
+            except BrokerRefused as exc:
+                raise _refused(1, [exc.error]) from None
         self._published += len(contents)
 
     def finish(self) -> Receipt:

@@ -5,9 +5,11 @@ rows and returns only once the broker has them (pipeline.publish). The driver's 
 nothing left to do: a message the broker has cannot be taken back, so a failed batch that is
 run again publishes its rows again (at-least-once; see docs/pipeline.md).
 
-Columns: `content` (binary or string) is required; `queue` (string) and `ttl` (integer,
-seconds, 0 = never expires) are optional and fall back to the options of the same name when
-absent or null. Other columns are ignored.
+Columns: `content` (binary or string) is required; `queue` (string), `event` (string) and `ttl`
+(integer, seconds, 0 = never expires) are optional and fall back to the options of the same
+name when absent or null. A row with an event is published as that event (docs/protocol.md
+§6.5: one copy into every queue bound to a matching pattern) instead of sent to its queue; a
+row with neither an event nor a queue fails the task. Other columns are ignored.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class SinkColumns:
     content_is_text: bool
     has_queue: bool
     has_ttl: bool
+    has_event: bool = False
 
     @classmethod
     def of(cls, schema: StructType, options: SinkOptions) -> SinkColumns:
@@ -57,14 +60,19 @@ class SinkColumns:
                 "the phpmq sink needs a column `content` of type binary or string; got"
                 f" {content.simpleString() if content else 'none'} (columns: {list(fields)})"
             )
-        queue, ttl = fields.get("queue"), fields.get("ttl")
-        if queue is not None and not isinstance(queue, StringType):
-            raise OptionError(f"column `queue` must be a string, not {queue.simpleString()}")
+        queue, ttl, event = fields.get("queue"), fields.get("ttl"), fields.get("event")
+        for name, column in (("queue", queue), ("event", event)):
+            if column is not None and not isinstance(column, StringType):
+                raise OptionError(f"column `{name}` must be a string, not {column.simpleString()}")
         if ttl is not None and not isinstance(ttl, IntegralType):
             raise OptionError(f"column `ttl` must be an integer, not {ttl.simpleString()}")
-        if queue is None and options.queue is None:
-            raise OptionError("give the option queue, or a column `queue`, to the phpmq sink")
-        return cls(isinstance(content, StringType), queue is not None, ttl is not None)
+        if queue is None and options.queue is None and event is None and options.event is None:
+            raise OptionError(
+                "give the option queue, or a column `queue`, to the phpmq sink (or the option"
+                " event, or a column `event`, to publish rows as events)"
+            )
+        text = isinstance(content, StringType)
+        return cls(text, queue is not None, ttl is not None, event is not None)
 
 
 @dataclass
@@ -77,18 +85,22 @@ class Published(WriterCommitMessage):
     deduplicated: bool
 
 
+#: Where a row goes: (True, event name) or (False, queue name).
+Target = tuple[bool, str]
+
+
 class _Runs:
-    """Turns record batches into runs of consecutive rows with one queue and one TTL, so each
-    run goes out as packed frames (Client.send_many)."""
+    """Turns record batches into runs of consecutive rows with one target (a queue or an
+    event) and one TTL, so each run to a queue goes out as packed frames (Client.send_many)."""
 
     def __init__(self, columns: SinkColumns, options: SinkOptions) -> None:
         self._columns = columns
         self._options = options
 
-    def of(self, batch: pa.RecordBatch) -> Iterator[tuple[str, int, list[bytes]]]:
-        rows = zip(self._queues(batch), self._ttls(batch), self._contents(batch), strict=True)
-        for (queue, ttl), run in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
-            yield queue, ttl, [content for _, _, content in run]
+    def of(self, batch: pa.RecordBatch) -> Iterator[tuple[Target, int, list[bytes]]]:
+        rows = zip(self._targets(batch), self._ttls(batch), self._contents(batch), strict=True)
+        for (target, ttl), run in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
+            yield target, ttl, [content for _, _, content in run]
 
     def _contents(self, batch: pa.RecordBatch) -> list[bytes]:
         values = batch.column("content").to_pylist()
@@ -98,14 +110,21 @@ class _Runs:
             return [value.encode() for value in values]
         return values
 
-    def _queues(self, batch: pa.RecordBatch) -> list[str]:
-        default = self._options.queue
-        if not self._columns.has_queue:
-            return [default] * batch.num_rows  # type: ignore[list-item]
-        values = batch.column("queue").to_pylist()
-        if default is None and None in values:
-            raise ValueError("a row has a null `queue` and the option queue is not set")
-        return [default if value is None else value for value in values]
+    def _targets(self, batch: pa.RecordBatch) -> list[Target]:
+        columns, options = self._columns, self._options
+        events = _column_or(batch, "event", columns.has_event, options.event)
+        queues = _column_or(batch, "queue", columns.has_queue, options.queue)
+        targets: list[Target] = []
+        for event, queue in zip(events, queues, strict=True):
+            if event is not None:
+                targets.append((True, event))
+            elif queue is not None:
+                targets.append((False, queue))
+            else:
+                raise ValueError(
+                    "a row has a null `queue` and the option queue is not set (nor an event)"
+                )
+        return targets
 
     def _ttls(self, batch: pa.RecordBatch) -> list[int]:
         default = self._options.ttl
@@ -117,6 +136,15 @@ class _Runs:
         return values
 
 
+def _column_or(
+    batch: pa.RecordBatch, name: str, present: bool, default: str | None
+) -> list[str | None]:
+    """Column `name`'s values, `default` where it is absent or null."""
+    if not present:
+        return [default] * batch.num_rows
+    return [default if value is None else value for value in batch.column(name).to_pylist()]
+
+
 def _publish(
     batches: Iterator[pa.RecordBatch], runs: _Runs, options: SinkOptions, scope: str
 ) -> Published:
@@ -126,11 +154,14 @@ def _publish(
     try:
         row = 0
         for batch in batches:
-            for queue, ttl, contents in runs.of(batch):
+            for (is_event, target), ttl, contents in runs.of(batch):
                 if publisher is None:
                     prefix = f"{scope}/{partition}"
                     publisher = open_publisher(options.broker, options.client_name, prefix)
-                publisher.publish(queue, ttl, contents, row)
+                if is_event:
+                    publisher.publish_event(target, ttl, contents, row)
+                else:
+                    publisher.publish(target, ttl, contents, row)
                 row += len(contents)
         if publisher is None:
             return Published(partition, 0, confirmed=True, deduplicated=True)

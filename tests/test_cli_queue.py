@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness import BrokerProcess, phpmq
+from phpmq.client import QueueDeleted
 
 
 def stats_queues(address: str) -> dict:
@@ -49,17 +52,23 @@ def test_purge_deletes_ready_messages_and_keeps_the_queue(broker: BrokerProcess)
     assert unknown.returncode == 1 and unknown.stderr == "phpmq: no queue named 'nope'\n"
 
 
-def test_delete_goes_at_once_even_while_a_consumer_is_attached(broker: BrokerProcess) -> None:
+def test_delete_removes_a_queue_in_use_and_says_what_went_with_it(broker: BrokerProcess) -> None:
     address = ["--broker", broker.address]
     with broker.client() as consumer:
-        consumer.send("busy", b"held", confirm=True)
-        next(consumer.consume("busy", window=1, timeout=5))
+        consumer.send_many("busy", [b"held", b"ready"], confirm=True)
+        consumer.bind("busy", "busy.#")
+        assert next(consumer.consume("busy", window=1, timeout=5)).content == b"held"
         deleted = phpmq("queue", "delete", *address, "busy", "--yes")
         assert deleted.returncode == 0, deleted.stderr
-        assert "deleted queue busy" in deleted.stdout
-        assert "busy" not in stats_queues(broker.address)
-    unknown = phpmq("queue", "delete", *address, "busy", "--yes")
-    assert unknown.returncode == 1 and unknown.stderr == "phpmq: no queue named 'busy'\n"
+        assert deleted.stdout == (
+            "deleted queue busy: 1 ready messages, 1 in flight, 0 delayed, 0 dead letters,"
+            " 1 bindings, 1 consumers told\n"
+        )
+        with pytest.raises(QueueDeleted):
+            consumer.receive(5)
+    assert "busy" not in stats_queues(broker.address)
+    missing = phpmq("queue", "delete", *address, "busy", "--yes")
+    assert missing.returncode == 1 and missing.stderr == "phpmq: no queue named 'busy'\n"
 
 
 def test_purge_and_delete_survive_a_crash_of_a_durable_broker(tmp_path: Path) -> None:
@@ -74,7 +83,8 @@ def test_purge_and_delete_survive_a_crash_of_a_durable_broker(tmp_path: Path) ->
             client.subscribe("deleted", 0)
         assert phpmq("queue", "purge", *address, "purged", "--yes").returncode == 0
         deleted = phpmq("queue", "delete", *address, "deleted", "--yes")
-        assert "deleted queue deleted (1 messages, 1 dead letters)" in deleted.stdout
+        assert deleted.stdout.startswith("deleted queue deleted: 1 ready messages")
+        assert "1 dead letters" in deleted.stdout
         first.kill()
     with BrokerProcess(tmp_path / "second.log", data_dir=data) as second:
         queues = second.stats()["queues"]

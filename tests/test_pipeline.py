@@ -34,7 +34,7 @@ try:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-    from pyspark.sql.types import StringType, StructField, StructType
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from phpmq.pipeline.datasource import PhpmqDataSource
     from phpmq.pipeline.demo import run_demo
@@ -185,6 +185,19 @@ def test_sink_checks_columns_and_mode_before_anything_runs() -> None:
         sink.streamWriter(StructType([StructField("body", StringType())]), overwrite=False)
     with pytest.raises(OptionError, match="option queue, or a column `queue`"):
         PhpmqDataSource({}).writer(text_only, overwrite=False)
+
+
+def test_sink_takes_an_event_column_or_option_instead_of_a_queue() -> None:
+    text_only = StructType([StructField("content", StringType())])
+    content = StructField("content", StringType())
+    with_event = StructType([content, StructField("event", StringType())])
+    assert PhpmqDataSource({"event": "order.paid"}).writer(text_only, overwrite=False)
+    assert PhpmqDataSource({}).writer(with_event, overwrite=False) is not None
+    with pytest.raises(OptionError, match=r"option event: event name 'order\.\*'"):
+        PhpmqDataSource({"event": "order.*"}).writer(text_only, overwrite=False)
+    numbered = StructType([content, StructField("event", LongType())])
+    with pytest.raises(OptionError, match="column `event` must be a string"):
+        PhpmqDataSource({"queue": "q"}).writer(numbered, overwrite=False)
 
 
 # --------------------------------------------------------------------------- the runner's side
@@ -429,6 +442,24 @@ def test_a_sink_task_fails_when_the_broker_refuses_its_messages(
             writer.option("queue", "full").mode("append").save()
     finally:
         small.stop()
+
+
+def test_rows_with_an_event_are_published_to_the_bound_queues(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    if "published" not in broker.stats()["counters"]:
+        pytest.skip("this broker does not route events yet (docs/protocol.md §6.5)")
+    with broker.client() as client:
+        client.bind("paid", "order.paid")
+        client.bind("all", "order.#")
+    kind = F.when(F.col("id") % 2 == 0, "order.paid").otherwise(F.lit(None))
+    content = F.col("id").cast("string").alias("content")
+    frame = spark.range(10).select(content, kind.alias("event"), F.lit("plain").alias("queue"))
+    frame.coalesce(1).write.format("phpmq").option("broker", broker.address).mode("append").save()
+    paid, every, plain = drain(broker, "paid"), drain(broker, "all"), drain(broker, "plain")
+    assert sorted(int(m.content) for m in paid) == [0, 2, 4, 6, 8]
+    assert all(m.event == "order.paid" for m in paid) and len(every) == 5
+    assert sorted(int(m.content) for m in plain) == [1, 3, 5, 7, 9]
 
 
 def test_streaming_sink_routes_rows_by_their_queue_and_ttl_columns(

@@ -28,7 +28,14 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ..client import AsyncClient, AsyncReceivedMessage, Client, ClientError, ReceivedMessage
+from ..client import (
+    AsyncClient,
+    AsyncReceivedMessage,
+    Client,
+    ClientError,
+    QueueDeleted,
+    ReceivedMessage,
+)
 from .outcome import Reject, Retry
 from .slot import JobSlot
 
@@ -47,6 +54,8 @@ class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
     broker: str
     handler: str
     queues: tuple[tuple[str, int], ...]
+    #: Event patterns every queue is bound to by its consume (docs/protocol.md §6.5).
+    bind: tuple[str, ...] = ()
     prefetch: int = 1
     timeout: float = 0.0
     max_retries: int = 3
@@ -224,7 +233,7 @@ class Child(ChildBase):
         """Work until stopped, recycled or orphaned; returns why it ended."""
         parent = os.getppid()
         for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
-            self.client.subscribe(queue, window)
+            self.client.subscribe(queue, window, bind=self.spec.bind)
         jobs = 0
         try:
             while not self.stopping:
@@ -239,6 +248,8 @@ class Child(ChildBase):
                 if self.spec.max_jobs and jobs >= self.spec.max_jobs:
                     return f"recycled after {jobs} jobs"
             return "stopped"
+        except QueueDeleted as exc:
+            return _queue_deleted(exc)
         finally:
             self._leave()
 
@@ -283,7 +294,7 @@ class AsyncChild(ChildBase):
         jobs = 0
         try:
             for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
-                await self.client.subscribe(queue, window)
+                await self.client.subscribe(queue, window, bind=self.spec.bind)
             while not self.stopping:
                 self._read_supervisor()
                 if os.getppid() != parent:
@@ -296,6 +307,8 @@ class AsyncChild(ChildBase):
                 if self.spec.max_jobs and jobs >= self.spec.max_jobs:
                     return f"recycled after {jobs} jobs"
             return "stopped"
+        except QueueDeleted as exc:
+            return _queue_deleted(exc)
         finally:
             await self._leave()
 
@@ -323,6 +336,13 @@ class AsyncChild(ChildBase):
         with contextlib.suppress(ClientError):
             await self.client.flush()
         await self.client.close()
+
+
+def _queue_deleted(exc: QueueDeleted) -> str:
+    """A consumed queue was deleted: this worker ends (its prefetched messages go back) and
+    the supervisor starts another, whose consumes make the queue again, bound as before."""
+    log.warning("%s: this worker starts over", exc)
+    return f"queue {exc.queue} deleted"
 
 
 def _message_timeout(message: ReceivedMessage, default: float) -> float:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import bench, bridge, broker, dlq, messages, pipeline, queue, stats, workers
+from . import bench, bridge, broker, dlq, events, messages, pipeline, queue, stats, workers
 from .shared import EXIT_INTERRUPTED
 
 __all__ = ["main"]
@@ -41,13 +41,19 @@ def main() -> None:
     """phpmq-zmq: a PHPMQ message broker on ZeroMQ.
 
     Start a broker with `phpmq broker`, then `phpmq send QUEUE MESSAGE` and
-    `phpmq consume QUEUE`. The wire protocol is documented in docs/protocol.md.
+    `phpmq consume QUEUE`; events with `phpmq bind QUEUE PATTERN`, `phpmq publish EVENT
+    MESSAGE` and `phpmq subscribe PATTERN`. The wire protocol is documented in docs/protocol.md.
     """
 
 
 main.add_command(broker.broker)
 main.add_command(messages.send)
 main.add_command(messages.consume)
+main.add_command(events.publish)
+main.add_command(events.subscribe)
+main.add_command(events.bind)
+main.add_command(events.unbind)
+main.add_command(events.rebind)
 main.add_command(stats.stats)
 main.add_command(dlq.dlq)
 main.add_command(queue.queue)

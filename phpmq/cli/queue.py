@@ -18,7 +18,8 @@ def queue() -> None:
 @broker_option
 @timeout_option
 def queue_list(address: str, timeout: float) -> None:
-    """A table of the broker's queues (ready, in flight, delayed, consumers, dead letters)."""
+    """A table of the broker's queues (ready, in flight, delayed, consumers, dead letters,
+    the event patterns each is bound to)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -28,9 +29,17 @@ def queue_list(address: str, timeout: float) -> None:
     table.add_column("queue")
     for column in columns:
         table.add_column(column.replace("_", " "), justify="right")
+    table.add_column("bindings")
     for name, q in result["queues"].items():
-        table.add_row(name, *(str(q[column]) for column in columns))
+        table.add_row(name, *(str(q[column]) for column in columns), _bindings(q))
     Console().print(table)
+
+
+def _bindings(q: dict) -> str:
+    """A queue's patterns as stats shows them (the first 20), and how many more."""
+    shown = q.get("bindings") or []
+    more = q.get("binding_count", len(shown)) - len(shown)
+    return " ".join(shown) + (f" (+{more} more)" if more > 0 else "")
 
 
 @queue.command("peek")
@@ -79,13 +88,28 @@ def queue_purge(address: str, timeout: float, name: str, yes: bool) -> None:
 @click.argument("name", metavar="QUEUE")
 @yes_option
 def queue_delete(address: str, timeout: float, name: str, yes: bool) -> None:
-    """Remove QUEUE with its ready messages and dead letters.
+    """Remove QUEUE at once with everything in it and its bindings.
 
-    Refused while a consumer is attached or a message is in flight: stop the consumers first.
+    Its ready, in flight and delayed messages and its dead letters are deleted; its consumers
+    are told (their subscription ends). Prints what was deleted.
     """
     if not yes:
-        click.confirm(f"Delete queue {name} on {address}, messages and dead letters?", abort=True)
+        click.confirm(
+            f"Delete queue {name} on {address}, its messages, dead letters and bindings?",
+            abort=True,
+        )
     result = with_client(address, timeout, lambda c: admin(c, "queue-delete", queue=name))
-    click.echo(
-        f"deleted queue {name} ({result['purged']} messages, {result['dead_letters']} dead letters)"
+    click.echo(f"deleted queue {name}: {_deleted(result)}")
+
+
+def _deleted(result: dict) -> str:
+    """What a queue-delete reply counts, in words (a field the broker left out is skipped)."""
+    parts = (
+        ("purged", "ready messages"),
+        ("in_flight", "in flight"),
+        ("delayed", "delayed"),
+        ("dead_letters", "dead letters"),
+        ("bindings", "bindings"),
+        ("consumers", "consumers told"),
     )
+    return ", ".join(f"{result[key]} {label}" for key, label in parts if key in result)

@@ -31,6 +31,13 @@ def _queue_weight(value: str) -> tuple[str, int]:
     " each gets a share of the jobs proportional to its weight.",
 )
 @click.option(
+    "--bind",
+    "patterns",
+    multiple=True,
+    help="Bind every --queue to this event pattern (order.*, audit.#) when the workers"
+    " consume it, so published events reach them; repeatable.  [default: none]",
+)
+@click.option(
     "--processes",
     "-p",
     type=click.IntRange(min=1),
@@ -115,6 +122,7 @@ def workers(
     address: str,
     handler: str,
     queues: tuple[str, ...],
+    patterns: tuple[str, ...],
     processes: int,
     prefetch: int,
     timeout: float,
@@ -150,10 +158,18 @@ def workers(
         parsed = tuple(_queue_weight(queue) for queue in queues)
     except click.BadParameter as exc:
         fail(str(exc.message))
+    from ..client import InvalidArgument
+    from ..client.topics import checked_patterns
+
+    try:
+        bind = tuple(checked_patterns(patterns))
+    except InvalidArgument as exc:
+        fail(str(exc))
     child = ChildSpec(
         broker=address,
         handler=handler,
         queues=parsed,
+        bind=bind,
         prefetch=prefetch,
         timeout=timeout,
         max_retries=max_retries,

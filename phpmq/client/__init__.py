@@ -13,9 +13,10 @@ from .errors import (
     InvalidArgument,
     PartialSend,
     Paused,
+    QueueDeleted,
     Unconfirmed,
 )
-from .events import BROKER_LEAVING, BROKER_LOST, RECONNECTED, REJOINED
+from .events import BROKER_LEAVING, BROKER_LOST, QUEUE_DELETED, RECONNECTED, REJOINED
 from .message import AsyncReceivedMessage, ReceivedMessage
 from .sync import DEFAULT_ADDRESS, Client
 
@@ -23,6 +24,7 @@ __all__ = [
     "BROKER_LEAVING",
     "BROKER_LOST",
     "DEFAULT_ADDRESS",
+    "QUEUE_DELETED",
     "RECONNECTED",
     "REJOINED",
     "AsyncClient",
@@ -33,6 +35,7 @@ __all__ = [
     "InvalidArgument",
     "PartialSend",
     "Paused",
+    "QueueDeleted",
     "ReceivedMessage",
     "Unconfirmed",
     "check_address",

@@ -26,6 +26,7 @@ import zmq
 import zmq.asyncio
 
 from ..protocol import DEFAULT_ADDRESS, Error
+from .aio_topics import AsyncTopics
 from .batches import BATCH_MESSAGES
 from .confirms import ConfirmedSends
 from .connection import Connection
@@ -35,11 +36,12 @@ from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Pa
 from .events import RECONNECTED
 from .message import AsyncReceivedMessage
 from .refusals import FlowRefusal
+from .topics import unused_ms
 
 log = logging.getLogger("phpmq.client")
 
 
-class AsyncClient(Driver):
+class AsyncClient(AsyncTopics, Driver):
     """A connection to one broker for one event loop. Its coroutines may be awaited from
     many tasks of that loop at once; it is not thread-safe."""
 
@@ -233,13 +235,23 @@ class AsyncClient(Driver):
 
     # ------------------------------------------------------------------ consuming
 
-    async def subscribe(self, queue: str, window: int = 100) -> None:
-        """At most `window` unacked messages of `queue` at a time (0 stops), as `Client`'s."""
-        await self._send_frame(self._connection.subscribe(queue, window))
+    async def subscribe(
+        self,
+        queue: str,
+        window: int = 100,
+        *,
+        bind: Iterable[str] = (),
+        delete_when_unused: float | None = None,
+    ) -> None:
+        """At most `window` unacked messages of `queue` at a time (0 stops), binding `bind`
+        and deleted once unused `delete_when_unused` seconds, as `Client`'s."""
+        frame = self._connection.subscribe(queue, window, bind, unused_ms(delete_when_unused))
+        await self._send_frame(frame)
 
     async def receive(self, timeout: float | None = None) -> AsyncReceivedMessage | None:
         """The next dispatched message, or None if none came within `timeout` seconds;
-        BrokerRefused for a subscription refused for good (see `Client.receive`)."""
+        BrokerRefused for a subscription refused for good, QueueDeleted for a consumed queue
+        the broker deleted (see `Client.receive`)."""
         self._start()
         connection = self._connection
         received = connection.received
@@ -247,6 +259,8 @@ class AsyncClient(Driver):
         while True:
             if connection.refusals.subscriptions:
                 self._tell_refused_subscription()
+            if connection.topics.deleted:
+                self._tell_deleted()
             if received:
                 return received.popleft()  # type: ignore[return-value]
             if self.closed:
@@ -262,11 +276,18 @@ class AsyncClient(Driver):
             await self._news_within(wait)
 
     async def consume(
-        self, queue: str, window: int = 100, timeout: float | None = None
+        self,
+        queue: str,
+        window: int = 100,
+        timeout: float | None = None,
+        *,
+        bind: Iterable[str] = (),
+        delete_when_unused: float | None = None,
     ) -> AsyncIterator[AsyncReceivedMessage]:
-        """Subscribe to `queue` and yield its messages; stop after `timeout` seconds idle."""
-        if self._connection.window(queue) != window:
-            await self.subscribe(queue, window)
+        """Subscribe to `queue` (as `subscribe`) and yield its messages; stop after
+        `timeout` seconds idle. QueueDeleted ends it when the broker deletes the queue."""
+        if self._connection.window(queue) != window or bind or delete_when_unused is not None:
+            await self.subscribe(queue, window, bind=bind, delete_when_unused=delete_when_unused)
         while True:
             message = await self.receive(timeout)
             if message is None:

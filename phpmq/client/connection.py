@@ -33,8 +33,8 @@ from ..protocol import (
     DEFAULT_MAX_CONTENT_BYTES,
     Admin,
     AdminReply,
+    Cancel,
     Confirm,
-    Consume,
     Disconnect,
     Dispatch,
     Error,
@@ -63,11 +63,13 @@ from .events import (
     Rejoined,
     SendsPaused,
     SendsResumed,
+    SubscriptionEnded,
     UndecodableFrame,
 )
 from .message import ReceivedMessage, Settle, queue_packet
 from .pauses import Pauses
 from .refusals import FlowRefusal, Refusals
+from .topics import Topics, encode_publish
 
 VERSION = "phpmq-zmq-python/0.1"
 #: Outgoing settlements buffered before the driver is told to send them without waiting.
@@ -130,6 +132,8 @@ class Connection:
         self._answers: dict[int, str | Error | FlowRefusal | None] = {}
         #: The broker's PAUSEs in force, and which refusals they explain (§6.4).
         self._pauses = Pauses()
+        #: Consume options, publish counts, cancels and deleted queues (§6.5).
+        self.topics = Topics()
         self._greeting: bytes | None = None
         self._greeted_frame: bytes | None = None
         self._last_heard = self._last_sent = 0.0
@@ -165,12 +169,15 @@ class Connection:
         for tag in self._awaited:
             self._answers[tag] = LOST
         self._pauses.clear()  # the broker asks again on the new transport
+        self.topics.restart()
         self._greet()
         self._last_heard = self._last_sent = now
 
     def _greet(self) -> None:
         self._greeting = self._hello + b"".join(
-            encode(Consume(queue, window)) for queue, window in self._windows.items() if window
+            encode(self.topics.consume(queue, window))
+            for queue, window in self._windows.items()
+            if window
         )
         self._greeted_frame = None
 
@@ -229,6 +236,22 @@ class Connection:
             encoded = _headers.encode(headers)
             return encode(Send(queue, body, ttl, tag=tag, key=key, headers=encoded))
         return encode_send(packet, body, ttl, tag, key)
+
+    def publish(
+        self,
+        event: str,
+        content: bytes | str,
+        ttl: int = 0,
+        headers: dict[str, Any] | None = None,
+        tag: int | None = None,
+        key: str | None = None,
+    ) -> bytes:
+        """One 108 (InvalidArgument: a bad event name or key, content over the limit)."""
+        return encode_publish(event, content, ttl, headers, tag, key, self._broker_limit)
+
+    def publish_count(self, tag: int) -> int:
+        """How many queues the confirmed publish tagged `tag` reached."""
+        return self.topics.take_count(tag)
 
     def send_batches(
         self,
@@ -295,16 +318,26 @@ class Connection:
 
     # ------------------------------------------------------------------ consuming
 
-    def subscribe(self, queue: str, window: int) -> bytes:
+    def subscribe(
+        self,
+        queue: str,
+        window: int,
+        patterns: Iterable[str] = (),
+        unused_ms: int | None = None,
+    ) -> bytes:
         """The consume for `window` unacked messages of `queue` at a time (0 stops), which
-        every later greeting repeats.
+        every later greeting repeats, binding `patterns` and asking to delete the queue once
+        unused for `unused_ms` (docs/protocol.md §6.5).
 
         Raises:
-            InvalidArgument: (window > 0) the queue name breaks the protocol's rules.
+            InvalidArgument: (window > 0) the queue name or a pattern breaks the rules.
         """
         if window > 0:
             queue_packet(queue)
-        frame = encode(Consume(queue, window))
+            self.topics.set_options(queue, patterns, unused_ms)
+        else:
+            self.topics.forget(queue)
+        frame = encode(self.topics.consume(queue, window))
         self._windows[queue] = window
         self.refusals.forget(queue)
         # Send acks once half the smallest window is settled, so the broker refills the
@@ -324,13 +357,26 @@ class Connection:
         backoff is over (b"" if none)."""
         queues = self.refusals.due(now)
         windows = self._windows
+        topics = self.topics
         return b"".join(
-            encode(Consume(queue, windows[queue])) for queue in queues if windows.get(queue)
+            encode(topics.consume(queue, windows[queue])) for queue in queues if windows.get(queue)
         )
 
     def window(self, queue: str) -> int | None:
         """The window last asked for on `queue`, or None."""
         return self._windows.get(queue)
+
+    def cancel(self, queue: str) -> bytes:
+        """The 109 that ends the subscription to `queue` (no later greeting consumes it); its
+        deliveries not handed out are dropped. The answer lands in `topics.cancelled`.
+
+        Raises:
+            InvalidArgument: the queue name breaks the protocol's rules.
+        """
+        queue_packet(queue)
+        self._windows.pop(queue, None)
+        self.refusals.forget(queue)
+        return self.topics.cancel(queue, self.received)
 
     def buffer_settle(self, frame: bytes, generation: int) -> bool:
         """Keep an ack, requeue or dead letter for the next flush; True when enough are kept
@@ -398,6 +444,7 @@ class Connection:
         if isinstance(message, Confirm):
             if message.tag in self._awaited:
                 self._answers[message.tag] = message.message_id.decode(errors="replace")
+                self.topics.confirmed(message.tag, message.count)
             return None
         if isinstance(message, Error):
             if message.tag in self._awaited:
@@ -410,7 +457,7 @@ class Connection:
                 return None
             self.errors.append(message)
             self.error_count += 1
-            if message.refused == MessageType.SEND:
+            if message.refused in (MessageType.SEND, MessageType.PUBLISH):
                 self.refusals.send_refused(message)
             elif message.refused == MessageType.CONSUME and message.queue is not None:
                 self._subscription_refused(message.queue, message, now)
@@ -418,6 +465,12 @@ class Connection:
         if isinstance(message, AdminReply):
             self.admin_replies.append(message)
             return None
+        if isinstance(message, Cancel):
+            subscribed = bool(self._windows.get(message.queue))
+            if not self.topics.on_cancel(message, self.received, subscribed):
+                return None
+            self._windows.pop(message.queue, None)
+            return SubscriptionEnded(message)
         if isinstance(message, Pause):
             return SendsPaused(message) if self._pauses.pause(message) else None
         if isinstance(message, Resume):
@@ -440,6 +493,7 @@ class Connection:
             self.received.clear()
             self._out.clear()
             self._pauses.clear()  # a new peer for the broker: it asks again
+            self.topics.restart()
             self._greet()
             return Rejoined(reason)
         return None  # HEARTBEAT: hearing anything is what counts

@@ -12,12 +12,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import Error, MessageType, Pause
+from ..protocol import Error, ErrorCode, MessageType, Pause
 from .connection import Connection
-from .errors import BrokerRefused, Paused, Unconfirmed
+from .errors import BrokerRefused, Paused, QueueDeleted, Unconfirmed
 from .events import (
     BROKER_LEAVING,
     BROKER_LOST,
+    QUEUE_DELETED,
     REJOINED,
     BrokerError,
     BrokerGreeted,
@@ -26,9 +27,11 @@ from .events import (
     Rejoined,
     SendsPaused,
     SendsResumed,
+    SubscriptionEnded,
     UndecodableFrame,
 )
 from .refusals import FlowRefusal
+from .topics import deleted_reason
 
 log = logging.getLogger("phpmq.client")
 
@@ -39,7 +42,7 @@ RECONNECT_MAX_S = 5.0
 #: How long a replaced socket may still deliver what was handed to it.
 RECONNECT_LINGER_S = 30.0
 #: ERRORs refusing these message types are kept for the caller (refusals.py), not only logged.
-TOLD_TO_THE_CALLER = frozenset((MessageType.SEND, MessageType.CONSUME))
+TOLD_TO_THE_CALLER = frozenset((MessageType.SEND, MessageType.CONSUME, MessageType.PUBLISH))
 
 
 class Driver:
@@ -105,6 +108,19 @@ class Driver:
             _, refusal = subscriptions.popitem()
             raise BrokerRefused(refusal)
 
+    def _tell_deleted(self) -> None:
+        """Raise QueueDeleted for a consumed queue the broker deleted, not told yet."""
+        deleted = self._connection.topics.deleted
+        if deleted:
+            _, cancel = deleted.popitem()
+            error = Error(
+                ErrorCode.UNKNOWN_MESSAGE,
+                deleted_reason(cancel),
+                queue=cancel.queue,
+                refused=MessageType.CONSUME,
+            )
+            raise QueueDeleted(error, cancel.count or 0)
+
     def _one_answer(self, answer: str | Error | FlowRefusal | None) -> str:
         """A confirmed send's answer: its ID, or BrokerRefused / Unconfirmed."""
         if isinstance(answer, FlowRefusal):
@@ -157,6 +173,8 @@ class Driver:
         elif isinstance(event, SendsResumed):
             scope = "every queue" if event.queue is None else f"queue {event.queue!r}"
             log.info("broker %s resumed sends to %s", self.address, scope)
+        elif isinstance(event, SubscriptionEnded):
+            self._event(QUEUE_DELETED, deleted_reason(event.cancel))
         elif isinstance(event, Rejoined):
             self._event(REJOINED, event.reason)
         elif isinstance(event, BrokerLeaving):

@@ -89,3 +89,18 @@ class Paused(BrokerRefused, PartialSend, Unconfirmed):
         self.sent = sent
         self.ids = ids if ids is not None else []
         self.errors = errors or {}
+
+
+class QueueDeleted(BrokerRefused):
+    """Raised by the next `receive` (and so ends a `consume` loop) after the broker deleted a
+    queue the client consumed (`queue-delete`, docs/protocol.md §6.5). The subscription is
+    over: it is not renewed after a reconnect, and the queue's deliveries not yet handed out
+    are dropped. `queue` names it, `count` is how many messages the client held there (gone
+    with it: settling them is refused with 404). `error.code` is 404."""
+
+    def __init__(self, error: Error, count: int) -> None:
+        ClientError.__init__(self, f"{error.code} {error.reason}")
+        self.error = error
+        self.refusals = [error]
+        self.queue = error.queue or ""
+        self.count = count

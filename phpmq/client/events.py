@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import Error, Pause
+from ..protocol import Cancel, Error, Pause
 
 #: Events passed to `on_event(event, detail)`.
 BROKER_LOST = "broker-lost"  # silent for interval x liveness; reconnecting
 RECONNECTED = "reconnected"  # new socket, HELLO and consumes sent again
 REJOINED = "rejoined"  # the broker did not know us (it restarted); HELLO sent again
 BROKER_LEAVING = "broker-leaving"  # the broker said DISCONNECT (shutting down)
+QUEUE_DELETED = "queue-deleted"  # the broker deleted a queue the client consumed
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,14 @@ class GoodbyeAnswered:
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionEnded:
+    """An unasked CANCEL: the broker deleted `cancel.queue`, which the client consumed; the
+    subscription is dropped and the caller told at its next receive (QueueDeleted)."""
+
+    cancel: Cancel
+
+
+@dataclass(frozen=True, slots=True)
 class UndecodableFrame:
     """A frame from the broker that did not decode (the messages before the bad one count)."""
 
@@ -84,6 +93,7 @@ Event = (
     | SendsPaused
     | SendsResumed
     | GoodbyeAnswered
+    | SubscriptionEnded
     | UndecodableFrame
 )
 NO_EVENTS: tuple[Event, ...] = ()

@@ -50,6 +50,7 @@ class ReceivedMessage:
         "_id",
         "content",
         "delivery_count",
+        "event",
         "queue",
         "ttl",
     )
@@ -65,6 +66,8 @@ class ReceivedMessage:
         self.ttl = dispatch.ttl or 0
         #: 1 on the first delivery, more after redeliveries.
         self.delivery_count = dispatch.delivery_count or 1
+        #: The event a published copy was published as (None: sent to the queue by name).
+        self.event = dispatch.event
         #: The HEADERS bytes as they came, then (once read) their decoded dict.
         self._headers: bytes | dict[str, Any] | None = dispatch.headers
 
@@ -109,9 +112,10 @@ class ReceivedMessage:
         return encode(DeadLetter(self.queue, self._id, reason))
 
     def __repr__(self) -> str:
+        event = f" event={self.event}" if self.event is not None else ""
         return (
             f"<ReceivedMessage {self.queue}/{self.id} {len(self.content)} bytes"
-            f" ttl={self.ttl} delivery={self.delivery_count}>"
+            f" ttl={self.ttl} delivery={self.delivery_count}{event}>"
         )
 
 

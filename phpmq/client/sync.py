@@ -42,6 +42,8 @@ from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Pa
 from .events import RECONNECTED
 from .message import ReceivedMessage
 from .refusals import FlowRefusal
+from .sync_topics import SyncTopics
+from .topics import unused_ms
 
 log = logging.getLogger("phpmq.client")
 
@@ -49,7 +51,7 @@ log = logging.getLogger("phpmq.client")
 WAIT_SLICE_S = 0.05
 
 
-class Client(Driver):
+class Client(SyncTopics, Driver):
     """A connection to one broker. Thread-safe for one application thread plus the client's
     own heartbeat thread; share it between application threads only with your own lock."""
 
@@ -281,12 +283,22 @@ class Client(Driver):
 
     # ------------------------------------------------------------------ consuming
 
-    def subscribe(self, queue: str, window: int = 100) -> None:
+    def subscribe(
+        self,
+        queue: str,
+        window: int = 100,
+        *,
+        bind: Iterable[str] = (),
+        delete_when_unused: float | None = None,
+    ) -> None:
         """Ask for at most `window` unacked messages of `queue` at a time (0 stops). The
-        subscription is renewed by itself after a reconnect. A queue name the broker would
-        refuse raises ClientError (also a ValueError) at once."""
+        subscription is renewed by itself after a reconnect. `bind` binds the queue to these
+        event patterns in the same request; `delete_when_unused` (seconds) has the broker
+        delete the queue once it had no consumer that long (docs/client.md "Events"). A
+        queue name or pattern the broker would refuse raises InvalidArgument at once."""
+        frame = self._connection.subscribe(queue, window, bind, unused_ms(delete_when_unused))
         with self._lock:
-            self._send_frame(self._connection.subscribe(queue, window))
+            self._send_frame(frame)
 
     def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
         """The next dispatched message, or None if none came within `timeout` seconds.
@@ -296,6 +308,8 @@ class Client(Driver):
                 cannot change (422: a window over its maximum); it is dropped. One refused
                 for a limit that may lift (429: too many consumers) is asked for again, with
                 backoff, and raises nothing.
+            QueueDeleted: (a BrokerRefused, code 404) the broker deleted a queue this client
+                consumed; that subscription is over. Raised once per deletion.
         """
         connection = self._connection
         received = connection.received
@@ -304,6 +318,8 @@ class Client(Driver):
             with self._lock:
                 if connection.refusals.subscriptions:
                     self._tell_refused_subscription()
+                if connection.topics.deleted:
+                    self._tell_deleted()
                 if received:
                     return received.popleft()
                 self._flush_quietly()
@@ -313,11 +329,18 @@ class Client(Driver):
                     return received.popleft() if received else None
 
     def consume(
-        self, queue: str, window: int = 100, timeout: float | None = None
+        self,
+        queue: str,
+        window: int = 100,
+        timeout: float | None = None,
+        *,
+        bind: Iterable[str] = (),
+        delete_when_unused: float | None = None,
     ) -> Iterator[ReceivedMessage]:
-        """Subscribe to `queue` and yield its messages; stop after `timeout` seconds idle."""
-        if self._connection.window(queue) != window:
-            self.subscribe(queue, window)
+        """Subscribe to `queue` (as `subscribe`) and yield its messages; stop after
+        `timeout` seconds idle. QueueDeleted ends it when the broker deletes the queue."""
+        if self._connection.window(queue) != window or bind or delete_when_unused is not None:
+            self.subscribe(queue, window, bind=bind, delete_when_unused=delete_when_unused)
         while True:
             message = self.receive(timeout)
             if message is None:

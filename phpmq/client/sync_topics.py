@@ -1,0 +1,153 @@
+"""`Client`'s events and queue lifecycle (docs/protocol.md §6.5, docs/client.md "Events"):
+publish, bindings, live feeds, cancel, delete and purge. A mixin of `Client` (sync.py), kept
+apart so that neither module grows past reading size; the protocol side is topics.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .errors import ClientError
+from .message import queue_packet
+from .refusals import FlowRefusal
+from .topics import checked_patterns, live_queue_name, no_patterns, rebind_options
+
+#: Longest the waiting thread holds the socket at a time (sync.py's WAIT_SLICE_S).
+_SLICE_S = 0.05
+
+
+class SyncTopics:
+    """Events for the blocking client. Every method is `Client`'s, with its lock."""
+
+    def publish(
+        self,
+        event: str,
+        content: bytes | str,
+        ttl: int = 0,
+        key: str | None = None,
+        headers: dict[str, Any] | None = None,
+        *,
+        confirm: bool = True,
+    ) -> int | None:
+        """Publish `content` as `event`: the broker puts one copy into every queue bound to
+        a pattern that matches it. With `confirm` (the default) wait for the broker's answer
+        and return how many queues got a copy (0: none is bound; also for a repeated `key`,
+        which copies nothing again); without, return None at once. `ttl`, `key` and
+        `headers` work as in `send`.
+
+        Raises:
+            InvalidArgument: (at once, nothing sent) a bad event name or key, content over
+                the broker's limit.
+            BrokerRefused: the broker refused it (`.error.code`: 422, 429 naming the full
+                queue: then no queue got a copy, 503, 507); unconfirmed: at the next call.
+            Unconfirmed: (confirm) no answer within `confirm_timeout`.
+            Paused: sends were paused and no RESUME came within `send_timeout`.
+        """
+        connection = self._connection
+        if connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not connection.knows_limits:
+            self._await_limits()
+        tag = connection.next_tag() if confirm else None
+        frame = connection.publish(event, content, ttl, headers, tag, key)
+        paused_on: str | None = None
+        while True:
+            self._wait_while_paused(paused_on)  # type: ignore[arg-type]
+            with self._lock:
+                self._send_frame(frame, 1, () if tag is None else (tag,))
+                if tag is None:
+                    return None
+                [answer] = self._await_answers([tag], self.confirm_timeout)
+            if type(answer) is not FlowRefusal:
+                self._one_answer(answer)
+                return connection.publish_count(tag)
+            paused_on = answer.error.queue  # a bound queue filled: wait for its RESUME
+
+    def subscribe_events(self, *patterns: str, window: int = 100) -> str:
+        """A live feed: a temporary queue (`live.` + 16 hex digits) bound to `patterns`,
+        consumed with `window`, deleted by the broker once this client stops consuming it
+        (cancel, close, or the client is lost; after a reconnect it is made again, empty).
+        Returns its name; read it with `receive` or `consume(name, window)`."""
+        if not patterns:
+            raise no_patterns()
+        queue = live_queue_name()
+        self.subscribe(queue, window, bind=patterns, delete_when_unused=0)
+        return queue
+
+    def cancel(self, queue: str, timeout: float = 5.0) -> int:
+        """Stop consuming `queue` and wait for the broker's answer: the number of messages
+        this client held there, now back at the head of the queue. Acks buffered before go
+        first; deliveries of `queue` received and not handed out are dropped (the broker
+        takes them back); the subscription is not renewed after a reconnect.
+
+        Raises:
+            InvalidArgument: a bad queue name.
+            ClientError: no answer within `timeout` seconds.
+        """
+        connection = self._connection
+        with self._lock:
+            frame = connection.cancel(queue)
+            self._send_frame(connection.take_settles() + frame)
+            deadline = time.monotonic() + timeout
+            while (count := connection.topics.take_cancelled(queue)) is None:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise ClientError(
+                        f"no answer to cancelling {queue!r} from the broker at {self.address}"
+                        f" within {timeout:g}s"
+                    )
+                self._wait_and_read(min(wait, _SLICE_S))
+        return count
+
+    # ------------------------------------------------------------------ bindings (admin)
+
+    def bind(self, queue: str, *patterns: str) -> list[str]:
+        """Bind `queue` (made if it does not exist) to `patterns`; its bindings after.
+        BrokerRefused (422) past the broker's binding limits: then nothing is bound."""
+        queue_packet(queue)
+        reply = self.admin("queue-bind", queue=queue, patterns=checked_patterns(patterns))
+        return list(reply["bindings"])
+
+    def unbind(self, queue: str, *patterns: str) -> list[str]:
+        """Remove `patterns` (as written) from `queue`'s bindings; its bindings after.
+        BrokerRefused (404) for a queue that does not exist."""
+        queue_packet(queue)
+        reply = self.admin("queue-unbind", queue=queue, patterns=checked_patterns(patterns))
+        return list(reply["bindings"])
+
+    def rebind(
+        self,
+        queue: str,
+        replace: Iterable[str] | None = None,
+        remove: Iterable[str] = (),
+        remove_mask: Iterable[str] = (),
+        add: Iterable[str] = (),
+    ) -> list[str]:
+        """Change `queue`'s bindings in one step, in this order: `replace` (the bindings
+        become this list), `remove` (as written), `remove_mask` (every binding the mask
+        matches: `order.*` removes `order.paid` and `order.*`), `add`. Its bindings after."""
+        queue_packet(queue)
+        options = rebind_options(replace, remove, remove_mask, add)
+        return list(self.admin("queue-rebind", queue=queue, **options)["bindings"])
+
+    def bindings(self, queue: str) -> list[str]:
+        """`queue`'s binding patterns, in the order bound (BrokerRefused 404: no queue)."""
+        queue_packet(queue)
+        return list(self.admin("queue-bindings", queue=queue)["bindings"])
+
+    def delete_queue(self, queue: str) -> dict[str, Any]:
+        """Delete `queue` at once with everything in it and its bindings; its consumers are
+        told (QueueDeleted). Returns what was deleted: counts of `purged`, `in_flight`,
+        `delayed`, `dead_letters`, `consumers`, `bindings`. This client's own subscription
+        to it ends quietly. BrokerRefused (404) for a queue that does not exist."""
+        queue_packet(queue)
+        with self._lock:
+            self._connection.subscribe(queue, 0)  # ours ends here, not told as news
+        return self.admin("queue-delete", queue=queue)
+
+    def purge(self, queue: str) -> int:
+        """Delete `queue`'s ready messages (in flight ones and dead letters stay); how many."""
+        queue_packet(queue)
+        return int(self.admin("queue-purge", queue=queue)["purged"])
