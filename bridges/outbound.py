@@ -5,7 +5,9 @@ push-out  consume a queue, PUSH each message to PULL workers; acked once ZeroMQ 
           its socket buffer loses them (ZeroMQ has no acks).
 pub-out   consume a queue, PUB each message as [topic, content], the topic being the queue
           name or --topic; acked once published (PUB drops for slow or absent subscribers:
-          at most once past the bridge, as PUB/SUB always is).
+          at most once past the bridge, as PUB/SUB always is). With --events it follows a
+          live feed instead: a temporary queue bound to the patterns, gone when the bridge
+          stops, each message published under its event name.
 req-out   consume a queue, send each message to REP/ROUTER workers over REQ, lazy-pirate
           style: wait --timeout for the reply, retry on a fresh socket, ack on reply, requeue
           after the last retry. At least once to workers that only speak plain REQ/REP.
@@ -36,10 +38,14 @@ class Outbound(Bridge):
         name: str,
         report_seconds: float,
         counter_names: tuple[str, ...],
+        events: tuple[str, ...] = (),
     ) -> None:
         super().__init__(broker, name, report_seconds, ("received", "acked", *counter_names))
-        self.queue = queue
-        self.client.subscribe(queue, window)
+        if events:
+            self.queue = self.client.subscribe_events(*events, window=window)
+        else:
+            self.queue = queue
+            self.client.subscribe(queue, window)
 
     def step(self) -> None:
         message = self.client.receive(timeout=POLL_MS / 1000)
@@ -100,13 +106,18 @@ class PubOut(Outbound):
         name: str,
         report_seconds: float,
         hwm: int,
+        events: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(broker, queue, window, name, report_seconds, ("published",))
+        super().__init__(broker, queue, window, name, report_seconds, ("published",), events)
         self.sock = open_socket(zmq.Context.instance(), zmq.PUB, address, bind, hwm)
-        self.topic = (topic if topic is not None else queue).encode()
+        #: None: each message's event name (a live feed).
+        self.topic = topic.encode() if topic is not None else None if events else queue.encode()
 
     def deliver(self, message: ReceivedMessage) -> bool:
-        self.sock.send_multipart((self.topic, message.content))
+        topic = self.topic
+        if topic is None:
+            topic = (message.event or "").encode()
+        self.sock.send_multipart((topic, message.content))
         self.counters["published"] += 1
         return True
 

@@ -470,6 +470,48 @@ def test_pub_out_topic_override(broker: Broker, start_bridge, context) -> None:
     assert got == [[b"custom", b"a1"], [b"custom", b"a2"], [b"custom", b"a3"]]
 
 
+def test_pub_out_follows_a_live_feed_under_event_topics(
+    broker: Broker, start_bridge, context
+) -> None:
+    sub, address = bound(context, zmq.SUB)
+    sub.subscribe(b"order.")
+    bridge = start_bridge("pub-out", address, "--events", "order.*", "--name", "pub-live")
+    wait_for(lambda: any(q.startswith("live.") for q in broker.stats()["queues"]), "a live feed")
+    with broker.client() as producer:
+        deadline = time.monotonic() + 10
+        while not sub.poll(100):  # until the SUB's subscription reached the PUB
+            assert time.monotonic() < deadline, "the SUB never got a warm-up event"
+            producer.publish("order.warm", b"warm")
+        while sub.poll(300):
+            sub.recv_multipart()
+        for n in range(3):
+            assert producer.publish(f"order.{n}", b"o%d" % n) == 1
+        producer.publish("user.1", b"not for the feed")
+    got = []
+    while len(got) < 3:
+        assert sub.poll(5000), f"only {got}"
+        got.append(sub.recv_multipart())
+    assert got == [[b"order.%d" % n, b"o%d" % n] for n in range(3)]
+    assert bridge.stop() == 0
+    wait_for(
+        lambda: not any(q.startswith("live.") for q in broker.stats()["queues"]),
+        "the live feed goes with the bridge",
+    )
+
+
+def test_pub_out_needs_a_queue_or_events(broker: Broker) -> None:
+    for args in (["tcp://127.0.0.1:1"], ["q", "tcp://127.0.0.1:1", "--events", "a.*"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "phpmq", "bridge", "pub-out", "--broker", broker.address, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=REPO,
+        )
+        assert result.returncode != 0 and result.stderr.count("\n") == 1, result.stderr
+        assert "ADDRESS" in result.stderr
+
+
 # ----------------------------------------------------------------- req-out
 
 

@@ -188,9 +188,20 @@ def bridge_push_out(
 
 @bridge.command("pub-out")
 @_bridge_options
-@click.argument("queue")
-@click.argument("address")
-@click.option("--topic", help="First frame of each message. [default: the queue name]")
+@click.argument("targets", nargs=-1, required=True, metavar="[QUEUE] ADDRESS")
+@click.option(
+    "--events",
+    "events",
+    multiple=True,
+    metavar="PATTERN",
+    help="Follow a live feed of these event patterns instead of a queue (repeat for more):"
+    " a temporary queue bound to them, deleted when the bridge stops. Give no QUEUE then.",
+)
+@click.option(
+    "--topic",
+    help="First frame of each message. [default: the queue name; with --events, each"
+    " message's event name]",
+)
 @click.option(
     "--window",
     type=click.IntRange(min=1),
@@ -200,8 +211,8 @@ def bridge_push_out(
 )
 def bridge_pub_out(
     broker: str,
-    queue: str,
-    address: str,
+    targets: tuple[str, ...],
+    events: tuple[str, ...],
     topic: str | None,
     window: int,
     bind: bool,
@@ -209,15 +220,38 @@ def bridge_pub_out(
     name: str | None,
     report_seconds: float,
 ) -> None:
-    """Consume QUEUE and PUB each message as [topic, content] on ADDRESS (acked once
-    published; PUB drops for slow or absent subscribers)."""
+    """Consume QUEUE (or, with --events, a live feed of events) and PUB each message as
+    [topic, content] on ADDRESS (acked once published; PUB drops for slow or absent
+    subscribers).
+
+    \b
+    phpmq bridge pub-out news tcp://*:6000 --bind
+    phpmq bridge pub-out tcp://*:6000 --bind --events 'order.*' --events 'user.#'
+    """
     from ..bridges.outbound import PubOut
 
+    wanted = 1 if events else 2
+    if len(targets) != wanted:
+        fail(
+            "give ADDRESS and --events PATTERN, or QUEUE and ADDRESS"
+            if events
+            else "give QUEUE and ADDRESS (or ADDRESS and --events PATTERN)"
+        )
+    queue, address = ("", targets[0]) if events else targets
     _run_bridge(
         address,
         bind,
         lambda: PubOut(
-            broker, queue, address, bind, topic, window, name or "pub-out", report_seconds, hwm
+            broker,
+            queue,
+            address,
+            bind,
+            topic,
+            window,
+            name or "pub-out",
+            report_seconds,
+            hwm,
+            events,
         ),
     )
 
