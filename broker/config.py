@@ -140,6 +140,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_bindings: int = 100_000
     #: Where a publish that matches no binding goes ("": nowhere; it is counted).
     unrouted_queue: str = ""
+    #: Named schedules the broker keeps (docs/protocol.md §6.7).
+    max_schedules: int = 1_000
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
     queues: dict[str, QueueSettings] = {}
     log_level: str = "INFO"
@@ -164,6 +166,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "max_dedup_keys",
             "max_bindings_per_queue",
             "max_bindings",
+            "max_schedules",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -35,9 +35,12 @@ from .journal import (
     KEY,
     PURGE,
     PUT,
+    RAN,
+    SCHEDULE,
     UNBIND,
     UNDEAD,
     UNKEY,
+    UNSCHEDULE,
     UNUSED,
 )
 
@@ -63,7 +66,10 @@ CREATE TABLE IF NOT EXISTS messages (
     expires_wall REAL NOT NULL,
     deliveries INTEGER NOT NULL,
     in_flight INTEGER NOT NULL,
-    event BLOB NOT NULL DEFAULT x''
+    event BLOB NOT NULL DEFAULT x'',
+    reply_to TEXT,
+    correlation TEXT,
+    visible_wall REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_by_position ON messages (queue, seq);
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -93,10 +99,16 @@ CREATE TABLE IF NOT EXISTS queue_settings (
     queue TEXT PRIMARY KEY,
     unused_ms INTEGER
 );
+CREATE TABLE IF NOT EXISTS schedules (
+    name TEXT PRIMARY KEY,
+    spec BLOB NOT NULL,
+    last_run REAL,
+    runs INTEGER NOT NULL DEFAULT 0
+);
 """
 
 _STATEMENTS = {
-    PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)",
+    PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
     FLY: "UPDATE messages SET in_flight = 1"
     " WHERE queue = ? AND seq BETWEEN ? AND ? AND in_flight = 0",
     BACK: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 0"
@@ -112,7 +124,20 @@ _STATEMENTS = {
     BIND: "INSERT OR IGNORE INTO bindings VALUES (?, ?)",
     UNBIND: "DELETE FROM bindings WHERE queue = ? AND pattern = ?",
     UNUSED: "INSERT OR REPLACE INTO queue_settings VALUES (?, ?)",
+    SCHEDULE: "INSERT OR REPLACE INTO schedules (name, spec, last_run, runs)"
+    " VALUES (?, ?, NULL, 0)",
+    UNSCHEDULE: "DELETE FROM schedules WHERE name = ?",
+    RAN: "UPDATE schedules SET last_run = ?2, runs = ?3 WHERE name = ?1",
 }
+
+
+#: Columns of `messages` added since the first stores were written, in table order.
+_ADDED_COLUMNS = (
+    ("event", "BLOB NOT NULL DEFAULT x''"),
+    ("reply_to", "TEXT"),
+    ("correlation", "TEXT"),
+    ("visible_wall", "REAL NOT NULL DEFAULT 0"),
+)
 
 
 class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
@@ -127,6 +152,11 @@ class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
     in_flight: int
     #: The event of a published copy (b"": a send).
     event: bytes = b""
+    #: A request's reply route and correlation id (None: not a request).
+    reply_to: str | None = None
+    correlation: str | None = None
+    #: A delayed send: wall-clock time it becomes visible (0: at once).
+    visible_wall: float = 0.0
 
 
 class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
@@ -186,7 +216,7 @@ class DurableStore:
             db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             db.executescript(_SCHEMA)
             self._ids_as_blobs()
-            self._event_column()
+            self._add_columns()
             self._incremental_vacuum_on()
             self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
         except (OSError, sqlite3.Error) as exc:
@@ -231,11 +261,13 @@ class DurableStore:
         reclaim() in turns that write nothing)."""
         return self.free_pages > RECLAIM_FREE_PAGES
 
-    def _event_column(self) -> None:
-        """A store written before events has no `event` column: add it (empty: sends)."""
+    def _add_columns(self) -> None:
+        """A store written before events, requests or delayed sends lacks their columns: add
+        them (empty: a plain send)."""
         columns = [row[1] for row in self._db.execute("PRAGMA table_info(messages)")]
-        if "event" not in columns:
-            self._db.execute("ALTER TABLE messages ADD COLUMN event BLOB NOT NULL DEFAULT x''")
+        for name, declaration in _ADDED_COLUMNS:
+            if name not in columns:
+                self._db.execute(f"ALTER TABLE messages ADD COLUMN {name} {declaration}")
 
     def _ids_as_blobs(self) -> None:
         """Message IDs are bytes in the broker and BLOBs here; a store written when they were
@@ -254,7 +286,7 @@ class DurableStore:
             StoredMessage(*row)
             for row in self._db.execute(
                 "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight,"
-                " event FROM messages ORDER BY queue, seq"
+                " event, reply_to, correlation, visible_wall FROM messages ORDER BY queue, seq"
             )
         ]
         dead = [
@@ -272,6 +304,10 @@ class DurableStore:
         bindings = list(self._db.execute("SELECT queue, pattern FROM bindings ORDER BY rowid"))
         unused = list(self._db.execute("SELECT queue, unused_ms FROM queue_settings"))
         return bindings, unused
+
+    def load_schedules(self) -> list[tuple[str, bytes, float | None, int]]:
+        """Every schedule: (name, spec JSON, last run wall time or None, runs)."""
+        return list(self._db.execute("SELECT name, spec, last_run, runs FROM schedules"))
 
     def load_keys(self) -> list[StoredKey]:
         """Every idempotency key on disk (some may have expired while the broker was down)."""

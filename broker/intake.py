@@ -20,12 +20,12 @@ from .keys import KeyWindow
 from .model import (
     NS_PER_SECOND,
     READY,
-    DurableEventRecord,
     DurableRecord,
-    EventRecord,
+    DurableRoutedRecord,
     Peer,
     Queue,
     Record,
+    RoutedRecord,
 )
 from .queues import Queues
 from .schedule import KEY_EXPIRY
@@ -43,7 +43,7 @@ class Intake:
         "_key_expiry_due",
         "_keys_purged_at",
         "_queues",
-        "_event_record",
+        "_routed_record",
         "_record",
         "keys",
     )
@@ -63,7 +63,7 @@ class Intake:
         self._flow = flow
         #: What a send becomes: a durable broker's records carry their store position.
         self._record = DurableRecord if ctx.journal.durable else Record
-        self._event_record = DurableEventRecord if ctx.journal.durable else EventRecord
+        self._routed_record = DurableRoutedRecord if ctx.journal.durable else RoutedRecord
         config = ctx.config
         self.keys = KeyWindow(
             int(config.dedup_window_seconds * NS_PER_SECOND), config.max_dedup_keys
@@ -142,7 +142,7 @@ class Intake:
         message_id = ctx.new_id()  # ID_BYTES long: IdSource makes it so
         expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
         if event:
-            record: Record = self._event_record(message_id + content, expires_at, event=event)
+            record: Record = self._routed_record(message_id + content, expires_at, event=event)
         else:
             record = self._record(message_id + content, expires_at)
         size = len(content) + RECORD_OVERHEAD_BYTES

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from .model import DeadLetterEntry, Record
 
 # Operation kinds: each operation is a tuple whose first item is its kind.
-PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries, event
+PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries, event, reply_to,
+#              correlation, visible_wall (0: visible at once; else a delayed send)
 FLY = "fly"  # queue, first seq, last seq: the ready messages in that range were dispatched
 BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
 DELAY = "delay"  # id, seq, expires_wall, deliveries: requeued with a delay (already counted)
@@ -37,6 +38,9 @@ UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 BIND = "bind"  # queue, pattern: the queue is bound to the pattern
 UNBIND = "unbind"  # queue, pattern: no longer
 UNUSED = "unused"  # queue, ms: the queue is deleted after that long without consumers
+SCHEDULE = "schedule"  # name, spec (JSON bytes): a schedule added or replaced
+UNSCHEDULE = "unschedule"  # name: removed
+RAN = "ran"  # name, last_run_wall, runs: a schedule ran
 
 Operation = tuple
 
@@ -74,9 +78,16 @@ class Journal:
     def _expires_wall(self, record: Record) -> float:
         return self._wall_at(record.expires_at) if record.expires_at else 0.0
 
-    def put(self, queue_name: str, record: Record, message_id: bytes, content: bytes) -> None:
+    def put(
+        self,
+        queue_name: str,
+        record: Record,
+        message_id: bytes,
+        content: bytes,
+        visible_at: int = 0,
+    ) -> None:
         """A new message: its ID and content are passed as the caller has them (the record
-        keeps them in one bytes object)."""
+        keeps them in one bytes object); `visible_at` (monotonic ns) for a delayed send."""
         self._operations.append(
             (
                 PUT,
@@ -88,6 +99,9 @@ class Journal:
                 self._expires_wall(record),
                 record.deliveries,
                 record.event,
+                record.reply_to,
+                record.correlation,
+                self._wall_at(visible_at) if visible_at else 0.0,
             )
         )
 
@@ -153,6 +167,15 @@ class Journal:
     def unused(self, queue_name: str, unused_ms: int) -> None:
         self._operations.append((UNUSED, queue_name, unused_ms))
 
+    def scheduled(self, name: str, spec: bytes) -> None:
+        self._operations.append((SCHEDULE, name, spec))
+
+    def unscheduled(self, name: str) -> None:
+        self._operations.append((UNSCHEDULE, name))
+
+    def ran(self, name: str, last_run_wall: float, runs: int) -> None:
+        self._operations.append((RAN, name, last_run_wall, runs))
+
 
 class NullJournal:
     """Memory mode: nothing is kept, every method costs one call."""
@@ -171,7 +194,14 @@ class NullJournal:
     def take(self) -> list[Operation]:
         return []
 
-    def put(self, queue_name: str, record: Record, message_id: bytes, content: bytes) -> None:
+    def put(
+        self,
+        queue_name: str,
+        record: Record,
+        message_id: bytes,
+        content: bytes,
+        visible_at: int = 0,
+    ) -> None:
         pass
 
     def dispatched(self, queue_name: str, first_seq: int, last_seq: int) -> None:
@@ -214,4 +244,13 @@ class NullJournal:
         pass
 
     def unused(self, queue_name: str, unused_ms: int) -> None:
+        pass
+
+    def scheduled(self, name: str, spec: bytes) -> None:
+        pass
+
+    def unscheduled(self, name: str) -> None:
+        pass
+
+    def ran(self, name: str, last_run_wall: float, runs: int) -> None:
         pass

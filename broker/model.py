@@ -49,8 +49,13 @@ class Record(msgspec.Struct, gc=False):
     lease_until: int = 0
     #: The producer's HEADERS packet (JSON), passed on to extension consumers.
     headers: bytes = b""
-    #: The event a published copy was published as (EventRecord); b"" for a send.
+    #: What only a RoutedRecord holds: the event a published copy was published as, and a
+    #: request's reply route ("" its sender's peer, else a reply queue), the sender's peer id
+    #: and the correlation id (alone: a reply put into a reply queue).
     event: ClassVar[bytes] = b""
+    reply_to: ClassVar[str | None] = None
+    reply_peer: ClassVar[bytes] = b""
+    correlation: ClassVar[str | None] = None
 
     @property
     def id(self) -> bytes:
@@ -79,15 +84,22 @@ class DurableRecord(Record, gc=False):
     seq: int = 0
 
 
-class EventRecord(Record, gc=False):
-    """A copy of a published event (broker/events.py): the event name goes with it to the
-    consumer. A subclass, so that a plain send's record stays as small as it was."""
+class RoutedRecord(Record, gc=False):
+    """A message that carries routing with it: a copy of a published event (broker/events.py)
+    or a request and its reply route (broker/replies.py). A subclass, so that a plain send's
+    record stays as small as it was."""
 
     event: bytes = b""
+    reply_to: str | None = None
+    reply_peer: bytes = b""
+    correlation: str | None = None
 
 
-class DurableEventRecord(DurableRecord, gc=False):
+class DurableRoutedRecord(DurableRecord, gc=False):
     event: bytes = b""
+    reply_to: str | None = None
+    reply_peer: bytes = b""
+    correlation: str | None = None
 
 
 def new_record(
@@ -98,18 +110,28 @@ def new_record(
     headers: bytes = b"",
     durable: bool = False,
     event: bytes = b"",
+    reply_to: str | None = None,
+    correlation: str | None = None,
 ) -> Record:
     """A record (a DurableRecord if `durable`) for a message with this ID (ID_BYTES long);
-    with an `event`, an EventRecord (DurableEventRecord).
+    with an `event`, a reply route or a correlation id, a RoutedRecord (DurableRoutedRecord).
 
     Raises:
         ValueError: the ID is not ID_BYTES long.
     """
     if len(message_id) != ID_BYTES:
         raise ValueError(f"message IDs are {ID_BYTES} bytes, not {len(message_id)}")
-    if event:
-        kind = DurableEventRecord if durable else EventRecord
-        return kind(message_id + content, expires_at, deliveries, headers=headers, event=event)
+    if event or reply_to is not None or correlation is not None:
+        kind = DurableRoutedRecord if durable else RoutedRecord
+        return kind(
+            message_id + content,
+            expires_at,
+            deliveries,
+            headers=headers,
+            event=event,
+            reply_to=reply_to,
+            correlation=correlation,
+        )
     kind = DurableRecord if durable else Record
     return kind(message_id + content, expires_at, deliveries, headers=headers)
 
@@ -365,6 +387,10 @@ class Counters:
         "queues_deleted",
         "queues_unused_deleted",
         "deleted_messages",
+        "requests",
+        "replied",
+        "replies_dropped",
+        "scheduled_runs",
     )
 
     def __init__(self) -> None:

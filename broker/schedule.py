@@ -24,6 +24,7 @@ PEER_EXPIRY = 3  # Peer: silent past its expiry (or, without heartbeats, idle)?
 HEARTBEAT = 4  # Peer: has the broker been silent towards it for an interval?
 KEY_EXPIRY = 5  # None: the oldest idempotency keys' window is over
 UNUSED_QUEUE = 6  # Queue: has it been without consumers for its delete-when-unused time?
+SCHEDULE_RUN = 7  # schedule entry (broker/schedules.py): a named schedule is due to run
 
 #: The heap is never compacted below this many entries (compacting is O(n)).
 COMPACT_MIN_ENTRIES = 65_536

@@ -49,6 +49,7 @@ class MessageType(IntEnum):
     CANCEL = 109  # both ways: queue, [reason, count]: a consumer's consumption of it ends
     ADMIN = 110  # client -> broker: options (JSON command)
     ADMIN_REPLY = 111  # broker -> client: options (JSON result)
+    REPLY = 112  # both ways: the answer to a request (a 001 with REPLY_TO)
 
 
 class PacketType(IntEnum):
@@ -71,6 +72,8 @@ class PacketType(IntEnum):
     EVENT = 20
     PATTERNS = 21
     UNUSED_MS = 22
+    REPLY_TO = 23
+    CORRELATION = 24
 
 
 class ErrorCode(IntEnum):

@@ -31,6 +31,12 @@ class Send(msgspec.Struct, frozen=True, gc=False):
     #: Extension packet: a JSON object (its encoded bytes) the broker keeps with the message
     #: and hands to extension consumers untouched (e.g. a worker's per-message timeout).
     headers: bytes | None = None
+    #: Extension packets of a request (docs/protocol.md §6.6): where the reply goes ("" the
+    #: sender, else a reply queue) and the requester's id for it.
+    reply_to: str | None = None
+    correlation: str | None = None
+    #: Extension packet: the message stays invisible this long first (a delayed job, §6.7).
+    delay_ms: int | None = None
 
 
 class Consume(msgspec.Struct, frozen=True, gc=False):
@@ -64,6 +70,10 @@ class Dispatch(msgspec.Struct, frozen=True, gc=False):
     headers: bytes | None = None
     #: The event a published copy was published as (extension peers only).
     event: str | None = None
+    #: A request's reply route ("": its sender) and correlation id; a correlation alone marks
+    #: a reply put into a reply queue (§6.6).
+    reply_to: str | None = None
+    correlation: str | None = None
 
 
 class Ack(msgspec.Struct, frozen=True, gc=False):
@@ -167,6 +177,22 @@ class Cancel(msgspec.Struct, frozen=True, gc=False):
     count: int | None = None
 
 
+class Reply(msgspec.Struct, frozen=True, gc=False):
+    """112 (extension). From a worker: the answer to the request `message_id` of `queue` that
+    it holds (it settles the request like an ACK). From the broker: that answer, delivered to
+    the requester, which matches it by `correlation`. `code` and `reason` make it an error
+    reply (the handler failed)."""
+
+    TYPE: ClassVar[MessageType] = MessageType.REPLY
+    content: bytes
+    queue: str | None = None
+    message_id: bytes | None = None
+    correlation: str | None = None
+    code: int | None = None
+    reason: str | None = None
+    headers: bytes | None = None
+
+
 class Hello(msgspec.Struct, frozen=True):
     """101 (extension): a peer opts in to extensions and states its options."""
 
@@ -226,4 +252,5 @@ Message = (
     | Kbai
     | Admin
     | AdminReply
+    | Reply
 )

@@ -105,3 +105,29 @@ def _segments_problem(text: str, what: str, wildcards: bool) -> str | None:
                 f" {segment!r}"
             )
     return None
+
+
+#: Requests (docs/protocol.md §6.6): the requester's correlation id, 1-255 bytes.
+MAX_CORRELATION_BYTES = 255
+
+
+def correlation_problem(correlation: str) -> str | None:
+    """Why `correlation` is not a valid correlation id, or None if it is."""
+    if not correlation:
+        return "correlation id is empty"
+    if len(correlation.encode()) > MAX_CORRELATION_BYTES:
+        return f"correlation id is longer than {MAX_CORRELATION_BYTES} bytes"
+    return None
+
+
+#: Schedules (§6.7): names like queue names; intervals of at least 100 ms; what a schedule
+#: does about runs missed while the broker was down.
+MAX_SCHEDULE_NAME_BYTES = 255
+MIN_SCHEDULE_INTERVAL_MS = 100
+CATCH_UP_POLICIES = ("run-once", "skip")
+
+
+def schedule_name_problem(name: str) -> str | None:
+    """Why `name` is not a valid schedule name, or None if it is."""
+    problem = queue_name_problem(name)
+    return None if problem is None else problem.replace("queue name", "schedule name")

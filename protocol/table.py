@@ -61,6 +61,8 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.EVENT: "event",
     P.PATTERNS: "patterns",
     P.UNUSED_MS: "unused_ms",
+    P.REPLY_TO: "reply_to",
+    P.CORRELATION: "correlation",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -68,13 +70,17 @@ SPECS: dict[MessageType, TypeSpec] = {
     for spec in (
         # 001: the stock client sends 2 packets (pre-TTL), the README form 3; a confirming
         # producer adds its tag (and key) right after, which keeps it on the fast path.
-        TypeSpec(m.Send, (P.QUEUE, P.CONTENT), (P.TTL, P.TAG, P.KEY, P.HEADERS)),
+        TypeSpec(
+            m.Send,
+            (P.QUEUE, P.CONTENT),
+            (P.TTL, P.TAG, P.KEY, P.HEADERS, P.REPLY_TO, P.CORRELATION, P.DELAY_MS),
+        ),
         TypeSpec(m.Consume, (P.QUEUE, P.COUNT), (P.LEASE_MS, P.PATTERNS, P.UNUSED_MS)),
         # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
         TypeSpec(
             m.Dispatch,
             (P.QUEUE, P.CONTENT, P.MESSAGE_ID),
-            (P.TTL, P.DELIVERY_COUNT, P.HEADERS, P.EVENT),
+            (P.TTL, P.DELIVERY_COUNT, P.HEADERS, P.EVENT, P.REPLY_TO, P.CORRELATION),
         ),
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
         TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
@@ -95,6 +101,11 @@ SPECS: dict[MessageType, TypeSpec] = {
         TypeSpec(m.Kbai, ()),
         TypeSpec(m.Admin, (), (P.OPTIONS,)),
         TypeSpec(m.AdminReply, (), (P.OPTIONS,)),
+        TypeSpec(
+            m.Reply,
+            (P.CONTENT,),
+            (P.QUEUE, P.MESSAGE_ID, P.CORRELATION, P.ERROR_CODE, P.REASON, P.HEADERS),
+        ),
     )
 }
 
@@ -154,4 +165,6 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.EVENT: _text,
     P.PATTERNS: _text,
     P.UNUSED_MS: _integer,
+    P.REPLY_TO: _text,
+    P.CORRELATION: _text,
 }

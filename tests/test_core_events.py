@@ -117,7 +117,7 @@ def test_publish_keys_ttl_headers_and_durable_journal() -> None:
     core.core.journal.take()
     first = core.send(PUB, p.Publish("e.x", b"body", 60, 1, "k1", b'{"h":1}'))
     puts = [op for op in core.core.journal.take() if op[0] == "put"]
-    assert sorted(op[2] for op in puts) == ["a", "b"] and all(op[-1] == b"e.x" for op in puts)
+    assert sorted(op[2] for op in puts) == ["a", "b"] and all(op[8] == b"e.x" for op in puts)
     assert first == []  # durable: the CONFIRM waits for the commit
     [confirm] = p.decode_frame(core.core.release_confirms()[0][1])[0]
     assert confirm.count == 2

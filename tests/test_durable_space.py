@@ -15,6 +15,10 @@ from phpmq.broker.journal import DROP, PUT
 MESSAGES = 50_000
 
 
+#: A PUT's columns after the content: headers, TTL, deliveries, event, reply route...
+REST = (b"", 0.0, 1, b"", None, None, 0.0)
+
+
 def data_size(directory: Path) -> int:
     return sum(
         (directory / f"{DB_NAME}{suffix}").stat().st_size
@@ -66,7 +70,12 @@ def test_a_store_without_incremental_vacuum_is_converted_at_open(tmp_path: Path)
     try:
         assert store._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # INCREMENTAL
         ids = [b"%016d" % i for i in range(5000)]
-        store.commit([(PUT, i, "q", n, b"x" * 500, b"", 0.0, 1, b"") for n, i in enumerate(ids)])
+        store.commit(
+            [
+                (PUT, i, "q", n, b"x" * 500, b"", 0.0, 1, b"", None, None, 0.0)
+                for n, i in enumerate(ids)
+            ]
+        )
         store.commit([(DROP, i) for i in ids])
         # The commit that freed the pages already gave some back, the rest go in idle slices.
         assert store.pages_reclaimed > 0
@@ -85,17 +94,7 @@ def test_checkpoints_leave_the_loop_and_the_wal_stays_bounded(tmp_path: Path) ->
         for batch in range(600):  # ~60 MB of rows through the WAL
             store.commit(
                 [
-                    (
-                        PUT,
-                        b"%08d%08d" % (batch, n),
-                        "q",
-                        batch * 100 + n,
-                        b"x" * 1000,
-                        b"",
-                        0.0,
-                        1,
-                        b"",
-                    )
+                    (PUT, b"%08d%08d" % (batch, n), "q", batch * 100 + n, b"x" * 1000, *REST)
                     for n in range(100)
                 ]
             )

@@ -126,7 +126,7 @@ def test_non_digit_header_field_is_refused_before_the_header_is_complete() -> No
     refused(b"H0a", ErrorCode.MALFORMED, "7 ASCII digits")
 
 
-@pytest.mark.parametrize("type_code", [b"007", b"099", b"999", b"000", b"112", b"150", b"200"])
+@pytest.mark.parametrize("type_code", [b"007", b"099", b"999", b"000", b"113", b"150", b"200"])
 def test_unknown_message_type(type_code: bytes) -> None:
     refused(
         b"H01" + type_code + b"02" + QUEUE + COUNT,
@@ -142,11 +142,11 @@ def test_unknown_message_type(type_code: bytes) -> None:
         (b"H0100206", QUEUE + COUNT + pkt(15, b"1") * 4, "carries 2-5 packets, header says 6"),
         (b"H0100201", QUEUE, "carries 2-5 packets, header says 1"),
         (b"H0100200", b"", "carries 2-5 packets, header says 0"),
-        (b"H0100101", QUEUE, "carries 2-6 packets, header says 1"),
-        (b"H0100107", QUEUE + CONTENT + TTL * 5, "carries 2-6 packets, header says 7"),
+        (b"H0100101", QUEUE, "carries 2-9 packets, header says 1"),
+        (b"H0100110", QUEUE + CONTENT + TTL * 8, "carries 2-9 packets, header says 10"),
         (b"H0110504", ID * 4, "carries 1-3 packets, header says 4"),
-        (b"H0100302", QUEUE + CONTENT, "carries 3-7 packets, header says 2"),
-        (b"H0100308", DISPATCH[8:] + pkt(12, b"1") * 4, "carries 3-7 packets, header says 8"),
+        (b"H0100302", QUEUE + CONTENT, "carries 3-9 packets, header says 2"),
+        (b"H0100310", DISPATCH[8:] + pkt(12, b"1") * 6, "carries 3-9 packets, header says 10"),
         (b"H0100403", QUEUE + ID + TTL, "carries 2 packets, header says 3"),
         (b"H0100502", QUEUE + ID, "carries 3-4 packets, header says 2"),
         (b"H0100604", QUEUE + ID + pkt(11, b"x") * 2, "carries 2-3 packets, header says 4"),
