@@ -36,6 +36,7 @@ from ..protocol import (
     MessageType,
     ProtocolError,
     Publish,
+    Reply,
     Requeue,
     Send,
     decode_frame,
@@ -56,6 +57,7 @@ from .model import Counters, Peer, PeerProfile, Queue
 from .peers import Peers
 from .queues import Queues
 from .recovery import restore_keys, restore_messages
+from .replies import Replies
 from .schedule import (
     DELAY_OVER,
     HEARTBEAT,
@@ -127,11 +129,13 @@ class Core:
             lifecycle,
         )
         peers = self._peers
+        self.replies = Replies(ctx, self._queues, self.dispatch, self.intake, peers.by_id)
         self._handlers: dict[type, Callable[[Peer, Any], None]] = {
             Send: self.intake.on_send,
             Publish: self.events.on_publish,
             Consume: lifecycle.on_consume,
             Cancel: lifecycle.on_cancel,
+            Reply: self.replies.on_reply,
             Ack: self.dispatch.on_ack,
             Requeue: self.dispatch.on_requeue,
             DeadLetter: self.dispatch.on_dead_letter,

@@ -9,7 +9,8 @@ delivery; past the queue's max deliveries the message is dead-lettered instead.
 
 from __future__ import annotations
 
-from ..protocol import Ack, Consume, DeadLetter, ErrorCode, Requeue, encode_dispatch
+from ..protocol import Ack, Consume, DeadLetter, ErrorCode, Requeue, encode, encode_dispatch
+from ..protocol import Dispatch as DispatchMessage
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
@@ -35,6 +36,24 @@ NS_PER_MS = 1_000_000
 #: Messages dispatched in one loop turn at most; a queue with more to give stays marked for
 #: the next turn, so one big window cannot hold up everyone else's heartbeats.
 DISPATCH_PER_TURN = 8_192
+
+
+def _routed_dispatch(queue_name: str, record: Record, now: int) -> bytes:
+    """The 003 of a published copy, a request or a reply, for an extension peer: with the
+    event, or the reply route and correlation id (docs/protocol.md §6.5, §6.6)."""
+    return encode(
+        DispatchMessage(
+            queue_name,
+            record.content,
+            record.id,
+            record.remaining_ttl(now),
+            record.deliveries,
+            record.headers or None,
+            record.event.decode() or None,
+            record.reply_to,
+            record.correlation,
+        )
+    )
 
 
 def _no_give_up(peer: Peer, why: str) -> None:
@@ -128,15 +147,20 @@ class Dispatch:
         return now - peer.last_seen > silence_ns
 
     def on_ack(self, peer: Peer, message: Ack) -> None:
-        record = self._take_held(peer, message.queue, message.message_id, "ack")
-        if record is not None:
-            record.state = GONE
-            ctx = self._ctx
-            ctx.held_bytes -= (
-                len(record.data) - ID_BYTES + len(record.headers) + RECORD_OVERHEAD_BYTES
-            )
-            ctx.counters.acked += 1
-            ctx.journal.acked(message.message_id)
+        self.ack(peer, message.queue, message.message_id, "ack")
+
+    def ack(self, peer: Peer, queue_name: str, message_id: bytes, verb: str) -> bool:
+        """The peer is done with a message it holds (an ACK, or a REPLY that settles its
+        request); False (and the peer refused, 404) if it does not hold it."""
+        record = self._take_held(peer, queue_name, message_id, verb)
+        if record is None:
+            return False
+        record.state = GONE
+        ctx = self._ctx
+        ctx.held_bytes -= len(record.data) - ID_BYTES + len(record.headers) + RECORD_OVERHEAD_BYTES
+        ctx.counters.acked += 1
+        ctx.journal.acked(message_id)
+        return True
 
     def on_requeue(self, peer: Peer, message: Requeue) -> None:
         record = self._take_held(peer, message.queue, message.message_id, "requeue")
@@ -399,17 +423,19 @@ class Dispatch:
             chunks = outbox.get(peer.id)
             if chunks is None:
                 chunks = outbox[peer.id] = []
-            chunks.append(
-                encode_dispatch(
-                    packet,
-                    data[ID_BYTES:],
-                    message_id,
-                    record.remaining_ttl(now) if peer.ttl_form else None,
-                    record.deliveries if peer.extensions else None,
-                    record.headers,
-                    record.event,
+            if record.routed and peer.extensions:
+                chunks.append(_routed_dispatch(queue.name, record, now))
+            else:
+                chunks.append(
+                    encode_dispatch(
+                        packet,
+                        data[ID_BYTES:],
+                        message_id,
+                        record.remaining_ttl(now) if peer.ttl_form else None,
+                        record.deliveries if peer.extensions else None,
+                        record.headers,
+                    )
                 )
-            )
             dispatched += 1
             if len(window.held) >= window.limit:
                 del windows[index]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 
-from ..protocol import ErrorCode, Send, encode_confirm, key_problem
+from ..protocol import ErrorCode, Send, encode_confirm, key_problem, queue_name_problem
+from ..protocol.rules import correlation_problem
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
@@ -83,6 +84,11 @@ class Intake:
             peer, message.queue, tag
         ):
             return
+        correlation = message.correlation
+        if (correlation is not None or message.reply_to is not None) and not self._is_request(
+            peer, message
+        ):
+            return
         key = message.key
         if key is not None and self.is_repeat(peer, message.queue, key, tag):
             return
@@ -102,7 +108,21 @@ class Intake:
             and not self._make_room(peer, queue, tag)
         ):
             return
-        message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
+        if correlation is None:
+            message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
+        else:
+            reply_to = message.reply_to
+            message_id = self.put(
+                peer,
+                queue,
+                message.content,
+                message.ttl,
+                message.headers,
+                reply_to=reply_to,
+                reply_peer=b"" if reply_to else peer.id,
+                correlation=correlation,
+            )
+            ctx.counters.requests += 1
         if key is not None and self.keys.window_ns:
             self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
         ctx.counters.received += 1
@@ -134,15 +154,26 @@ class Intake:
         ttl: int | None,
         headers: bytes | None,
         event: bytes = b"",
+        reply_to: str | None = None,
+        reply_peer: bytes = b"",
+        correlation: str | None = None,
     ) -> bytes:
         """A new message at the tail of `queue` (admitted already): placed, counted against
-        memory, journaled, watched for its TTL; returns its ID."""
+        memory, journaled, watched for its TTL; returns its ID. An `event` or a `correlation`
+        (a request's, with its reply route; or a reply's) makes it a RoutedRecord."""
         ctx = self._ctx
         ttl = ttl or 0
         message_id = ctx.new_id()  # ID_BYTES long: IdSource makes it so
         expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
-        if event:
-            record: Record = self._routed_record(message_id + content, expires_at, event=event)
+        if event or correlation is not None:
+            record: Record = self._routed_record(
+                message_id + content,
+                expires_at,
+                event=event,
+                reply_to=reply_to,
+                reply_peer=reply_peer,
+                correlation=correlation,
+            )
         else:
             record = self._record(message_id + content, expires_at)
         size = len(content) + RECORD_OVERHEAD_BYTES
@@ -163,6 +194,24 @@ class Intake:
         if queue.windows:
             ctx.mark_dirty(queue)
         return message_id
+
+    def _is_request(self, peer: Peer, message: Send) -> bool:
+        """A 001 with a reply route and a correlation id (§6.6); refused (422) when one is
+        missing or bad."""
+        peer.opt_in()
+        problem = None
+        if message.correlation is None or message.reply_to is None:
+            problem = "a request carries both REPLY_TO (packet 23) and CORRELATION (packet 24)"
+        else:
+            problem = correlation_problem(message.correlation)
+            if problem is None and message.reply_to:
+                problem = queue_name_problem(message.reply_to)
+                if problem is not None:
+                    problem = f"reply queue: {problem}"
+        if problem is None:
+            return True
+        self._ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, message.queue, message.tag)
+        return False
 
     def is_repeat(self, peer: Peer, scope: str, key: str, tag: int | None) -> bool:
         """A send (publish) whose idempotency key is bad (refused) or was already accepted

@@ -52,6 +52,8 @@ class Record(msgspec.Struct, gc=False):
     #: What only a RoutedRecord holds: the event a published copy was published as, and a
     #: request's reply route ("" its sender's peer, else a reply queue), the sender's peer id
     #: and the correlation id (alone: a reply put into a reply queue).
+    #: Whether this is a RoutedRecord (its 003 then carries what it routes by).
+    routed: ClassVar[bool] = False
     event: ClassVar[bytes] = b""
     reply_to: ClassVar[str | None] = None
     reply_peer: ClassVar[bytes] = b""
@@ -89,6 +91,7 @@ class RoutedRecord(Record, gc=False):
     or a request and its reply route (broker/replies.py). A subclass, so that a plain send's
     record stays as small as it was."""
 
+    routed: ClassVar[bool] = True
     event: bytes = b""
     reply_to: str | None = None
     reply_peer: bytes = b""
@@ -96,6 +99,7 @@ class RoutedRecord(Record, gc=False):
 
 
 class DurableRoutedRecord(DurableRecord, gc=False):
+    routed: ClassVar[bool] = True
     event: bytes = b""
     reply_to: str | None = None
     reply_peer: bytes = b""

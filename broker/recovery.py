@@ -47,6 +47,8 @@ def restore_messages(
             stored.headers,
             durable=True,
             event=stored.event,
+            reply_to=stored.reply_to,
+            correlation=stored.correlation,
         )
         queues.restore_seq(stored.seq)
         record.seq = stored.seq  # type: ignore[attr-defined]

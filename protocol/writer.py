@@ -127,16 +127,11 @@ def encode_dispatch(
     ttl: int | None,
     delivery_count: int | None,
     headers: bytes = b"",
-    event: bytes = b"",
 ) -> bytes:
     """003 in the form the receiving peer speaks: `ttl=None` is the pre-TTL 3-packet form,
     a `delivery_count` adds the extension packet (only for peers that opted in), and so do
-    `headers` (JSON bytes as the producer's HEADERS packet carried them) and `event` (the
-    event a published copy was published as)."""
-    if event and delivery_count is not None and ttl is not None:
-        return _dispatch_with_event(
-            queue_packet, content, message_id, ttl, delivery_count, headers, event
-        )
+    `headers` (JSON bytes as the producer's HEADERS packet carried them). A 003 with an
+    event or a reply route is rare enough for `encode(Dispatch(...))`."""
     if headers and delivery_count is not None and ttl is not None:
         return _DISPATCH_6 % (
             queue_packet,
@@ -174,28 +169,6 @@ def encode_dispatch(
         len(count_bytes),
         count_bytes,
     )
-
-
-def _dispatch_with_event(
-    queue_packet: bytes,
-    content: bytes,
-    message_id: bytes,
-    ttl: int,
-    delivery_count: int,
-    headers: bytes,
-    event: bytes,
-) -> bytes:
-    parts = [
-        queue_packet,
-        packet(PacketType.CONTENT, content),
-        packet(PacketType.MESSAGE_ID, message_id),
-        packet(PacketType.TTL, b"%d" % ttl),
-        packet(PacketType.DELIVERY_COUNT, b"%d" % delivery_count),
-    ]
-    if headers:
-        parts.append(packet(PacketType.HEADERS, headers))
-    parts.append(packet(PacketType.EVENT, event))
-    return message_header(MessageType.DISPATCH, len(parts)) + b"".join(parts)
 
 
 _SEND_HEADERS = {count: message_header(MessageType.SEND, count) for count in (2, 3, 4, 5)}
