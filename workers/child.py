@@ -197,8 +197,14 @@ class ChildBase:
             message.id, message.delivery_count, started + timeout if timeout else 0.0, started
         )
 
-    def _settlement_after(self, message: ReceivedMessage, failure: Exception | None) -> Settlement:
-        """How a message ends after the handler returned or raised `failure`."""
+    def _settlement_after(
+        self, message: ReceivedMessage, failure: Exception | None, result: Any = None
+    ) -> Settlement:
+        """How a message ends after the handler returned `result` or raised `failure`. A
+        request is answered: the result is the reply, an exception other than Retry and
+        Reject an error reply (docs/workers.md "Replies")."""
+        if message.wants_reply and not isinstance(failure, (Retry, Reject)):
+            return _reply(message, failure, result)
         if failure is None:
             return Settlement(ACKED, "ack")
         if isinstance(failure, Reject):
@@ -264,12 +270,12 @@ class Child(ChildBase):
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
-            failure = None
+            failure = result = None
             try:
-                self.handler(message)
+                result = self.handler(message)
             except Exception as exc:
                 failure = exc
-            settlement = self._settlement_after(message, failure)
+            settlement = self._settlement_after(message, failure, result)
         getattr(message, settlement.method)(*settlement.args)
         self.slot.end(settlement.outcome)
 
@@ -323,12 +329,12 @@ class AsyncChild(ChildBase):
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
-            failure = None
+            failure = result = None
             try:
-                await self.handler(message)
+                result = await self.handler(message)
             except Exception as exc:
                 failure = exc
-            settlement = self._settlement_after(message, failure)
+            settlement = self._settlement_after(message, failure, result)
         await getattr(message, settlement.method)(*settlement.args)
         self.slot.end(settlement.outcome)
 
@@ -336,6 +342,36 @@ class AsyncChild(ChildBase):
         with contextlib.suppress(ClientError):
             await self.client.flush()
         await self.client.close()
+
+
+def _reply(message: ReceivedMessage, failure: Exception | None, result: Any) -> Settlement:
+    """The REPLY that answers a request: the handler's result as bytes, or the exception."""
+    if failure is None:
+        try:
+            return Settlement(ACKED, "reply", (reply_body(result, message.headers),))
+        except (TypeError, msgspec.EncodeError) as exc:
+            failure = exc
+    log.warning("%s failed, error reply sent: %s", message.id, _reason(failure))
+    return Settlement(ACKED, "reply", (b"", f"{type(failure).__name__}: {failure}"))
+
+
+def reply_body(result: Any, headers: dict[str, Any]) -> bytes:
+    """A handler's return value as reply bytes: bytes as they are, str as UTF-8, None as
+    nothing, anything else as JSON, or msgpack when the request's headers say
+    `"reply_format": "msgpack"`.
+
+    Raises:
+        TypeError, msgspec.EncodeError: the value cannot be encoded.
+    """
+    if result is None:
+        return b""
+    if isinstance(result, bytes):
+        return result
+    if isinstance(result, str):
+        return result.encode()
+    if headers.get("reply_format") == "msgpack":
+        return msgspec.msgpack.encode(result)
+    return msgspec.json.encode(result)
 
 
 def _queue_deleted(exc: QueueDeleted) -> str:

@@ -17,7 +17,16 @@ from typing import Any
 
 import msgspec
 
-from ..protocol import DeadLetter, Dispatch, Requeue, encode, encode_ack, queue_name_problem
+from ..protocol import (
+    DeadLetter,
+    Dispatch,
+    ErrorCode,
+    Reply,
+    Requeue,
+    encode,
+    encode_ack,
+    queue_name_problem,
+)
 from ..protocol import queue_packet as _encode_queue_packet
 from .errors import InvalidArgument
 
@@ -49,9 +58,11 @@ class ReceivedMessage:
         "_headers",
         "_id",
         "content",
+        "correlation",
         "delivery_count",
         "event",
         "queue",
+        "reply_to",
         "ttl",
     )
 
@@ -68,6 +79,10 @@ class ReceivedMessage:
         self.delivery_count = dispatch.delivery_count or 1
         #: The event a published copy was published as (None: sent to the queue by name).
         self.event = dispatch.event
+        #: A request's reply route ("" its requester, else a reply queue; None: no reply is
+        #: asked) and correlation id; a reply found in a reply queue has the correlation only.
+        self.reply_to = dispatch.reply_to
+        self.correlation = dispatch.correlation
         #: The HEADERS bytes as they came, then (once read) their decoded dict.
         self._headers: bytes | dict[str, Any] | None = dispatch.headers
 
@@ -90,8 +105,23 @@ class ReceivedMessage:
         self._headers = decoded
         return decoded
 
+    @property
+    def wants_reply(self) -> bool:
+        """Whether this is a request: answer it with `reply` (which also settles it)."""
+        return self.reply_to is not None
+
     def ack(self) -> None:
         self._settle(encode_ack(queue_packet(self.queue), self._id), self._generation)
+
+    def reply(self, content: bytes | str = b"", error: str | None = None) -> None:
+        """Answer this request and settle it (like `ack`): `content`, or with `error` (e.g.
+        "ValueError: bad input") an error reply the requester raises as ReplyError."""
+        self._settle(self._reply_frame(content, error), self._generation)
+
+    def _reply_frame(self, content: bytes | str, error: str | None) -> bytes:
+        body = content.encode() if isinstance(content, str) else content
+        code = None if error is None else int(ErrorCode.INTERNAL)
+        return encode(Reply(body, self.queue, self._id, None, code, error))
 
     def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
         """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
@@ -135,3 +165,9 @@ class AsyncReceivedMessage(ReceivedMessage):
 
     async def dead_letter(self, reason: str | None = None) -> None:  # type: ignore[override]
         await self._settle(self._dead_letter_frame(reason), self._generation)  # type: ignore[misc]
+
+    async def reply(  # type: ignore[override]
+        self, content: bytes | str = b"", error: str | None = None
+    ) -> None:
+        """Answer this request and settle it; see ReceivedMessage.reply."""
+        await self._settle(self._reply_frame(content, error), self._generation)  # type: ignore[misc]
