@@ -38,7 +38,6 @@ from ..protocol import (
     Disconnect,
     Dispatch,
     Error,
-    Heartbeat,
     Hello,
     Kbai,
     Message,
@@ -46,12 +45,10 @@ from ..protocol import (
     Pause,
     Resume,
     Send,
-    clamp_liveness,
     decode_frame,
     encode,
     encode_send,
 )
-from ..protocol.rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS
 from .batches import BATCH_MESSAGES, check_key, send_batches, too_large
 from .events import (
     NO_EVENTS,
@@ -66,6 +63,7 @@ from .events import (
     SubscriptionEnded,
     UndecodableFrame,
 )
+from .liveness import HEARTBEAT, Liveness
 from .message import ReceivedMessage, Settle, queue_packet
 from .pauses import Pauses
 from .refusals import FlowRefusal, Refusals
@@ -79,7 +77,6 @@ TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
 #: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
 #: The broker answers KBAI, which also proves it read everything sent before.
 GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
-HEARTBEAT = encode(Heartbeat())
 #: Producer headers (a JSON object) are encoded here; the broker passes the bytes on.
 _headers = msgspec.json.Encoder()
 #: The answer recorded for a tag whose transport was replaced before the answer came.
@@ -114,11 +111,7 @@ class Connection:
                 }
             )
         )
-        self._heartbeat_s = 0.0
-        self._expiry_s = 0.0
-        if heartbeat_ms > 0:
-            self._heartbeat_s = min(max(heartbeat_ms, MIN_HEARTBEAT_MS), MAX_HEARTBEAT_MS) / 1000
-            self._expiry_s = self._heartbeat_s * clamp_liveness(liveness)
+        self._liveness = Liveness(heartbeat_ms, liveness)
         self._settle = settle or self.buffer_settle
         self._message_type = message_type
         #: Subscriptions, consumed again by the greeting of every new transport.
@@ -136,7 +129,6 @@ class Connection:
         self.topics = Topics()
         self._greeting: bytes | None = None
         self._greeted_frame: bytes | None = None
-        self._last_heard = self._last_sent = 0.0
         #: The broker is trusted: its packets are bounded by its own limit (it says which in
         #: its HELLO answer), so the client only guards against nonsense lengths.
         self._max_content_bytes = max(DEFAULT_MAX_CONTENT_BYTES, TRUSTED_PACKET_BYTES)
@@ -171,7 +163,7 @@ class Connection:
         self._pauses.clear()  # the broker asks again on the new transport
         self.topics.restart()
         self._greet()
-        self._last_heard = self._last_sent = now
+        self._liveness.last_heard = self._liveness.last_sent = now
 
     def _greet(self) -> None:
         self._greeting = self._hello + b"".join(
@@ -197,12 +189,12 @@ class Connection:
     def sent(self, frame: bytes, now: float, messages: int = 0, tags: Iterable[int] = ()) -> None:
         """The transport took `frame` (from `frame()`), holding `messages` sends whose
         `tags` now await an answer."""
-        self._last_sent = now
+        self._liveness.last_sent = now
         # Identity: only the frame built around this transport's greeting proves it went out
         # (frame() may have been called for a send that then failed, or before a rejoin).
         if frame is self._greeted_frame and self._greeting is not None:
             self._greeting = self._greeted_frame = None
-            self._last_heard = now  # the broker's silence counts from HELLO
+            self._liveness.last_heard = now  # the broker's silence counts from HELLO
         if messages:
             self.sent_since_heard += messages
             self._awaited.update(tags)
@@ -418,7 +410,7 @@ class Connection:
 
     def receive(self, frame: bytes, now: float) -> Sequence[Event]:
         """Take in one frame from the broker; what in it needs the driver's attention."""
-        self._last_heard = now
+        self._liveness.last_heard = now
         self.sent_since_heard = 0
         messages, error = decode_frame(frame, self._max_content_bytes)
         received = self.received
@@ -501,11 +493,7 @@ class Connection:
     def _adopt_terms(self, options: dict[str, Any]) -> None:
         """Heartbeat by the interval and liveness the broker agreed to, not the ones asked;
         decode its frames with its packet limit when that is above ours."""
-        heartbeat_ms, liveness = options.get("heartbeat_ms"), options.get("liveness")
-        agreed = type(heartbeat_ms) is int and type(liveness) is int
-        if self._heartbeat_s and agreed and heartbeat_ms > 0 and liveness > 0:
-            self._heartbeat_s = heartbeat_ms / 1000
-            self._expiry_s = self._heartbeat_s * liveness
+        self._liveness.adopt(options)
         limit = options.get("max_content_bytes")
         if type(limit) is int:
             self._broker_limit = limit
@@ -517,43 +505,31 @@ class Connection:
     @property
     def heartbeat_interval(self) -> float:
         """Seconds between heartbeats when nothing else is sent (0: no heartbeats)."""
-        return self._heartbeat_s
+        return self._liveness.interval
 
     @property
     def broker_timeout(self) -> float:
         """Seconds of silence after which the broker counts as lost (0: never)."""
-        return self._expiry_s
+        return self._liveness.timeout
 
     def silence(self, now: float) -> float:
         """Seconds since the broker was last heard from."""
-        return now - self._last_heard
+        return now - self._liveness.last_heard
 
     def broker_lost(self, now: float) -> bool:
         """The broker was silent for interval x liveness since the greeting went out."""
-        return (
-            self._heartbeat_s > 0
-            and self._greeting is None
-            and now - self._last_heard > self._expiry_s
-        )
+        return self._liveness.lost(now, self.greeted)
 
     def keepalive(self, now: float) -> bytes | None:
         """The frame liveness asks to send now, or None: the greeting, owed as soon as
         possible, or a HEARTBEAT when nothing was sent for an interval."""
-        if not self._heartbeat_s:
+        if not self._liveness.interval:
             return None
         if self._greeting is not None:
             return self.frame(b"")
-        if now - self._last_sent >= self._heartbeat_s:
-            return HEARTBEAT
-        return None
+        return HEARTBEAT if self._liveness.heartbeat_due(now) else None
 
     def next_deadline(self) -> float | None:
         """When `keepalive`, `broker_lost` or `resubscribes` next has something to say
         (None: never)."""
-        retry = self.refusals.next_due()
-        if not self._heartbeat_s:
-            return retry
-        if self._greeting is not None:
-            return self._last_sent
-        due = min(self._last_sent + self._heartbeat_s, self._last_heard + self._expiry_s)
-        return due if retry is None else min(due, retry)
+        return self._liveness.deadline(self.greeted, self.refusals.next_due())
