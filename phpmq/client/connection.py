@@ -49,6 +49,7 @@ from ..protocol import (
     encode,
     encode_send,
 )
+from .answers import Answer, Answers
 from .batches import BATCH_MESSAGES, check_key, send_batches, too_large
 from .events import (
     NO_EVENTS,
@@ -66,7 +67,7 @@ from .events import (
 from .liveness import HEARTBEAT, Liveness
 from .message import ReceivedMessage, Settle, queue_packet
 from .pauses import Pauses
-from .refusals import FlowRefusal, Refusals
+from .refusals import Refusals
 from .topics import Topics, encode_publish
 
 VERSION = "phpmq-zmq-python/0.1"
@@ -79,8 +80,6 @@ TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
 GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
 #: Producer headers (a JSON object) are encoded here; the broker passes the bytes on.
 _headers = msgspec.json.Encoder()
-#: The answer recorded for a tag whose transport was replaced before the answer came.
-LOST = None
 
 
 class Connection:
@@ -119,10 +118,8 @@ class Connection:
         self._out: list[bytes] = []
         self._flush_at = MAX_BUFFERED_OUT
         self._tags = itertools.count()
-        #: Tags sent and not yet answered, and the answers come (an ID, the refusing ERROR,
-        #: a FlowRefusal, or LOST when the transport they went out on was replaced).
-        self._awaited: set[int] = set()
-        self._answers: dict[int, str | Error | FlowRefusal | None] = {}
+        #: Tags sent and not yet answered, and the answers come.
+        self._answers = Answers()
         #: The broker's PAUSEs in force, and which refusals they explain (§6.4).
         self._pauses = Pauses()
         #: Consume options, publish counts, cancels and deleted queues (§6.5).
@@ -158,8 +155,7 @@ class Connection:
         self.generation += 1
         self.received.clear()
         self._out.clear()
-        for tag in self._awaited:
-            self._answers[tag] = LOST
+        self._answers.give_up()
         self._pauses.clear()  # the broker asks again on the new transport
         self.topics.restart()
         self._greet()
@@ -197,7 +193,7 @@ class Connection:
             self._liveness.last_heard = now  # the broker's silence counts from HELLO
         if messages:
             self.sent_since_heard += messages
-            self._awaited.update(tags)
+            self._answers.expect(tags)
 
     # ------------------------------------------------------------------ producing
 
@@ -291,22 +287,16 @@ class Connection:
         """The PAUSEs in force, by queue (None: the broker-wide one)."""
         return self._pauses.in_force
 
-    def take_answers(self, tags: list[int]) -> list[str | Error | FlowRefusal | None]:
+    def take_answers(self, tags: list[int]) -> list[Answer]:
         """The answers to `tags`, in order (an ID, the refusing ERROR, a FlowRefusal: to be
         sent again once the pause is over, or LOST: none came), which are no longer
         awaited."""
-        self._awaited.difference_update(tags)
-        answers = self._answers
-        return [answers.pop(tag, LOST) for tag in tags]
+        return self._answers.take(tags)
 
     def answered(self, tags: list[int], start: int = 0) -> int:
         """How many of `tags` from the first are answered (counting on from `start`, all
         answered before it): answers come mostly in order."""
-        answers = self._answers
-        index = start
-        while index < len(tags) and tags[index] in answers:
-            index += 1
-        return index
+        return self._answers.count(tags, start)
 
     # ------------------------------------------------------------------ consuming
 
@@ -427,24 +417,18 @@ class Connection:
                 if events is None:
                     events = []
                 events.append(event)
-        self._pauses.end_frame(self._answers)
+        self._pauses.end_frame(self._answers.by_tag)
         if error is not None:
             events = [*(events or ()), UndecodableFrame(error.reason)]
         return events or NO_EVENTS
 
     def _on_control(self, message: Message, now: float) -> Event | None:
         if isinstance(message, Confirm):
-            if message.tag in self._awaited:
-                self._answers[message.tag] = message.message_id.decode(errors="replace")
+            if self._answers.confirmed(message.tag, message.message_id):
                 self.topics.confirmed(message.tag, message.count)
             return None
         if isinstance(message, Error):
-            if message.tag in self._awaited:
-                # Raised to the sender, not logged; one ERROR may answer a run of tags.
-                answers = self._answers
-                for tag in range(message.tag, message.tag + (message.count or 1)):  # type: ignore[operator]
-                    if tag in self._awaited:
-                        answers[tag] = message
+            if self._answers.refused(message):  # raised to the sender, not logged
                 self._pauses.refused(message)
                 return None
             self.errors.append(message)
