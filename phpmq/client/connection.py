@@ -66,18 +66,14 @@ from .events import (
 )
 from .liveness import HEARTBEAT, Liveness
 from .message import ReceivedMessage, Settle, queue_packet
+from .outbox import Outbox
 from .pauses import Pauses
 from .refusals import Refusals
 from .topics import Topics, encode_publish
 
 VERSION = "phpmq-zmq-python/0.1"
-#: Outgoing settlements buffered before the driver is told to send them without waiting.
-MAX_BUFFERED_OUT = 512
 #: Largest packet the client decodes from a broker that announced a smaller limit.
 TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
-#: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
-#: The broker answers KBAI, which also proves it read everything sent before.
-GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
 #: Producer headers (a JSON object) are encoded here; the broker passes the bytes on.
 _headers = msgspec.json.Encoder()
 
@@ -115,8 +111,8 @@ class Connection:
         self._message_type = message_type
         #: Subscriptions, consumed again by the greeting of every new transport.
         self._windows: dict[str, int] = {}
-        self._out: list[bytes] = []
-        self._flush_at = MAX_BUFFERED_OUT
+        #: Settles (and the goodbye) waiting for the next flush.
+        self._outbox = Outbox()
         self._tags = itertools.count()
         #: Tags sent and not yet answered, and the answers come.
         self._answers = Answers()
@@ -154,7 +150,7 @@ class Connection:
         go first; messages, settles and awaited answers of the last one are given up."""
         self.generation += 1
         self.received.clear()
-        self._out.clear()
+        self._outbox.clear()
         self._answers.give_up()
         self._pauses.clear()  # the broker asks again on the new transport
         self.topics.restart()
@@ -322,10 +318,7 @@ class Connection:
         frame = encode(self.topics.consume(queue, window))
         self._windows[queue] = window
         self.refusals.forget(queue)
-        # Send acks once half the smallest window is settled, so the broker refills the
-        # window while the rest is still being handled (pipe benchmark: +10% msgs/s).
-        smallest = min((size for size in self._windows.values() if size > 0), default=0)
-        self._flush_at = min(MAX_BUFFERED_OUT, max(1, smallest // 2) if smallest else 512)
+        self._outbox.windows(self._windows.values())
         return frame
 
     def _subscription_refused(self, queue: str, error: Error, now: float) -> None:
@@ -365,28 +358,20 @@ class Connection:
         that they should go without waiting. One from an earlier transport is dropped."""
         if generation != self.generation:
             return False  # received on a lost connection: the broker has taken it back
-        out = self._out
-        out.append(frame)
-        return len(out) >= self._flush_at
+        return self._outbox.add(frame)
 
     def take_settles(self) -> bytes:
         """Every buffered settle in one payload (b"" if none), no longer buffered."""
-        out = self._out
-        if not out:
-            return b""
-        payload = b"".join(out)
-        out.clear()
-        return payload
+        return self._outbox.take()
 
     def keep_settles(self, payload: bytes) -> None:
         """Buffer again what `take_settles` gave and the transport did not take."""
-        if payload:
-            self._out.insert(0, payload)
+        self._outbox.keep(payload)
 
     def goodbye(self) -> None:
         """Buffer DISCONNECT + KBAI behind the settles; the broker's KBAI answer then proves
         it read everything before (docs/protocol.md §1, Leaving)."""
-        self._out.append(GOODBYE)
+        self._outbox.goodbye()
 
     # ------------------------------------------------------------------ admin
 
@@ -467,7 +452,7 @@ class Connection:
             # The broker restarted (or declared us dead): same transport, start over.
             self.generation += 1
             self.received.clear()
-            self._out.clear()
+            self._outbox.clear()
             self._pauses.clear()  # a new peer for the broker: it asks again
             self.topics.restart()
             self._greet()
