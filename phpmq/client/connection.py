@@ -64,6 +64,7 @@ from .events import (
     SubscriptionEnded,
     UndecodableFrame,
 )
+from .greeting import Greeting
 from .liveness import HEARTBEAT, Liveness
 from .message import ReceivedMessage, Settle, queue_packet
 from .outbox import Outbox
@@ -71,7 +72,6 @@ from .pauses import Pauses
 from .refusals import Refusals
 from .topics import Topics, encode_publish
 
-VERSION = "phpmq-zmq-python/0.1"
 #: Largest packet the client decodes from a broker that announced a smaller limit.
 TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
 #: Producer headers (a JSON object) are encoded here; the broker passes the bytes on.
@@ -95,17 +95,8 @@ class Connection:
         broker answers, they count as the broker will clamp them. `settle` is where received
         messages hand their settle frames (default: `buffer_settle`); `message_type` is what
         dispatched messages are made as (the asyncio driver's settle methods are awaitable)."""
-        self._hello = encode(
-            Hello(
-                {
-                    "name": name,
-                    "role": role,
-                    "heartbeat_ms": heartbeat_ms,
-                    "liveness": liveness,
-                    "version": VERSION,
-                }
-            )
-        )
+        #: HELLO and the consumes, owed to each new transport.
+        self._greeting = Greeting(name, role, heartbeat_ms, liveness)
         self._liveness = Liveness(heartbeat_ms, liveness)
         self._settle = settle or self.buffer_settle
         self._message_type = message_type
@@ -120,8 +111,6 @@ class Connection:
         self._pauses = Pauses()
         #: Consume options, publish counts, cancels and deleted queues (§6.5).
         self.topics = Topics()
-        self._greeting: bytes | None = None
-        self._greeted_frame: bytes | None = None
         #: The broker is trusted: its packets are bounded by its own limit (it says which in
         #: its HELLO answer), so the client only guards against nonsense lengths.
         self._max_content_bytes = max(DEFAULT_MAX_CONTENT_BYTES, TRUSTED_PACKET_BYTES)
@@ -148,44 +137,36 @@ class Connection:
     def start(self, now: float) -> None:
         """A new transport (the first, or one replacing a lost one): HELLO and the consumes
         go first; messages, settles and awaited answers of the last one are given up."""
+        self._answers.give_up()
+        self._start_over()
+        self._liveness.last_heard = self._liveness.last_sent = now
+
+    def _start_over(self) -> None:
+        """A new peer for the broker (a new transport, or a rejoin on the same one): what it
+        dispatched, and its pauses, are gone (it asks again); the greeting is owed."""
         self.generation += 1
         self.received.clear()
         self._outbox.clear()
-        self._answers.give_up()
-        self._pauses.clear()  # the broker asks again on the new transport
-        self.topics.restart()
-        self._greet()
-        self._liveness.last_heard = self._liveness.last_sent = now
-
-    def _greet(self) -> None:
-        self._greeting = self._hello + b"".join(
-            encode(self.topics.consume(queue, window))
-            for queue, window in self._windows.items()
-            if window
-        )
-        self._greeted_frame = None
+        self._pauses.clear()
+        topics = self.topics
+        topics.restart()
+        windows = self._windows.items()
+        self._greeting.renew(b"".join(encode(topics.consume(q, w)) for q, w in windows if w))
 
     @property
     def greeted(self) -> bool:
         """HELLO went out on this transport (so there is a conversation to end)."""
-        return self._greeting is None
+        return self._greeting.owed is None
 
     def frame(self, payload: bytes) -> bytes:
         """What to hand the transport for `payload`: the greeting first if it is owed."""
-        greeting = self._greeting
-        if greeting is None:
-            return payload
-        frame = self._greeted_frame = greeting + payload
-        return frame
+        return self._greeting.frame(payload)
 
     def sent(self, frame: bytes, now: float, messages: int = 0, tags: Iterable[int] = ()) -> None:
         """The transport took `frame` (from `frame()`), holding `messages` sends whose
         `tags` now await an answer."""
         self._liveness.last_sent = now
-        # Identity: only the frame built around this transport's greeting proves it went out
-        # (frame() may have been called for a send that then failed, or before a rejoin).
-        if frame is self._greeted_frame and self._greeting is not None:
-            self._greeting = self._greeted_frame = None
+        if self._greeting.went_out(frame):
             self._liveness.last_heard = now  # the broker's silence counts from HELLO
         if messages:
             self.sent_since_heard += messages
@@ -450,12 +431,7 @@ class Connection:
                 # gone, liveness notices it.
                 return BrokerLeaving(reason)
             # The broker restarted (or declared us dead): same transport, start over.
-            self.generation += 1
-            self.received.clear()
-            self._outbox.clear()
-            self._pauses.clear()  # a new peer for the broker: it asks again
-            self.topics.restart()
-            self._greet()
+            self._start_over()
             return Rejoined(reason)
         return None  # HEARTBEAT: hearing anything is what counts
 
@@ -494,7 +470,7 @@ class Connection:
         possible, or a HEARTBEAT when nothing was sent for an interval."""
         if not self._liveness.interval:
             return None
-        if self._greeting is not None:
+        if not self.greeted:
             return self.frame(b"")
         return HEARTBEAT if self._liveness.heartbeat_due(now) else None
 
