@@ -38,7 +38,6 @@ from ..protocol import (
     Disconnect,
     Dispatch,
     Error,
-    Heartbeat,
     Hello,
     Kbai,
     Message,
@@ -46,12 +45,11 @@ from ..protocol import (
     Pause,
     Resume,
     Send,
-    clamp_liveness,
     decode_frame,
     encode,
     encode_send,
 )
-from ..protocol.rules import MAX_HEARTBEAT_MS, MIN_HEARTBEAT_MS
+from .answers import Answer, Answers
 from .batches import BATCH_MESSAGES, check_key, send_batches, too_large
 from .events import (
     NO_EVENTS,
@@ -66,24 +64,18 @@ from .events import (
     SubscriptionEnded,
     UndecodableFrame,
 )
+from .greeting import Greeting
+from .liveness import HEARTBEAT, Liveness
 from .message import ReceivedMessage, Settle, queue_packet
+from .outbox import Outbox
 from .pauses import Pauses
-from .refusals import FlowRefusal, Refusals
+from .refusals import Refusals
 from .topics import Topics, encode_publish
 
-VERSION = "phpmq-zmq-python/0.1"
-#: Outgoing settlements buffered before the driver is told to send them without waiting.
-MAX_BUFFERED_OUT = 512
 #: Largest packet the client decodes from a broker that announced a smaller limit.
 TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
-#: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
-#: The broker answers KBAI, which also proves it read everything sent before.
-GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
-HEARTBEAT = encode(Heartbeat())
 #: Producer headers (a JSON object) are encoded here; the broker passes the bytes on.
 _headers = msgspec.json.Encoder()
-#: The answer recorded for a tag whose transport was replaced before the answer came.
-LOST = None
 
 
 class Connection:
@@ -103,40 +95,22 @@ class Connection:
         broker answers, they count as the broker will clamp them. `settle` is where received
         messages hand their settle frames (default: `buffer_settle`); `message_type` is what
         dispatched messages are made as (the asyncio driver's settle methods are awaitable)."""
-        self._hello = encode(
-            Hello(
-                {
-                    "name": name,
-                    "role": role,
-                    "heartbeat_ms": heartbeat_ms,
-                    "liveness": liveness,
-                    "version": VERSION,
-                }
-            )
-        )
-        self._heartbeat_s = 0.0
-        self._expiry_s = 0.0
-        if heartbeat_ms > 0:
-            self._heartbeat_s = min(max(heartbeat_ms, MIN_HEARTBEAT_MS), MAX_HEARTBEAT_MS) / 1000
-            self._expiry_s = self._heartbeat_s * clamp_liveness(liveness)
+        #: HELLO and the consumes, owed to each new transport.
+        self._greeting = Greeting(name, role, heartbeat_ms, liveness)
+        self._liveness = Liveness(heartbeat_ms, liveness)
         self._settle = settle or self.buffer_settle
         self._message_type = message_type
         #: Subscriptions, consumed again by the greeting of every new transport.
         self._windows: dict[str, int] = {}
-        self._out: list[bytes] = []
-        self._flush_at = MAX_BUFFERED_OUT
+        #: Settles (and the goodbye) waiting for the next flush.
+        self._outbox = Outbox()
         self._tags = itertools.count()
-        #: Tags sent and not yet answered, and the answers come (an ID, the refusing ERROR,
-        #: a FlowRefusal, or LOST when the transport they went out on was replaced).
-        self._awaited: set[int] = set()
-        self._answers: dict[int, str | Error | FlowRefusal | None] = {}
+        #: Tags sent and not yet answered, and the answers come.
+        self._answers = Answers()
         #: The broker's PAUSEs in force, and which refusals they explain (§6.4).
         self._pauses = Pauses()
         #: Consume options, publish counts, cancels and deleted queues (§6.5).
         self.topics = Topics()
-        self._greeting: bytes | None = None
-        self._greeted_frame: bytes | None = None
-        self._last_heard = self._last_sent = 0.0
         #: The broker is trusted: its packets are bounded by its own limit (it says which in
         #: its HELLO answer), so the client only guards against nonsense lengths.
         self._max_content_bytes = max(DEFAULT_MAX_CONTENT_BYTES, TRUSTED_PACKET_BYTES)
@@ -163,49 +137,40 @@ class Connection:
     def start(self, now: float) -> None:
         """A new transport (the first, or one replacing a lost one): HELLO and the consumes
         go first; messages, settles and awaited answers of the last one are given up."""
+        self._answers.give_up()
+        self._start_over()
+        self._liveness.last_heard = self._liveness.last_sent = now
+
+    def _start_over(self) -> None:
+        """A new peer for the broker (a new transport, or a rejoin on the same one): what it
+        dispatched, and its pauses, are gone (it asks again); the greeting is owed."""
         self.generation += 1
         self.received.clear()
-        self._out.clear()
-        for tag in self._awaited:
-            self._answers[tag] = LOST
-        self._pauses.clear()  # the broker asks again on the new transport
-        self.topics.restart()
-        self._greet()
-        self._last_heard = self._last_sent = now
-
-    def _greet(self) -> None:
-        self._greeting = self._hello + b"".join(
-            encode(self.topics.consume(queue, window))
-            for queue, window in self._windows.items()
-            if window
-        )
-        self._greeted_frame = None
+        self._outbox.clear()
+        self._pauses.clear()
+        topics = self.topics
+        topics.restart()
+        windows = self._windows.items()
+        self._greeting.renew(b"".join(encode(topics.consume(q, w)) for q, w in windows if w))
 
     @property
     def greeted(self) -> bool:
         """HELLO went out on this transport (so there is a conversation to end)."""
-        return self._greeting is None
+        return self._greeting.owed is None
 
     def frame(self, payload: bytes) -> bytes:
         """What to hand the transport for `payload`: the greeting first if it is owed."""
-        greeting = self._greeting
-        if greeting is None:
-            return payload
-        frame = self._greeted_frame = greeting + payload
-        return frame
+        return self._greeting.frame(payload)
 
     def sent(self, frame: bytes, now: float, messages: int = 0, tags: Iterable[int] = ()) -> None:
         """The transport took `frame` (from `frame()`), holding `messages` sends whose
         `tags` now await an answer."""
-        self._last_sent = now
-        # Identity: only the frame built around this transport's greeting proves it went out
-        # (frame() may have been called for a send that then failed, or before a rejoin).
-        if frame is self._greeted_frame and self._greeting is not None:
-            self._greeting = self._greeted_frame = None
-            self._last_heard = now  # the broker's silence counts from HELLO
+        self._liveness.last_sent = now
+        if self._greeting.went_out(frame):
+            self._liveness.last_heard = now  # the broker's silence counts from HELLO
         if messages:
             self.sent_since_heard += messages
-            self._awaited.update(tags)
+            self._answers.expect(tags)
 
     # ------------------------------------------------------------------ producing
 
@@ -299,22 +264,16 @@ class Connection:
         """The PAUSEs in force, by queue (None: the broker-wide one)."""
         return self._pauses.in_force
 
-    def take_answers(self, tags: list[int]) -> list[str | Error | FlowRefusal | None]:
+    def take_answers(self, tags: list[int]) -> list[Answer]:
         """The answers to `tags`, in order (an ID, the refusing ERROR, a FlowRefusal: to be
         sent again once the pause is over, or LOST: none came), which are no longer
         awaited."""
-        self._awaited.difference_update(tags)
-        answers = self._answers
-        return [answers.pop(tag, LOST) for tag in tags]
+        return self._answers.take(tags)
 
     def answered(self, tags: list[int], start: int = 0) -> int:
         """How many of `tags` from the first are answered (counting on from `start`, all
         answered before it): answers come mostly in order."""
-        answers = self._answers
-        index = start
-        while index < len(tags) and tags[index] in answers:
-            index += 1
-        return index
+        return self._answers.count(tags, start)
 
     # ------------------------------------------------------------------ consuming
 
@@ -340,10 +299,7 @@ class Connection:
         frame = encode(self.topics.consume(queue, window))
         self._windows[queue] = window
         self.refusals.forget(queue)
-        # Send acks once half the smallest window is settled, so the broker refills the
-        # window while the rest is still being handled (pipe benchmark: +10% msgs/s).
-        smallest = min((size for size in self._windows.values() if size > 0), default=0)
-        self._flush_at = min(MAX_BUFFERED_OUT, max(1, smallest // 2) if smallest else 512)
+        self._outbox.windows(self._windows.values())
         return frame
 
     def _subscription_refused(self, queue: str, error: Error, now: float) -> None:
@@ -383,28 +339,20 @@ class Connection:
         that they should go without waiting. One from an earlier transport is dropped."""
         if generation != self.generation:
             return False  # received on a lost connection: the broker has taken it back
-        out = self._out
-        out.append(frame)
-        return len(out) >= self._flush_at
+        return self._outbox.add(frame)
 
     def take_settles(self) -> bytes:
         """Every buffered settle in one payload (b"" if none), no longer buffered."""
-        out = self._out
-        if not out:
-            return b""
-        payload = b"".join(out)
-        out.clear()
-        return payload
+        return self._outbox.take()
 
     def keep_settles(self, payload: bytes) -> None:
         """Buffer again what `take_settles` gave and the transport did not take."""
-        if payload:
-            self._out.insert(0, payload)
+        self._outbox.keep(payload)
 
     def goodbye(self) -> None:
         """Buffer DISCONNECT + KBAI behind the settles; the broker's KBAI answer then proves
         it read everything before (docs/protocol.md §1, Leaving)."""
-        self._out.append(GOODBYE)
+        self._outbox.goodbye()
 
     # ------------------------------------------------------------------ admin
 
@@ -418,7 +366,7 @@ class Connection:
 
     def receive(self, frame: bytes, now: float) -> Sequence[Event]:
         """Take in one frame from the broker; what in it needs the driver's attention."""
-        self._last_heard = now
+        self._liveness.last_heard = now
         self.sent_since_heard = 0
         messages, error = decode_frame(frame, self._max_content_bytes)
         received = self.received
@@ -435,24 +383,18 @@ class Connection:
                 if events is None:
                     events = []
                 events.append(event)
-        self._pauses.end_frame(self._answers)
+        self._pauses.end_frame(self._answers.by_tag)
         if error is not None:
             events = [*(events or ()), UndecodableFrame(error.reason)]
         return events or NO_EVENTS
 
     def _on_control(self, message: Message, now: float) -> Event | None:
         if isinstance(message, Confirm):
-            if message.tag in self._awaited:
-                self._answers[message.tag] = message.message_id.decode(errors="replace")
+            if self._answers.confirmed(message.tag, message.message_id):
                 self.topics.confirmed(message.tag, message.count)
             return None
         if isinstance(message, Error):
-            if message.tag in self._awaited:
-                # Raised to the sender, not logged; one ERROR may answer a run of tags.
-                answers = self._answers
-                for tag in range(message.tag, message.tag + (message.count or 1)):  # type: ignore[operator]
-                    if tag in self._awaited:
-                        answers[tag] = message
+            if self._answers.refused(message):  # raised to the sender, not logged
                 self._pauses.refused(message)
                 return None
             self.errors.append(message)
@@ -489,23 +431,14 @@ class Connection:
                 # gone, liveness notices it.
                 return BrokerLeaving(reason)
             # The broker restarted (or declared us dead): same transport, start over.
-            self.generation += 1
-            self.received.clear()
-            self._out.clear()
-            self._pauses.clear()  # a new peer for the broker: it asks again
-            self.topics.restart()
-            self._greet()
+            self._start_over()
             return Rejoined(reason)
         return None  # HEARTBEAT: hearing anything is what counts
 
     def _adopt_terms(self, options: dict[str, Any]) -> None:
         """Heartbeat by the interval and liveness the broker agreed to, not the ones asked;
         decode its frames with its packet limit when that is above ours."""
-        heartbeat_ms, liveness = options.get("heartbeat_ms"), options.get("liveness")
-        agreed = type(heartbeat_ms) is int and type(liveness) is int
-        if self._heartbeat_s and agreed and heartbeat_ms > 0 and liveness > 0:
-            self._heartbeat_s = heartbeat_ms / 1000
-            self._expiry_s = self._heartbeat_s * liveness
+        self._liveness.adopt(options)
         limit = options.get("max_content_bytes")
         if type(limit) is int:
             self._broker_limit = limit
@@ -517,43 +450,31 @@ class Connection:
     @property
     def heartbeat_interval(self) -> float:
         """Seconds between heartbeats when nothing else is sent (0: no heartbeats)."""
-        return self._heartbeat_s
+        return self._liveness.interval
 
     @property
     def broker_timeout(self) -> float:
         """Seconds of silence after which the broker counts as lost (0: never)."""
-        return self._expiry_s
+        return self._liveness.timeout
 
     def silence(self, now: float) -> float:
         """Seconds since the broker was last heard from."""
-        return now - self._last_heard
+        return now - self._liveness.last_heard
 
     def broker_lost(self, now: float) -> bool:
         """The broker was silent for interval x liveness since the greeting went out."""
-        return (
-            self._heartbeat_s > 0
-            and self._greeting is None
-            and now - self._last_heard > self._expiry_s
-        )
+        return self._liveness.lost(now, self.greeted)
 
     def keepalive(self, now: float) -> bytes | None:
         """The frame liveness asks to send now, or None: the greeting, owed as soon as
         possible, or a HEARTBEAT when nothing was sent for an interval."""
-        if not self._heartbeat_s:
+        if not self._liveness.interval:
             return None
-        if self._greeting is not None:
+        if not self.greeted:
             return self.frame(b"")
-        if now - self._last_sent >= self._heartbeat_s:
-            return HEARTBEAT
-        return None
+        return HEARTBEAT if self._liveness.heartbeat_due(now) else None
 
     def next_deadline(self) -> float | None:
         """When `keepalive`, `broker_lost` or `resubscribes` next has something to say
         (None: never)."""
-        retry = self.refusals.next_due()
-        if not self._heartbeat_s:
-            return retry
-        if self._greeting is not None:
-            return self._last_sent
-        due = min(self._last_sent + self._heartbeat_s, self._last_heard + self._expiry_s)
-        return due if retry is None else min(due, retry)
+        return self._liveness.deadline(self.greeted, self.refusals.next_due())

@@ -1,0 +1,60 @@
+"""The settles a client buffers before they go out together, sans-IO (docs/client.md).
+
+Acks, requeues and dead letters wait here for the next flush, so a consumer settles in
+batches for free; once half the smallest window is settled they should go without waiting,
+so the broker refills the window while the rest is still being handled. The goodbye
+(DISCONNECT + KBAI) goes behind them, so the broker's KBAI proves it read them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..protocol import Disconnect, Kbai, encode
+
+#: Outgoing settlements buffered before the driver is told to send them without waiting.
+MAX_BUFFERED_OUT = 512
+#: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
+#: The broker answers KBAI, which also proves it read everything sent before.
+GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
+
+
+class Outbox:
+    __slots__ = ("_flush_at", "_out")
+
+    def __init__(self) -> None:
+        self._out: list[bytes] = []
+        self._flush_at = MAX_BUFFERED_OUT
+
+    def add(self, frame: bytes) -> bool:
+        """Keep `frame`; True when enough are kept that they should go without waiting."""
+        out = self._out
+        out.append(frame)
+        return len(out) >= self._flush_at
+
+    def take(self) -> bytes:
+        """Everything kept in one payload (b"" if none), no longer kept."""
+        out = self._out
+        if not out:
+            return b""
+        payload = b"".join(out)
+        out.clear()
+        return payload
+
+    def keep(self, payload: bytes) -> None:
+        """Keep again, first, what `take` gave and the transport did not take."""
+        if payload:
+            self._out.insert(0, payload)
+
+    def goodbye(self) -> None:
+        self._out.append(GOODBYE)
+
+    def clear(self) -> None:
+        """A new transport or a rejoin: the broker has taken back what they would settle."""
+        self._out.clear()
+
+    def windows(self, windows: Iterable[int]) -> None:
+        """The subscriptions' windows changed: flush once half the smallest is settled
+        (pipe benchmark: +10% msgs/s over waiting for the whole window)."""
+        smallest = min((size for size in windows if size > 0), default=0)
+        self._flush_at = min(MAX_BUFFERED_OUT, max(1, smallest // 2) if smallest else 512)
