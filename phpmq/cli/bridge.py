@@ -195,7 +195,8 @@ def bridge_push_out(
     multiple=True,
     metavar="PATTERN",
     help="Follow a live feed of these event patterns instead of a queue (repeat for more):"
-    " a temporary queue bound to them, deleted when the bridge stops. Give no QUEUE then.",
+    " a temporary queue bound to them, deleted when the bridge stops. Give no QUEUE then."
+    "  [default: none: consume QUEUE]",
 )
 @click.option(
     "--topic",
