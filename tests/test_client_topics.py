@@ -31,7 +31,7 @@ def greeted() -> Connection:
 
 
 def dispatch(queue: str, message_id: bytes, event: bytes = b"") -> bytes:
-    return p.encode_dispatch(p.queue_packet(queue), b"x", message_id, 0, 1, event=event)
+    return p.encode(p.Dispatch(queue, b"x", message_id, 0, 1, None, event or None))
 
 
 def test_a_publish_carries_event_ttl_tag_key_and_headers() -> None:
