@@ -19,11 +19,10 @@ from typing import Any
 
 import zmq
 from rich.console import Console
-from rich.table import Table
 
 from .. import protocol as p
 from ..testing import BrokerProcess
-from .pipe import MAX_LEAD, _run
+from .pipe import MAX_LEAD, _run, runs_table
 
 TARGET_COPIES_PER_S = 50_000
 TARGET_P99_DELTA_MS = 1.0
@@ -196,18 +195,7 @@ def run_events_benchmark(
         f"events, {rate:,}/s": _broker_run(messages, size, window, False, rate),
         f"pipe, {rate:,}/s": _broker_run(messages, size, window, True, rate),
     }
-    table = Table()
-    for column in ("workload", "received", "msgs/s", "p50 ms", "p99 ms"):
-        table.add_column(column, justify="right")
-    for name, r in runs.items():
-        table.add_row(
-            name,
-            f"{r['received']:,}",
-            f"{r['msgs_per_s']:,.0f}",
-            f"{r['p50_ms']:.2f}",
-            f"{r['p99_ms']:.2f}",
-        )
-    console.print(table)
+    console.print(runs_table("workload", runs))
     copies_per_s = runs["events, full speed"]["msgs_per_s"]
     delta = runs[f"events, {rate:,}/s"]["p99_ms"] - runs[f"pipe, {rate:,}/s"]["p99_ms"]
     console.print(

@@ -221,6 +221,22 @@ def _run(
     return result
 
 
+def runs_table(first_column: str, runs: dict[str, dict]) -> Table:
+    """Messages received, msgs/s and p50/p99 of each run, one row per run."""
+    table = Table()
+    for column in (first_column, "received", "msgs/s", "p50 ms", "p99 ms"):
+        table.add_column(column, justify="right")
+    for name, r in runs.items():
+        table.add_row(
+            name,
+            f"{r['received']:,}",
+            f"{r['msgs_per_s']:,.0f}",
+            f"{r['p50_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+        )
+    return table
+
+
 def _percentiles(raw: bytes, prefix: str) -> dict[str, float]:
     latencies = sorted(array("q", raw))
     if not latencies:
@@ -333,23 +349,12 @@ def run_pipe_benchmark(messages: int = 200_000, size: int = 100, window: int = 1
     broker = run_broker_pipe(messages, size, window)
     async_client = run_async_client_pipe(messages, size, window)
     relay = run_relay_pipe(messages, size, window)
-    table = Table()
-    for column in ("path", "received", "msgs/s", "p50 ms", "p99 ms"):
-        table.add_column(column, justify="right")
-    rows = (
-        ("broker", broker),
-        ("broker, asyncio client", async_client),
-        ("bare pyzmq relay (ceiling)", relay),
-    )
-    for name, r in rows:
-        table.add_row(
-            name,
-            f"{r['received']:,}",
-            f"{r['msgs_per_s']:,.0f}",
-            f"{r['p50_ms']:.2f}",
-            f"{r['p99_ms']:.2f}",
-        )
-    console.print(table)
+    runs = {
+        "broker": broker,
+        "broker, asyncio client": async_client,
+        "bare pyzmq relay (ceiling)": relay,
+    }
+    console.print(runs_table("path", runs))
     ratio = broker["msgs_per_s"] / relay["msgs_per_s"] if relay["msgs_per_s"] else 0.0
     console.print(
         f"broker/relay ratio: {ratio:.0%} (target ≥ {TARGET_RATIO:.0%});"
