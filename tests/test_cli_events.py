@@ -109,7 +109,10 @@ HANDLER = """
 import pathlib
 
 def handle(message):
-    pathlib.Path("handled.txt").write_text(f"{message.event} {message.content.decode()}")
+    # Written then renamed, so the test never reads a file that exists but is still empty.
+    partial = pathlib.Path("handled.partial")
+    partial.write_text(f"{message.event} {message.content.decode()}")
+    partial.replace("handled.txt")
 """
 
 
