@@ -191,12 +191,13 @@ class Events:
         after.update(dict.fromkeys(lists["add"] or ()))
         for pattern in after:
             _check_pattern(pattern)
-        new = [pattern for pattern in after if pattern not in set(current)]
+        bound = set(current)
+        new = [pattern for pattern in after if pattern not in bound]
         problem = self._room_problem(queue_name, new, len(after))
         if problem is not None:
             raise CommandError(problem)
         queue = self._open(queue_name)
-        removed = self.unbind(queue, [p for p in current if p not in after])
+        removed = self.unbind(queue, [pattern for pattern in current if pattern not in after])
         added = self.bind_checked(queue, list(after))
         return {"queue": queue.name, "added": added, "removed": removed}
 
