@@ -24,6 +24,7 @@ from .lifecycle import Lifecycle
 from .model import READY, Peer, Queue
 from .peers import Peers
 from .queues import Queues
+from .schedules import Schedules
 
 DEFAULT_LIST_LIMIT = 100
 #: Peers listed by `stats` at most: those that were refused most, then the most recent.
@@ -46,6 +47,7 @@ class Admin:
         flow: Flow,
         events: Events,
         lifecycle: Lifecycle,
+        schedules: Schedules,
     ) -> None:
         self._ctx = ctx
         self._events = events
@@ -71,6 +73,9 @@ class Admin:
             "queue-unbind": self._queue_unbind,
             "queue-rebind": self._queue_rebind,
             "queue-bindings": self._queue_bindings,
+            "schedule-add": schedules.add,
+            "schedule-remove": schedules.remove,
+            "schedule-list": schedules.list,
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:
