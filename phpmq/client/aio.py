@@ -26,6 +26,7 @@ import zmq
 import zmq.asyncio
 
 from ..protocol import DEFAULT_ADDRESS, Error
+from .aio_schedules import AsyncSchedules
 from .aio_topics import AsyncTopics
 from .batches import BATCH_MESSAGES
 from .confirms import ConfirmedSends
@@ -36,12 +37,13 @@ from .errors import BrokerRefused, ClientError, InvalidArgument, PartialSend, Pa
 from .events import RECONNECTED
 from .message import AsyncReceivedMessage
 from .refusals import FlowRefusal
+from .schedules import Duration, delay_ms
 from .topics import unused_ms
 
 log = logging.getLogger("phpmq.client")
 
 
-class AsyncClient(AsyncTopics, Driver):
+class AsyncClient(AsyncTopics, AsyncSchedules, Driver):
     """A connection to one broker for one event loop. Its coroutines may be awaited from
     many tasks of that loop at once; it is not thread-safe."""
 
@@ -95,6 +97,7 @@ class AsyncClient(AsyncTopics, Driver):
         *,
         confirm: bool = False,
         key: str | None = None,
+        delay: Duration | None = None,
     ) -> str | None:
         """Send one message; with `confirm=True` return its ID once the broker has it.
         As `Client.send`, with the same exceptions."""
@@ -104,7 +107,7 @@ class AsyncClient(AsyncTopics, Driver):
         if confirm and not connection.knows_limits:
             await self._await_limits()
         tag = connection.next_tag() if confirm else None
-        frame = connection.send(queue, content, ttl, headers, tag, key)
+        frame = connection.send(queue, content, ttl, headers, tag, key, delay_ms(delay))
         while True:
             await self._wait_while_paused(queue)
             await self._send_frame(frame, 1, () if tag is None else (tag,))
