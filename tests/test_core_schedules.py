@@ -346,3 +346,14 @@ def test_a_stored_delayed_send_stays_invisible_after_a_restart_until_its_time() 
     core.advance(3)
     [dispatch] = dispatches(core.turn()[ALICE])
     assert dispatch.message_id == message_id
+
+
+def test_cron_with_a_wildcard_hour_runs_in_both_repeated_hours_as_real_time_passes() -> None:
+    runs = cron_runs(datetime(2026, 10, 25, 1, 50, tzinfo=BERLIN), "*/30 * * * *", 3)
+    assert [(r.hour, r.minute, r.utcoffset().seconds // 3600) for r in runs[:5]] == [
+        (2, 0, 2),
+        (2, 30, 2),
+        (2, 0, 1),  # the clocks went back: these are 30 real minutes later
+        (2, 30, 1),
+        (3, 0, 1),
+    ]
