@@ -75,7 +75,7 @@ class Admin:
             "queue-bindings": self._queue_bindings,
             "schedule-add": schedules.add,
             "schedule-remove": schedules.remove,
-            "schedule-list": schedules.list,
+            "schedule-list": schedules.listing,
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:

@@ -98,7 +98,7 @@ class Schedules:
         self._ctx.journal.unscheduled(name)
         return {"name": name, "removed": True}
 
-    def list(self, options: dict[str, Any]) -> dict[str, Any]:
+    def listing(self, options: dict[str, Any]) -> dict[str, Any]:
         return {"schedules": [_listed(self.by_name[name]) for name in sorted(self.by_name)]}
 
     # ----------------------------------------------------------------- runs
