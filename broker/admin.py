@@ -4,7 +4,8 @@ raises ValueError for a bad command (answered as a 422 inside the ADMIN_REPLY).
 
 `stats` only reads: it builds its answer from the parts on demand, so the hot path keeps no
 statistics of its own beyond plain counters. The dead-letter commands act through the part
-that owns dead letters, the queue commands through the queue table.
+that owns dead letters, the queue commands through the queue table, the schedule commands
+through the schedules part.
 """
 
 from __future__ import annotations

@@ -357,3 +357,11 @@ def test_cron_with_a_wildcard_hour_runs_in_both_repeated_hours_as_real_time_pass
         (2, 30, 1),
         (3, 0, 1),
     ]
+
+
+def test_delayed_sends_count_against_the_queue_length_for_a_publish_too() -> None:
+    core = CoreHarness(max_queue_length=1)
+    admin(core, "queue-bind", queue="q", patterns=["e"])
+    core.send(PRODUCER, p.Hello({}), p.Send("q", b"x", tag=1, delay_ms=5000))
+    [refusal] = errors(core.send(PRODUCER, p.Publish("e", b"y", tag=2)))
+    assert refusal.code == 429
