@@ -4,7 +4,8 @@ raises ValueError for a bad command (answered as a 422 inside the ADMIN_REPLY).
 
 `stats` only reads: it builds its answer from the parts on demand, so the hot path keeps no
 statistics of its own beyond plain counters. The dead-letter commands act through the part
-that owns dead letters, the queue commands through the queue table.
+that owns dead letters, the queue commands through the queue table, the schedule commands
+through the schedules part.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .lifecycle import Lifecycle
 from .model import READY, Peer, Queue
 from .peers import Peers
 from .queues import Queues
+from .schedules import Schedules
 
 DEFAULT_LIST_LIMIT = 100
 #: Peers listed by `stats` at most: those that were refused most, then the most recent.
@@ -46,6 +48,7 @@ class Admin:
         flow: Flow,
         events: Events,
         lifecycle: Lifecycle,
+        schedules: Schedules,
     ) -> None:
         self._ctx = ctx
         self._events = events
@@ -71,6 +74,9 @@ class Admin:
             "queue-unbind": self._queue_unbind,
             "queue-rebind": self._queue_rebind,
             "queue-bindings": self._queue_bindings,
+            "schedule-add": schedules.add,
+            "schedule-remove": schedules.remove,
+            "schedule-list": schedules.listing,
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:

@@ -11,7 +11,8 @@ The server drives it once per loop turn:
 and tells it `peer_gone(peer_id)` when a transport cannot reach a peer. The parts, each with
 one job (docs/architecture.md): queues (the queue table and positions), intake (sends, keys,
 confirms), dispatch (windows, delivery, ack/requeue, leases, delays), expiry (TTL),
-deadletters, peers (HELLO, liveness, goodbyes), admin, and one schedule for every deadline.
+deadletters, peers (HELLO, liveness, goodbyes), schedules (jobs the broker runs), admin, and
+one schedule for every deadline.
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ from .schedule import (
     KEY_EXPIRY,
     LEASE,
     PEER_EXPIRY,
+    SCHEDULE_RUN,
     TTL,
     UNUSED_QUEUE,
     Schedule,
 )
+from .schedules import Schedules
 
 #: Scheduled entries (TTLs, leases, ...) handled in one turn at most; the rest wait a turn.
 DUE_PER_TURN = 8_192
@@ -118,6 +121,7 @@ class Core:
         self.events = Events(ctx, self._queues, self.intake, self.flow)
         self.lifecycle = lifecycle = Lifecycle(ctx, self._queues, self.dispatch, self.events)
         self.dispatch.unused = lifecycle.unused
+        self.schedules = schedules = Schedules(ctx, self.intake, self.events)
         self.admin = AdminCommands(
             ctx,
             self._queues,
@@ -127,6 +131,7 @@ class Core:
             self.flow,
             self.events,
             lifecycle,
+            schedules,
         )
         peers = self._peers
         self.replies = Replies(ctx, self._queues, self.dispatch, self.intake, peers.by_id)
@@ -153,6 +158,7 @@ class Core:
             HEARTBEAT: peers.on_heartbeat_due,
             KEY_EXPIRY: self.intake.on_key_expiry,
             UNUSED_QUEUE: lifecycle.on_unused_due,
+            SCHEDULE_RUN: schedules.on_run_due,
         }
         self._is_live: dict[int, Callable[[int, Any], bool]] = {
             TTL: self.expiry.is_live,
@@ -162,6 +168,7 @@ class Core:
             HEARTBEAT: peers.is_heartbeat_live,
             KEY_EXPIRY: self.intake.is_key_expiry_live,
             UNUSED_QUEUE: lifecycle.is_unused_live,
+            SCHEDULE_RUN: schedules.is_run_live,
         }
 
     # ----------------------------------------------------------------- what others read
@@ -372,6 +379,10 @@ class Core:
     def restore_keys(self, keys: list) -> int:
         """Idempotency keys from the durable store, those still inside their window."""
         return restore_keys(self.ctx, self.intake, keys)
+
+    def restore_schedules(self, rows: list[tuple[str, bytes, float | None, int]]) -> int:
+        """Schedules from the durable store, resumed per their catch-up policy; how many."""
+        return self.schedules.restore(rows)
 
 
 __all__ = ["Core", "Peer", "PeerProfile", "ProtocolError", "Turn", "default_profile"]

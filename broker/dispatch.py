@@ -284,6 +284,8 @@ class Dispatch:
             self._ctx.held_bytes -= record_bytes(record)
             return
         queue.delayed -= 1
+        if record.deliveries == 1:  # a requeue counted a delivery first: a delayed send
+            queue.delayed_sends -= 1
         record.state = READY
         self._queues.place(queue, record, to_head=False)
         self._ctx.journal.back(record)

@@ -84,7 +84,7 @@ class Events:
         """A bound queue that is full and rejects: the whole publish is refused (429)."""
         if not queue.max_length or queue.overflow != "reject":
             return False
-        if queue.ready_count < queue.max_length:
+        if queue.ready_count + queue.delayed_sends < queue.max_length:
             return False
         ctx = self._ctx
         ctx.counters.overflowed += 1

@@ -16,9 +16,10 @@ from ..protocol.rules import correlation_problem
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
-from .flow import RECORD_OVERHEAD_BYTES, Flow
+from .flow import RECORD_OVERHEAD_BYTES, Flow, record_bytes
 from .keys import KeyWindow
 from .model import (
+    DELAYED,
     NS_PER_SECOND,
     READY,
     DurableRecord,
@@ -29,10 +30,11 @@ from .model import (
     RoutedRecord,
 )
 from .queues import Queues
-from .schedule import KEY_EXPIRY
+from .schedule import DELAY_OVER, KEY_EXPIRY
 
 #: Expired idempotency keys are deleted from the durable store at most this often.
 KEY_PURGE_INTERVAL_NS = 1_000_000_000
+NS_PER_MS = 1_000_000
 
 
 class Intake:
@@ -74,6 +76,9 @@ class Intake:
         self._key_expiry_due = 0
 
     def on_send(self, peer: Peer, message: Send) -> None:
+        if message.delay_ms:
+            self._send_delayed(peer, message)
+            return
         tag = message.tag
         if tag is not None:
             peer.opt_in()  # asking for an answer is speaking the extensions
@@ -104,7 +109,7 @@ class Intake:
         max_length = queue.max_length
         if (
             max_length
-            and len(queue.ready) - queue.stale >= max_length
+            and len(queue.ready) - queue.stale + queue.delayed_sends >= max_length
             and not self._make_room(peer, queue, tag)
         ):
             return
@@ -128,6 +133,54 @@ class Intake:
         ctx.counters.received += 1
         self.confirm(peer, message_id, tag)
 
+    def _send_delayed(self, peer: Peer, message: Send) -> None:
+        """A send with DELAY_MS: checked and confirmed like any other, then kept invisible
+        (DELAYED, counted against the queue's max length) until its delay is over."""
+        peer.opt_in()
+        ctx = self._ctx
+        tag = message.tag
+        name = message.queue
+        if self.refuses_now(peer, name, tag):
+            return
+        key = message.key
+        if key is not None and self.is_repeat(peer, name, key, tag):
+            return
+        if not self._flow.admits(peer, name, tag):
+            return
+        queue = self._queues.open(peer, name, tag)
+        if queue is None or (queue.max_length and not self.has_room(peer, queue, tag)):
+            return
+        message_id = self._put_delayed(peer, queue, message)
+        if key is not None and self.keys.window_ns:
+            self.remember_key(name, key, message_id, ctx.now + self.keys.window_ns)
+        ctx.counters.received += 1
+        self.confirm(peer, message_id, tag)
+
+    def _put_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
+        """Its TTL counts from when it becomes visible. The DELAY operation after the PUT
+        marks it not ready on disk, so no dispatch range takes it (journal.py)."""
+        ctx = self._ctx
+        visible_at = ctx.now + (message.delay_ms or 0) * NS_PER_MS
+        message_id = ctx.new_id()
+        ttl = message.ttl or 0
+        record = self._record(
+            message_id + message.content, visible_at + ttl * NS_PER_SECOND if ttl else 0
+        )
+        if message.headers:
+            record.headers = message.headers
+        ctx.held_bytes += record_bytes(record)
+        record.state = DELAYED
+        queue.delayed += 1
+        queue.delayed_sends += 1
+        if ctx.journal.durable:
+            record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
+        ctx.schedule.arm(visible_at, DELAY_OVER, (queue, record))
+        if ctx.held_bytes >= self._flow.pause_at:
+            self._flow.after_put(peer, queue)
+        ctx.journal.put(queue.name, record, message_id, message.content, visible_at)
+        ctx.journal.delayed(record)
+        return message_id
+
     def refuses_now(self, peer: Peer, name: str, tag: int | None) -> bool:
         """Refused (and the peer told) because the broker drains or its store cannot write:
         nothing is taken at all then. `name` is the queue (or event) the ERROR names."""
@@ -141,10 +194,10 @@ class Intake:
         return False
 
     def has_room(self, peer: Peer, queue: Queue, tag: int | None) -> bool:
-        """Whether a queue with a max length takes one more message (a drop-oldest queue
-        makes room); a refusal is sent here."""
-        ready = len(queue.ready) - queue.stale
-        return ready < queue.max_length or self._make_room(peer, queue, tag)
+        """Whether a queue with a max length takes one more message, delayed sends counted
+        (a drop-oldest queue makes room); a refusal is sent here."""
+        waiting = len(queue.ready) - queue.stale + queue.delayed_sends
+        return waiting < queue.max_length or self._make_room(peer, queue, tag)
 
     def put(
         self,

@@ -176,6 +176,7 @@ class Queue:
         "dead_dropped",
         "deleted",
         "delayed",
+        "delayed_sends",
         "in_flight",
         "max_deliveries",
         "max_length",
@@ -212,8 +213,10 @@ class Queue:
         #: Round-robin offset, so that no consumer is always served first.
         self.turn = 0
         self.in_flight = 0
-        #: Requeued with a delay and not yet back.
+        #: Requeued with a delay, or sent with one (§6.7), and not yet back (visible).
         self.delayed = 0
+        #: Of those, the delayed sends: unlike requeues they count against `max_length`.
+        self.delayed_sends = 0
         self.dead: deque[DeadLetterEntry] = deque(maxlen=dead_letter_limit)
         self.dead_dropped = 0
         #: Sends refused (full, memory), and the HELLO producers told to pause on it (flow.py).

@@ -3,7 +3,7 @@ store become the core's state again.
 
 Messages come back in their order, TTLs from their wall-clock deadlines (expired ones are
 dead-lettered at the first turn), those that were in flight as ready in their place with one
-more delivery.
+more delivery, delayed sends whose visible time is still ahead delayed until then.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from .deadletters import DeadLetters
 from .expiry import Expiry
 from .flow import record_bytes
 from .intake import Intake
-from .model import NS_PER_SECOND, DeadLetterEntry, new_record
+from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record
 from .queues import Queues
+from .schedule import DELAY_OVER
 
 #: The store's in-flight mark of a dispatched message (2 marks a delayed one).
 IN_FLIGHT_ON_DISK = 1
@@ -58,6 +59,9 @@ def restore_messages(
             if not dead_letters.count_delivery(queue, record):
                 continue
             ctx.journal.back(record)
+        elif stored.visible_wall > wall:  # a delayed send: invisible until its time
+            _delay_until(ctx, queue, record, stored.visible_wall - wall)
+            continue
         elif stored.in_flight:  # delayed when the broker stopped: ready now, count kept
             ctx.journal.back(record)
         queue.ready.append(record)
@@ -77,6 +81,14 @@ def restore_messages(
         )
     dead_count = sum(len(queue.dead) for queue in queues.by_name.values())
     return queues.ready, were_in_flight, dead_count
+
+
+def _delay_until(ctx: Context, queue: Queue, record: Record, seconds: float) -> None:
+    """A stored delayed send whose time has not come: DELAYED again for what is left."""
+    record.state = DELAYED
+    queue.delayed += 1
+    queue.delayed_sends += 1
+    ctx.schedule.arm(ctx.now + int(seconds * NS_PER_SECOND), DELAY_OVER, (queue, record))
 
 
 def restore_keys(ctx: Context, intake: Intake, keys: list[Any]) -> int:

@@ -1,6 +1,6 @@
 """The one schedule of everything the core does by itself at a given time: message TTLs,
-delayed requeues, leases, peer expiry, heartbeats owed, idempotency-key expiry (and, later,
-scheduled jobs).
+delayed requeues and sends, leases, peer expiry, heartbeats owed, idempotency-key expiry, and
+the runs of scheduled jobs.
 
 One heap of (due_ns, seq, kind, target), driven by the core's injected clock. Entries are
 never removed when they become moot (a message was acked, a peer spoke again): the part that

@@ -153,6 +153,7 @@ class BrokerServer:
             messages, dead = store.load()
             keys = store.load_keys()
             bindings, unused = store.load_bindings()
+            schedules = store.load_schedules()
         except StorageError as exc:
             self._close_sockets()
             raise BrokerError(str(exc)) from None
@@ -161,16 +162,18 @@ class BrokerServer:
         ready, were_in_flight, dead_count = core.restore(messages, dead)
         key_count = core.restore_keys(keys)
         binding_count = core.restore_bindings(bindings, unused)
+        schedule_count = core.restore_schedules(schedules)
         self._commit()
         log.info(
             "recovered %d messages (%d were in flight: back as ready, delivery count +1),"
-            " %d dead letters, %d idempotency keys and %d bindings in %d queues from %s"
-            " in %.0f ms",
+            " %d dead letters, %d idempotency keys, %d bindings and %d schedules in %d queues"
+            " from %s in %.0f ms",
             ready,
             were_in_flight,
             dead_count,
             key_count,
             binding_count,
+            schedule_count,
             len(core.queues),
             store.directory,
             (time.monotonic() - started) * 1000,

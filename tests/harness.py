@@ -32,9 +32,13 @@ class CoreHarness:
     decoded, per peer."""
 
     def __init__(
-        self, ttl_form_default: bool = True, durable: bool = False, **config: object
+        self,
+        ttl_form_default: bool = True,
+        durable: bool = False,
+        clock: FakeClock | None = None,
+        **config: object,
     ) -> None:
-        self.clock = FakeClock()
+        self.clock = clock or FakeClock()
         config.setdefault("dialect", "ttl" if ttl_form_default else "pre-ttl")
         journal = Journal() if durable else None
         self.core = Core(BrokerConfig(**config), self.clock, journal=journal)

@@ -14,7 +14,19 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import bench, bridge, broker, dlq, events, messages, pipeline, queue, stats, workers
+from . import (
+    bench,
+    bridge,
+    broker,
+    dlq,
+    events,
+    messages,
+    pipeline,
+    queue,
+    schedule,
+    stats,
+    workers,
+)
 from .shared import EXIT_INTERRUPTED
 
 __all__ = ["main"]
@@ -42,7 +54,8 @@ def main() -> None:
 
     Start a broker with `phpmq broker`, then `phpmq send QUEUE MESSAGE` and
     `phpmq consume QUEUE`; events with `phpmq bind QUEUE PATTERN`, `phpmq publish EVENT
-    MESSAGE` and `phpmq subscribe PATTERN`. The wire protocol is documented in docs/protocol.md.
+    MESSAGE` and `phpmq subscribe PATTERN`; jobs the broker runs itself with `phpmq schedule
+    add`. The wire protocol is documented in docs/protocol.md.
     """
 
 
@@ -57,6 +70,7 @@ main.add_command(events.rebind)
 main.add_command(stats.stats)
 main.add_command(dlq.dlq)
 main.add_command(queue.queue)
+main.add_command(schedule.schedule)
 main.add_command(bridge.bridge)
 main.add_command(workers.workers)
 main.add_command(bench.bench)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .shared import broker_option, fail, timeout_option, with_client
+from .shared import Duration, broker_option, fail, timeout_option, with_client
 
 if TYPE_CHECKING:
     from ..client import Client, Unconfirmed
@@ -43,6 +43,12 @@ if TYPE_CHECKING:
     help="Idempotency key: sent again within the broker's window, the message is not queued"
     " twice. With --lines, KEY-1, KEY-2, ... per line.  [default: none]",
 )
+@click.option(
+    "--delay",
+    type=Duration(),
+    help="Keep the message invisible to consumers this long (500ms, 10s, 5m, 2h): a delayed"
+    " job.  [default: none]",
+)
 def send(
     address: str,
     timeout: float,
@@ -52,6 +58,7 @@ def send(
     lines: bool,
     confirm: bool,
     key: str | None,
+    delay: float | None,
 ) -> None:
     """Send MESSAGE to QUEUE. With MESSAGE '-' or absent, read it from stdin.
 
@@ -69,6 +76,9 @@ def send(
 
     def run(client: Client) -> int | list[str]:
         # Content over the broker's limit is refused by the client at once (413).
+        if delay:
+            client.confirm_timeout = timeout
+            return _send_delayed(client, queue, contents, ttl, keys, confirm, delay)
         if not confirm:
             return client.send_many(queue, contents, ttl, keys=keys)
         from ..client import Unconfirmed
@@ -87,6 +97,23 @@ def send(
     for message_id in result:
         click.echo(message_id)
     click.echo(f"sent {len(result)} message{plural} to {queue}, confirmed", err=True)
+
+
+def _send_delayed(
+    client: Client,
+    queue: str,
+    contents: list[bytes],
+    ttl: int,
+    keys: list[str] | None,
+    confirm: bool,
+    delay: float,
+) -> int | list[str]:
+    """Delayed sends, one at a time (a batch carries no delay)."""
+    ids = []
+    for index, content in enumerate(contents):
+        key = keys[index] if keys else None
+        ids.append(client.send(queue, content, ttl, confirm=confirm, key=key, delay=delay))
+    return [i for i in ids if i is not None] if confirm else len(ids)
 
 
 def _fail_unconfirmed(exc: Unconfirmed, address: str, queue: str) -> None:

@@ -56,6 +56,28 @@ timeout_option = click.option(
 )
 
 
+class Duration(click.ParamType):
+    """A duration such as 500ms, 10s, 5m, 2h or 1.5 (seconds), as seconds."""
+
+    name = "duration"
+    UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip().lower()
+        unit = next((u for u in ("ms", "s", "m", "h") if text.endswith(u)), "")
+        try:
+            seconds = float(text[: len(text) - len(unit)]) * self.UNITS.get(unit, 1.0)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration such as 500ms, 10s, 5m or 2h", param, ctx)
+        if seconds < 0:
+            self.fail(f"{value!r} is negative", param, ctx)
+        return seconds
+
+
 def fail(message: str) -> NoReturn:
     """Print `phpmq: MESSAGE` on stderr and exit 1."""
     click.echo(f"phpmq: {message}", err=True)

@@ -27,6 +27,7 @@ import zmq.asyncio
 
 from ..protocol import DEFAULT_ADDRESS, Error
 from .aio_batches import AsyncBatchSends
+from .aio_schedules import AsyncSchedules
 from .aio_topics import AsyncTopics
 from .connection import Connection
 from .dealer import SEND_HWM
@@ -35,12 +36,13 @@ from .errors import BrokerRefused, ClientError
 from .events import RECONNECTED
 from .message import AsyncReceivedMessage
 from .refusals import FlowRefusal
+from .schedules import Duration, delay_ms
 from .topics import unused_ms
 
 log = logging.getLogger("phpmq.client")
 
 
-class AsyncClient(AsyncTopics, AsyncBatchSends, Driver):
+class AsyncClient(AsyncTopics, AsyncSchedules, AsyncBatchSends, Driver):
     """A connection to one broker for one event loop. Its coroutines may be awaited from
     many tasks of that loop at once; it is not thread-safe."""
 
@@ -94,6 +96,7 @@ class AsyncClient(AsyncTopics, AsyncBatchSends, Driver):
         *,
         confirm: bool = False,
         key: str | None = None,
+        delay: Duration | None = None,
     ) -> str | None:
         """Send one message; with `confirm=True` return its ID once the broker has it.
         As `Client.send`, with the same exceptions."""
@@ -103,7 +106,7 @@ class AsyncClient(AsyncTopics, AsyncBatchSends, Driver):
         if confirm and not connection.knows_limits:
             await self._await_limits()
         tag = connection.next_tag() if confirm else None
-        frame = connection.send(queue, content, ttl, headers, tag, key)
+        frame = connection.send(queue, content, ttl, headers, tag, key, delay_ms(delay))
         while True:
             await self._wait_while_paused(queue)
             await self._send_frame(frame, 1, () if tag is None else (tag,))

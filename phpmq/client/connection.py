@@ -186,8 +186,9 @@ class Connection:
         headers: dict[str, Any] | None = None,
         tag: int | None = None,
         key: str | None = None,
+        delay_ms: int = 0,
     ) -> bytes:
-        """One 001.
+        """One 001 (with `delay_ms`, a delayed send: §6.7).
 
         Raises:
             InvalidArgument: the queue name or key breaks the protocol's rules.
@@ -197,9 +198,9 @@ class Connection:
             check_key(key)
         body = content.encode() if isinstance(content, str) else content
         self._check_size(queue, body)
-        if headers:
-            encoded = _headers.encode(headers)
-            return encode(Send(queue, body, ttl, tag=tag, key=key, headers=encoded))
+        if headers or delay_ms:
+            encoded = _headers.encode(headers) if headers else None
+            return encode(Send(queue, body, ttl, tag, key, encoded, delay_ms=delay_ms or None))
         return encode_send(packet, body, ttl, tag, key)
 
     def publish(

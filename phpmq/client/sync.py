@@ -40,7 +40,9 @@ from .errors import BrokerRefused, ClientError
 from .events import RECONNECTED
 from .message import ReceivedMessage
 from .refusals import FlowRefusal
+from .schedules import Duration, delay_ms
 from .sync_batches import SyncBatchSends
+from .sync_schedules import SyncSchedules
 from .sync_topics import SyncTopics
 from .topics import unused_ms
 
@@ -50,7 +52,7 @@ log = logging.getLogger("phpmq.client")
 WAIT_SLICE_S = 0.05
 
 
-class Client(SyncTopics, SyncBatchSends, Driver):
+class Client(SyncTopics, SyncSchedules, SyncBatchSends, Driver):
     """A connection to one broker. Thread-safe for one application thread plus the client's
     own heartbeat thread; share it between application threads only with your own lock."""
 
@@ -102,6 +104,7 @@ class Client(SyncTopics, SyncBatchSends, Driver):
         *,
         confirm: bool = False,
         key: str | None = None,
+        delay: Duration | None = None,
     ) -> str | None:
         """Send one message. `headers` (JSON-able) travel with it to consumers that speak the
         extensions (e.g. `{"timeout": 30}` for a worker pool).
@@ -111,6 +114,8 @@ class Client(SyncTopics, SyncBatchSends, Driver):
         idempotent: sent again within the broker's window (2 minutes by default), it is
         confirmed with the first ID instead of being queued twice, so retrying after an
         Unconfirmed is safe.
+        A `delay` (seconds or a timedelta) keeps it invisible to consumers that long: a
+        one-off delayed job (it counts against the queue's length from the start).
 
         Raises:
             ClientError: the socket did not take it within `send_timeout` (no broker); or
@@ -131,7 +136,7 @@ class Client(SyncTopics, SyncBatchSends, Driver):
         if confirm and not connection.knows_limits:
             self._await_limits()
         tag = connection.next_tag() if confirm else None
-        frame = connection.send(queue, content, ttl, headers, tag, key)
+        frame = connection.send(queue, content, ttl, headers, tag, key, delay_ms(delay))
         while True:
             self._wait_while_paused(queue)
             with self._lock:

@@ -1,0 +1,64 @@
+"""`Client`'s schedules (docs/protocol.md §6.7, docs/client.md "Schedules"): jobs the broker
+runs itself. A mixin of `Client` (sync.py); the arguments are checked in schedules.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol import ErrorCode
+from .errors import BrokerRefused
+from .schedules import Duration, schedule_options
+
+
+class SyncSchedules:
+    """Schedules for the blocking client (every method is `Client`'s)."""
+
+    def schedule(
+        self,
+        name: str,
+        queue: str | None = None,
+        content: bytes | str = b"",
+        *,
+        event: str | None = None,
+        every: Duration | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        nohaste: bool = False,
+        catch_up: str = "run-once",
+        ttl: int = 0,
+        headers: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Have the broker send `content` to `queue` (or publish it as `event`) every
+        `every` seconds (at least 0.1; a float or timedelta) or on `cron` (five fields, read
+        in the IANA zone `tz`). It runs at once unless `nohaste` (then after one interval; a
+        cron schedule always waits for its first time). A schedule with the same name is
+        replaced. `catch_up` says what a durable broker does about runs missed while it was
+        down: "run-once" (one run at start) or "skip". Returns `{"name", "replaced",
+        "next_run"}` (next_run: wall-clock seconds).
+
+        Raises:
+            InvalidArgument: (nothing sent) a bad name, queue or event, interval, catch_up.
+            BrokerRefused: 422 with the reason: a bad cron expression or time zone, more
+                schedules than the broker's `max_schedules`.
+        """
+        options = schedule_options(
+            name, queue, content, event, every, cron, tz, nohaste, catch_up, ttl, headers
+        )
+        return self.admin("schedule-add", **options)  # type: ignore[attr-defined]
+
+    def unschedule(self, name: str) -> bool:
+        """Remove the schedule `name`: it stops at once. False if there was none."""
+        try:
+            self.admin("schedule-remove", name=name)  # type: ignore[attr-defined]
+        except BrokerRefused as exc:
+            if exc.error.code == ErrorCode.NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule, sorted by name: `name`, `queue` or `event`, `every_ms` or `cron`
+        with `tz`, `nohaste`, `catch_up`, `next_run` and `last_run` (wall-clock seconds;
+        last_run None before the first), `runs` and `refused` (runs the queue refused)."""
+        return list(self.admin("schedule-list")["schedules"])  # type: ignore[attr-defined]
