@@ -16,7 +16,7 @@ from ..protocol.rules import correlation_problem
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
-from .flow import RECORD_OVERHEAD_BYTES, Flow, record_bytes
+from .flow import RECORD_OVERHEAD_BYTES, Flow
 from .keys import KeyWindow
 from .model import (
     DELAYED,
@@ -76,9 +76,6 @@ class Intake:
         self._key_expiry_due = 0
 
     def on_send(self, peer: Peer, message: Send) -> None:
-        if message.delay_ms:
-            self._send_delayed(peer, message)
-            return
         tag = message.tag
         if tag is not None:
             peer.opt_in()  # asking for an answer is speaking the extensions
@@ -113,73 +110,34 @@ class Intake:
             and not self._make_room(peer, queue, tag)
         ):
             return
-        if correlation is None:
+        if correlation is None and not message.delay_ms:
             message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
         else:
-            reply_to = message.reply_to
-            message_id = self.put(
-                peer,
-                queue,
-                message.content,
-                message.ttl,
-                message.headers,
-                reply_to=reply_to,
-                reply_peer=b"" if reply_to else peer.id,
-                correlation=correlation,
-            )
-            ctx.counters.requests += 1
+            message_id = self._put_request_or_delayed(peer, queue, message)
         if key is not None and self.keys.window_ns:
             self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
         ctx.counters.received += 1
         self.confirm(peer, message_id, tag)
 
-    def _send_delayed(self, peer: Peer, message: Send) -> None:
-        """A send with DELAY_MS: checked and confirmed like any other, then kept invisible
-        (DELAYED, counted against the queue's max length) until its delay is over."""
-        peer.opt_in()
-        ctx = self._ctx
-        tag = message.tag
-        name = message.queue
-        if self.refuses_now(peer, name, tag):
-            return
-        key = message.key
-        if key is not None and self.is_repeat(peer, name, key, tag):
-            return
-        if not self._flow.admits(peer, name, tag):
-            return
-        queue = self._queues.open(peer, name, tag)
-        if queue is None or (queue.max_length and not self.has_room(peer, queue, tag)):
-            return
-        message_id = self._put_delayed(peer, queue, message)
-        if key is not None and self.keys.window_ns:
-            self.remember_key(name, key, message_id, ctx.now + self.keys.window_ns)
-        ctx.counters.received += 1
-        self.confirm(peer, message_id, tag)
-
-    def _put_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
-        """Its TTL counts from when it becomes visible. The DELAY operation after the PUT
-        marks it not ready on disk, so no dispatch range takes it (journal.py)."""
-        ctx = self._ctx
-        visible_at = ctx.now + (message.delay_ms or 0) * NS_PER_MS
-        message_id = ctx.new_id()
-        ttl = message.ttl or 0
-        record = self._record(
-            message_id + message.content, visible_at + ttl * NS_PER_SECOND if ttl else 0
+    def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
+        """`put` for a request (its reply route kept with it, §6.6) or a delayed send (§6.7),
+        or both."""
+        reply_to = message.reply_to
+        if message.correlation is not None:
+            self._ctx.counters.requests += 1
+        if message.delay_ms:
+            peer.opt_in()
+        return self.put(
+            peer,
+            queue,
+            message.content,
+            message.ttl,
+            message.headers,
+            reply_to=reply_to,
+            reply_peer=b"" if reply_to else peer.id,
+            correlation=message.correlation,
+            delay_ms=message.delay_ms or 0,
         )
-        if message.headers:
-            record.headers = message.headers
-        ctx.held_bytes += record_bytes(record)
-        record.state = DELAYED
-        queue.delayed += 1
-        queue.delayed_sends += 1
-        if ctx.journal.durable:
-            record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
-        ctx.schedule.arm(visible_at, DELAY_OVER, (queue, record))
-        if ctx.held_bytes >= self._flow.pause_at:
-            self._flow.after_put(peer, queue)
-        ctx.journal.put(queue.name, record, message_id, message.content, visible_at)
-        ctx.journal.delayed(record)
-        return message_id
 
     def refuses_now(self, peer: Peer, name: str, tag: int | None) -> bool:
         """Refused (and the peer told) because the broker drains or its store cannot write:
@@ -210,14 +168,17 @@ class Intake:
         reply_to: str | None = None,
         reply_peer: bytes = b"",
         correlation: str | None = None,
+        delay_ms: int = 0,
     ) -> bytes:
         """A new message at the tail of `queue` (admitted already): placed, counted against
         memory, journaled, watched for its TTL; returns its ID. An `event` or a `correlation`
-        (a request's, with its reply route; or a reply's) makes it a RoutedRecord."""
+        (a request's, with its reply route; or a reply's) makes it a RoutedRecord; a
+        `delay_ms` keeps it invisible that long (its TTL counts from then)."""
         ctx = self._ctx
         ttl = ttl or 0
         message_id = ctx.new_id()  # ID_BYTES long: IdSource makes it so
-        expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
+        visible_at = ctx.now + delay_ms * NS_PER_MS
+        expires_at = visible_at + ttl * NS_PER_SECOND if ttl else 0
         if event or correlation is not None:
             record: Record = self._routed_record(
                 message_id + content,
@@ -234,19 +195,38 @@ class Intake:
             record.headers = headers  # passed on untouched, never parsed
             size += len(headers)
         ctx.held_bytes += size
-        self._queues.place(queue, record, to_head=False)
+        if delay_ms:
+            self._keep_delayed(queue, record, message_id, content, visible_at)
+        else:
+            self._queues.place(queue, record, to_head=False)
+            ctx.journal.put(queue.name, record, message_id, content)
+            if ttl:
+                self._expiry.watch(queue, record)
+            if queue.windows:
+                ctx.mark_dirty(queue)
         flow = self._flow
         max_length = queue.max_length
         if (max_length and len(queue.ready) - queue.stale >= queue.pause_mark) or (
             ctx.held_bytes >= flow.pause_at
         ):
             flow.after_put(peer, queue)
-        ctx.journal.put(queue.name, record, message_id, content)
-        if ttl:
-            self._expiry.watch(queue, record)
-        if queue.windows:
-            ctx.mark_dirty(queue)
         return message_id
+
+    def _keep_delayed(
+        self, queue: Queue, record: Record, message_id: bytes, content: bytes, visible_at: int
+    ) -> None:
+        """A delayed send waits, DELAYED, for its DELAY_OVER entry (dispatch.on_delay_over
+        queues it then). The DELAY operation after the PUT marks it not ready on disk, so no
+        dispatch range takes it (journal.py)."""
+        ctx = self._ctx
+        record.state = DELAYED
+        queue.delayed += 1
+        queue.delayed_sends += 1
+        if ctx.journal.durable:
+            record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
+        ctx.schedule.arm(visible_at, DELAY_OVER, (queue, record))
+        ctx.journal.put(queue.name, record, message_id, content, visible_at)
+        ctx.journal.delayed(record)
 
     def _is_request(self, peer: Peer, message: Send) -> bool:
         """A 001 with a reply route and a correlation id (§6.6); refused (422) when one is

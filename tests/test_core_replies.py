@@ -128,3 +128,14 @@ def test_requests_and_their_routes_are_journaled() -> None:
     core.send(ASKER, HELLO, request(b"x", "c1", reply_to="answers"))
     [put] = [op for op in core.core.journal.take() if op[0] == "put"]
     assert put[9:11] == ("answers", "c1")
+
+
+def test_a_delayed_request_keeps_its_route(core: CoreHarness) -> None:
+    delayed = p.Send("jobs", b"later", 0, None, None, None, "", "c9", 500)
+    core.send(ASKER, HELLO, delayed)
+    assert dispatches(core.send(WORKER, HELLO, p.Consume("jobs", 1))) == []
+    core.advance(0.6)
+    [job] = dispatches(core.turn()[WORKER])
+    assert (job.content, job.correlation) == (b"later", "c9")
+    out = core.turn((WORKER, p.Reply(b"done", "jobs", job.message_id)))
+    assert [r.correlation for r in replies(out[ASKER])] == ["c9"]
