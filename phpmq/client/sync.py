@@ -41,6 +41,7 @@ from .events import RECONNECTED
 from .message import ReceivedMessage
 from .refusals import FlowRefusal
 from .sync_batches import SyncBatchSends
+from .sync_requests import SyncRequests
 from .sync_topics import SyncTopics
 from .topics import unused_ms
 
@@ -50,7 +51,7 @@ log = logging.getLogger("phpmq.client")
 WAIT_SLICE_S = 0.05
 
 
-class Client(SyncTopics, SyncBatchSends, Driver):
+class Client(SyncRequests, SyncTopics, SyncBatchSends, Driver):
     """A connection to one broker. Thread-safe for one application thread plus the client's
     own heartbeat thread; share it between application threads only with your own lock."""
 
