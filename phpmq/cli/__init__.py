@@ -14,7 +14,19 @@ from typing import Any
 import click
 
 from .. import __version__
-from . import bench, bridge, broker, dlq, events, messages, pipeline, queue, stats, workers
+from . import (
+    bench,
+    bridge,
+    broker,
+    dlq,
+    events,
+    messages,
+    pipeline,
+    queue,
+    requests,
+    stats,
+    workers,
+)
 from .shared import EXIT_INTERRUPTED
 
 __all__ = ["main"]
@@ -49,6 +61,7 @@ def main() -> None:
 main.add_command(broker.broker)
 main.add_command(messages.send)
 main.add_command(messages.consume)
+main.add_command(requests.request)
 main.add_command(events.publish)
 main.add_command(events.subscribe)
 main.add_command(events.bind)
