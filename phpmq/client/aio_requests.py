@@ -4,7 +4,8 @@ reading size; the protocol side is requests.py.
 
 Each request waits on its own future, which the connection's `notify` resolves when that
 request's outcome came: a reply wakes its one requester, not every task that waits, so many
-requests may be in flight at once.
+requests may be in flight at once. Requests made in the same turn of the event loop leave in
+one frame (`_Batch`): one socket send, one broker turn for all of them.
 """
 
 from __future__ import annotations
@@ -13,9 +14,21 @@ import asyncio
 from typing import Any
 
 from .connection import TRUSTED_PACKET_BYTES
-from .errors import RequestTimeout
+from .errors import ClientError, RequestTimeout
 from .requests import ReplyFormat, check_request, encode_request, result
 from .sync_requests import SMALL_CONTENT
+
+
+class _Batch:
+    """The requests of one turn of the event loop, sent as one frame by the first of them."""
+
+    __slots__ = ("frames", "sent", "tags")
+
+    def __init__(self, sent: asyncio.Future[None]) -> None:
+        self.frames: list[bytes] = []
+        self.tags: list[int] = []
+        #: Done once the frame went out (or with the exception that kept it from going).
+        self.sent = sent
 
 
 class AsyncRequests:
@@ -24,6 +37,7 @@ class AsyncRequests:
     def _init_requests(self) -> None:
         """Called once by `AsyncClient.__init__`: outcomes wake their request's future."""
         self._reply_waiters: dict[str, asyncio.Future[None]] = {}
+        self._request_batch: _Batch | None = None
         self._connection.requests.notify = self._outcome_came
 
     @property
@@ -54,25 +68,54 @@ class AsyncRequests:
         requests = connection.requests
         correlation = requests.open(tag)
         waiter = self._reply_waiters[correlation] = loop.create_future()
+        time_up = loop.call_at(deadline, _wake, waiter)
         try:
             frame = encode_request(
                 queue, content, timeout, headers, reply_format, tag, correlation, limit
             )
-            async with asyncio.timeout_at(deadline):
-                await self._send_frame(frame, 1, (tag,))
-                await waiter
-        except TimeoutError:
-            if requests.outcome(correlation) is None:
-                raise RequestTimeout(
-                    f"no reply to the request to {queue!r} within {timeout:g}s"
-                ) from None
+            await self._send_request(frame, tag)
+            await waiter
         finally:
+            time_up.cancel()
             self._reply_waiters.pop(correlation, None)
             outcome = requests.close(correlation, tag)
             connection.take_answers([tag])
-        return result(outcome, reply_format)  # type: ignore[arg-type]
+        if outcome is None:
+            raise RequestTimeout(f"no reply to the request to {queue!r} within {timeout:g}s")
+        return result(outcome, reply_format)
+
+    async def _send_request(self, frame: bytes, tag: int) -> None:
+        """Hand the request's `frame` to the socket together with those of the other
+        requests made in this turn of the loop: the first of them sends them all."""
+        batch = self._request_batch
+        if batch is not None:
+            batch.frames.append(frame)
+            batch.tags.append(tag)
+            await asyncio.shield(batch.sent)
+            return
+        batch = self._request_batch = _Batch(asyncio.get_running_loop().create_future())
+        batch.frames.append(frame)
+        batch.tags.append(tag)
+        try:
+            await asyncio.sleep(0)  # the other requests of this turn join the batch
+            self._request_batch = None
+            await self._send_frame(b"".join(batch.frames), len(batch.tags), batch.tags)
+        except BaseException as exc:
+            if self._request_batch is batch:
+                self._request_batch = None
+            if len(batch.tags) > 1:  # the others are told; this one raises it itself
+                batch.sent.set_exception(
+                    exc if isinstance(exc, Exception) else ClientError("request not sent")
+                )
+            raise
+        batch.sent.set_result(None)
 
     def _outcome_came(self, correlation: str) -> None:
         waiter = self._reply_waiters.get(correlation)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            _wake(waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
