@@ -44,7 +44,8 @@ def request(
     one line on stderr when the handler raised (`phpmq: TypeName: message`), when no reply
     came within --timeout, or when the broker refused the request.
     """
-    content = message.encode() if message not in (None, "-") else sys.stdin.buffer.read()
+    from_stdin = message is None or message == "-"
+    content = sys.stdin.buffer.read() if from_stdin else str(message).encode()
 
     def run(client: Client) -> Any:
         from ..client import BrokerRefused, ReplyError, RequestTimeout

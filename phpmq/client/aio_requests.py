@@ -104,9 +104,7 @@ class AsyncRequests:
             if self._request_batch is batch:
                 self._request_batch = None
             if len(batch.tags) > 1:  # the others are told; this one raises it itself
-                batch.sent.set_exception(
-                    exc if isinstance(exc, Exception) else ClientError("request not sent")
-                )
+                batch.sent.set_exception(exc if isinstance(exc, Exception) else _not_sent())
             raise
         batch.sent.set_result(None)
 
@@ -114,6 +112,11 @@ class AsyncRequests:
         waiter = self._reply_waiters.get(correlation)
         if waiter is not None:
             _wake(waiter)
+
+
+def _not_sent() -> ClientError:
+    """What the requests of a batch raise when the one to send it was cancelled first."""
+    return ClientError("request not sent: the request sending it with others was cancelled")
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
