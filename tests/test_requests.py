@@ -18,7 +18,14 @@ from test_pool import FAST, PoolProcess, start_pool
 
 from harness import BrokerProcess, phpmq, raw_dealer, recv_messages
 from phpmq import protocol as p
-from phpmq.client import AsyncClient, Client, ReplyError, RequestLost, RequestTimeout
+from phpmq.client import (
+    AsyncClient,
+    BrokerRefused,
+    Client,
+    ReplyError,
+    RequestLost,
+    RequestTimeout,
+)
 
 __all__ = ["start_pool"]  # a fixture (tests/test_pool.py)
 
@@ -219,3 +226,32 @@ def test_phpmq_request_prints_the_reply_or_one_line(
     assert timed_out.stderr == "phpmq: no reply from a worker of nobody within 0.3s\n"
     bad = phpmq("request", *at, "bad queue", "x")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_a_refused_request_raises_broker_refused(tmp_path: Any, connect: Connect) -> None:
+    full = BrokerProcess(tmp_path / "full.log", "--max-queue-length", "1")
+    try:
+        with full.client() as producer:
+            producer.send("rpc", b"fills it", confirm=True)
+        with connect(full.address, send_timeout=1) as client:
+            with pytest.raises(BrokerRefused) as refused:
+                client.request("rpc", "one too many", timeout=5)
+            assert refused.value.error.code == 429
+            assert client.replies_dropped == 0
+    finally:
+        full.stop()
+
+
+def test_closing_the_async_client_fails_its_pending_requests(broker: BrokerProcess) -> None:
+    async def main() -> list[Any]:
+        client = AsyncClient(broker.address)
+        pending = [asyncio.ensure_future(client.request("nobody", f"{i}", 20)) for i in range(5)]
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await client.close()
+        outcomes = await asyncio.gather(*pending, return_exceptions=True)
+        assert time.monotonic() - started < 3
+        return outcomes
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(outcome, RequestLost) for outcome in outcomes), outcomes
