@@ -139,3 +139,18 @@ def _rss_mb() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) // 1024
     return 0
+
+
+def answer(message: ReceivedMessage) -> Any:
+    """Answers requests (tests/test_requests.py), by content: 'fail...' raises ValueError,
+    'sleep...' records a start and sleeps POOL_SLEEP seconds, 'json...' returns a dict;
+    anything else is returned upper-cased (str), after recording the call."""
+    content = message.content.decode()
+    _record(message, reply_to=message.reply_to, correlation=message.correlation)
+    if content.startswith("fail"):
+        raise ValueError(f"cannot answer {content}")
+    if content.startswith("sleep"):
+        time.sleep(_sleep_seconds())
+    if content.startswith("json"):
+        return {"echo": content, "pid": os.getpid()}
+    return content.upper()

@@ -23,6 +23,7 @@ from . import (
     messages,
     pipeline,
     queue,
+    requests,
     schedule,
     stats,
     workers,
@@ -62,6 +63,7 @@ def main() -> None:
 main.add_command(broker.broker)
 main.add_command(messages.send)
 main.add_command(messages.consume)
+main.add_command(requests.request)
 main.add_command(events.publish)
 main.add_command(events.subscribe)
 main.add_command(events.bind)

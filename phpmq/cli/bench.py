@@ -65,6 +65,13 @@ import click
     " and 10 matching queues per event, beside the plain pipe's p99.",
 )
 @click.option(
+    "--rpc",
+    is_flag=True,
+    help="Run the rpc workload: requests answered by a pool of 4 workers, round trips/s and"
+    " p50/p99 with 1 in flight (Client) and 64 in flight (AsyncClient), beside the pipe's"
+    " msgs/s.",
+)
+@click.option(
     "--pipe",
     "pipe",
     is_flag=True,
@@ -125,6 +132,7 @@ def bench(
     memory: bool,
     steady: bool,
     events: bool,
+    rpc: bool,
     pipe: bool,
     seconds: float | None,
     flooders: int,
@@ -141,7 +149,8 @@ def bench(
 
     --flood, --memory and --steady run the long overload workloads instead of the pipe (add
     --pipe to keep it), in that order, each printing its figures beside its targets; so does
-    --events (event routing: publish once, a copy to every bound queue).
+    --events (event routing: publish once, a copy to every bound queue) and --rpc (requests
+    and replies through a worker pool).
     Figures are printed, never asserted.
     """
     from ..bench.pipe import run_pipe_benchmark
@@ -150,7 +159,7 @@ def bench(
         from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
-    if pipe or not (flood or memory or steady or events):
+    if pipe or not (flood or memory or steady or events or rpc):
         run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
         from ..bench.pipe import run_durable_pipe
@@ -178,3 +187,7 @@ def bench(
         from ..bench.events import run_events_benchmark
 
         run_events_benchmark(messages=messages, size=size, window=window)
+    if rpc:
+        from ..bench.rpc import run_rpc_benchmark
+
+        run_rpc_benchmark(size=size, pipe_messages=messages)

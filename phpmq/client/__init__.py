@@ -14,6 +14,9 @@ from .errors import (
     PartialSend,
     Paused,
     QueueDeleted,
+    ReplyError,
+    RequestLost,
+    RequestTimeout,
     Unconfirmed,
 )
 from .events import BROKER_LEAVING, BROKER_LOST, QUEUE_DELETED, RECONNECTED, REJOINED
@@ -37,6 +40,9 @@ __all__ = [
     "Paused",
     "QueueDeleted",
     "ReceivedMessage",
+    "ReplyError",
+    "RequestLost",
+    "RequestTimeout",
     "Unconfirmed",
     "check_address",
 ]

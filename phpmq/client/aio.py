@@ -27,6 +27,7 @@ import zmq.asyncio
 
 from ..protocol import DEFAULT_ADDRESS, Error
 from .aio_batches import AsyncBatchSends
+from .aio_requests import AsyncRequests
 from .aio_schedules import AsyncSchedules
 from .aio_topics import AsyncTopics
 from .connection import Connection
@@ -42,7 +43,7 @@ from .topics import unused_ms
 log = logging.getLogger("phpmq.client")
 
 
-class AsyncClient(AsyncTopics, AsyncSchedules, AsyncBatchSends, Driver):
+class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, Driver):
     """A connection to one broker for one event loop. Its coroutines may be awaited from
     many tasks of that loop at once; it is not thread-safe."""
 
@@ -84,6 +85,7 @@ class AsyncClient(AsyncTopics, AsyncSchedules, AsyncBatchSends, Driver):
         self._socket = self._connect()
         self._reader: asyncio.Task[None] | None = None
         self._liveness: asyncio.Task[None] | None = None
+        self._init_requests()
 
     # ------------------------------------------------------------------ producing
 
@@ -293,6 +295,7 @@ class AsyncClient(AsyncTopics, AsyncSchedules, AsyncBatchSends, Driver):
             log.warning("closing %s: %s", self.address, exc)
         finally:
             self.closed = True
+            self._connection.requests.give_up("the client was closed")
             await _cancel(self._reader)
             self._reader = None
             self._socket.close(linger=int(self.close_timeout * 1000))

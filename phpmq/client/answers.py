@@ -7,7 +7,7 @@ takes it. A tag whose transport was replaced before its answer came is answered 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..protocol import Error
 from .refusals import FlowRefusal
@@ -19,9 +19,11 @@ Answer = str | Error | FlowRefusal | None
 
 
 class Answers:
-    __slots__ = ("_awaited", "by_tag")
+    __slots__ = ("_awaited", "_on_refused", "by_tag")
 
-    def __init__(self) -> None:
+    def __init__(self, on_refused: Callable[[int, Error], None] | None = None) -> None:
+        #: Told each awaited tag an ERROR answers (a request's refusal, requests.py).
+        self._on_refused = on_refused
         #: Tags sent and not yet answered.
         self._awaited: set[int] = set()
         #: The answers come (an ID, the refusing ERROR, a FlowRefusal, or LOST), by tag.
@@ -53,6 +55,8 @@ class Answers:
         for tag in range(error.tag, error.tag + (error.count or 1)):  # type: ignore[operator]
             if tag in awaited:
                 answers[tag] = error
+                if self._on_refused is not None:
+                    self._on_refused(tag, error)
         return True
 
     def take(self, tags: list[int]) -> list[Answer]:

@@ -43,6 +43,7 @@ from ..protocol import (
     Message,
     MessageType,
     Pause,
+    Reply,
     Resume,
     Send,
     decode_frame,
@@ -70,6 +71,7 @@ from .message import ReceivedMessage, Settle, queue_packet
 from .outbox import Outbox
 from .pauses import Pauses
 from .refusals import Refusals
+from .requests import Requests
 from .topics import Topics, encode_publish
 
 #: Largest packet the client decodes from a broker that announced a smaller limit.
@@ -105,8 +107,10 @@ class Connection:
         #: Settles (and the goodbye) waiting for the next flush.
         self._outbox = Outbox()
         self._tags = itertools.count()
+        #: Requests awaiting replies (§6.6); a refusal answers a request's tag.
+        self.requests = Requests()
         #: Tags sent and not yet answered, and the answers come.
-        self._answers = Answers()
+        self._answers = Answers(self.requests.refused)
         #: The broker's PAUSEs in force, and which refusals they explain (§6.4).
         self._pauses = Pauses()
         #: Consume options, publish counts, cancels and deleted queues (§6.5).
@@ -145,6 +149,7 @@ class Connection:
         """A new peer for the broker (a new transport, or a rejoin on the same one): what it
         dispatched, and its pauses, are gone (it asks again); the greeting is owed."""
         self.generation += 1
+        self.requests.give_up("the connection to the broker was replaced before the reply")
         self.received.clear()
         self._outbox.clear()
         self._pauses.clear()
@@ -405,6 +410,9 @@ class Connection:
             elif message.refused == MessageType.CONSUME and message.queue is not None:
                 self._subscription_refused(message.queue, message, now)
             return BrokerError(message)
+        if isinstance(message, Reply):
+            self.requests.replied(message)
+            return None
         if isinstance(message, AdminReply):
             self.admin_replies.append(message)
             return None

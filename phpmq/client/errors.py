@@ -104,3 +104,31 @@ class QueueDeleted(BrokerRefused):
         self.refusals = [error]
         self.queue = error.queue or ""
         self.count = count
+
+
+class ReplyError(ClientError):
+    """Raised by `request` when the worker answered with an error reply: its handler raised
+    (docs/protocol.md §6.6). `code` and `reason` are the reply's (the reference workers send
+    500 and "TypeName: message"); `type_name` and `text` are the reason split at the first
+    ": " (`type_name` is "" when the reason has no such prefix)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"error reply: {code} {reason}")
+        self.code = code
+        self.reason = reason
+        head, sep, tail = reason.partition(": ")
+        plain = not sep or not head.replace(".", "").replace("_", "").isalnum()
+        self.type_name = "" if plain else head
+        self.text = reason if plain else tail
+
+
+class RequestTimeout(ClientError, TimeoutError):
+    """Raised by `request` when no reply came within its timeout. The request may still be
+    handled (it expires unread after the timeout, rounded up to whole seconds); a reply that
+    comes later is dropped and counted in `replies_dropped`."""
+
+
+class RequestLost(ClientError):
+    """Raised by `request` when the connection was replaced (the broker was lost, restarted,
+    or the client closed) before the reply came: the broker dropped the route back, so no
+    reply will come. The request may or may not have been handled."""

@@ -42,6 +42,7 @@ from .message import ReceivedMessage
 from .refusals import FlowRefusal
 from .schedules import Duration, delay_ms
 from .sync_batches import SyncBatchSends
+from .sync_requests import SyncRequests
 from .sync_schedules import SyncSchedules
 from .sync_topics import SyncTopics
 from .topics import unused_ms
@@ -52,7 +53,7 @@ log = logging.getLogger("phpmq.client")
 WAIT_SLICE_S = 0.05
 
 
-class Client(SyncTopics, SyncSchedules, SyncBatchSends, Driver):
+class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
     """A connection to one broker. Thread-safe for one application thread plus the client's
     own heartbeat thread; share it between application threads only with your own lock."""
 

@@ -1,0 +1,99 @@
+"""`Client`'s requests and replies (docs/protocol.md §6.6, docs/client.md "Requests and
+replies"). A mixin of `Client` (sync.py), kept apart so that neither module grows past reading
+size; the protocol side is requests.py.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .connection import TRUSTED_PACKET_BYTES
+from .errors import RequestTimeout
+from .requests import Outcome, ReplyFormat, check_request, encode_request, result
+
+#: Longest the waiting thread holds the socket at a time (sync.py's WAIT_SLICE_S).
+_SLICE_S = 0.05
+#: Content up to this size goes without first waiting for the broker's limits.
+SMALL_CONTENT = 64 * 1024
+
+
+class SyncRequests:
+    """Request/reply for the blocking client. Every method is `Client`'s, with its lock."""
+
+    @property
+    def replies_dropped(self) -> int:
+        """Replies that came when no request awaited them (late, repeated, unknown)."""
+        return self._connection.requests.dropped
+
+    def request(
+        self,
+        queue: str,
+        content: bytes | str,
+        timeout: float = 5.0,
+        *,
+        headers: dict[str, Any] | None = None,
+        reply_format: ReplyFormat = "raw",
+    ) -> Any:
+        """Send `content` to `queue` as a request and return the reply that a worker sends:
+        its bytes (`reply_format="raw"`), or decoded from JSON or msgpack (the request's
+        headers then carry `reply_format`, so that a `phpmq workers` handler's return value
+        is encoded that way). The request's TTL is `timeout` rounded up to whole seconds.
+
+        Raises:
+            InvalidArgument: (at once) a bad queue name, timeout or reply format; content
+                over the broker's limit.
+            ReplyError: the handler failed: `.type_name`, `.text` (and `.code`, `.reason`).
+            RequestTimeout: (also a TimeoutError) no reply within `timeout` seconds.
+            RequestLost: the connection was replaced before the reply came.
+            BrokerRefused: the broker refused the request (a full queue: 429...).
+            Paused: sends to the queue were paused and no RESUME came in `send_timeout`.
+            ClientError: the socket did not take it within `send_timeout` (no broker), or
+                the reply is not in `reply_format`.
+        """
+        check_request(timeout, reply_format)
+        deadline = time.monotonic() + timeout
+        connection = self._connection
+        if not connection.knows_limits and len(content) > SMALL_CONTENT:
+            self._await_limits()
+        self._wait_while_paused(queue)
+        limit = connection.broker_info.get("max_content_bytes", TRUSTED_PACKET_BYTES)
+        with self._lock:
+            tag = connection.next_tag()
+            correlation = connection.requests.open(tag)
+            try:
+                frame = encode_request(
+                    queue, content, timeout, headers, reply_format, tag, correlation, limit
+                )
+                self._send_frame(frame, 1, (tag,))
+            except BaseException:
+                self._end_request(correlation, tag)
+                raise
+        outcome = self._await_reply(correlation, tag, deadline)
+        if outcome is None:
+            raise RequestTimeout(f"no reply to the request to {queue!r} within {timeout:g}s")
+        return result(outcome, reply_format)
+
+    def _await_reply(self, correlation: str, tag: int, deadline: float) -> Outcome | None:
+        """The request's outcome, reading the socket until it came or `deadline` passed
+        (None); the lock is let go between reads, so the heartbeat thread keeps its turn."""
+        requests = self._connection.requests
+        try:
+            while True:
+                with self._lock:
+                    outcome = requests.outcome(correlation)
+                    if outcome is not None:
+                        return outcome
+                    wait = deadline - time.monotonic()
+                    if wait <= 0:
+                        return None
+                    self._flush_quietly()  # a requester that also consumes: its acks go
+                    self._wait_and_read(min(wait, _SLICE_S))
+        finally:
+            self._end_request(correlation, tag)
+
+    def _end_request(self, correlation: str, tag: int) -> None:
+        """No longer awaited: a later reply is dropped, the tag's answer forgotten."""
+        with self._lock:
+            self._connection.requests.close(correlation, tag)
+            self._connection.take_answers([tag])
