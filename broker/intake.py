@@ -117,7 +117,9 @@ class Intake:
         if key is not None and self.keys.window_ns:
             self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
         ctx.counters.received += 1
-        self.confirm(peer, message_id, tag)
+        if correlation is None or message.reply_to:
+            self.confirm(peer, message_id, tag)
+        # else a request whose reply comes back to its sender: that REPLY is its answer
 
     def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
         """`put` for a request (its reply route kept with it, §6.6) or a delayed send (§6.7),

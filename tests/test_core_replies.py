@@ -139,3 +139,11 @@ def test_a_delayed_request_keeps_its_route(core: CoreHarness) -> None:
     assert (job.content, job.correlation) == (b"later", "c9")
     out = core.turn((WORKER, p.Reply(b"done", "jobs", job.message_id)))
     assert [r.correlation for r in replies(out[ASKER])] == ["c9"]
+
+
+def test_a_request_back_to_its_sender_gets_no_confirm_one_into_a_queue_does(
+    core: CoreHarness,
+) -> None:
+    assert core.send(ASKER, HELLO, request(b"x", "c1", tag=1))[1:] == []  # the HELLO answer
+    [confirm] = core.send(ASKER, request(b"y", "c2", reply_to="answers", tag=2))
+    assert isinstance(confirm, p.Confirm) and confirm.tag == 2
