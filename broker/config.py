@@ -140,6 +140,14 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_bindings: int = 100_000
     #: Where a publish that matches no binding goes ("": nowhere; it is counted).
     unrouted_queue: str = ""
+    # Shards (docs/cluster.md).
+    #: Broker processes on this host, each owning a share of the queues: a number, or
+    #: "auto" for one per CPU core. 1: this process is the whole broker.
+    shards: int | str = 1
+    #: Set by the shard supervisor for each shard it starts: the cluster map (JSON) and this
+    #: shard's name in it. Empty: not part of a cluster.
+    cluster: str = ""
+    shard: str = ""
     #: Named schedules the broker keeps (docs/protocol.md §6.7).
     max_schedules: int = 1_000
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
@@ -191,8 +199,27 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if self.overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
         memory_limit(self.max_memory)  # raises ValueError for a bad size
+        self.shard_count()  # raises ValueError for a bad count
         if self.unrouted_queue and rules.queue_name_problem(self.unrouted_queue):
             raise ValueError(f"unrouted_queue: {rules.queue_name_problem(self.unrouted_queue)}")
+
+    def shard_count(self) -> int:
+        """How many shard processes `shards` asks for.
+
+        Raises:
+            ValueError: neither a positive number nor "auto".
+        """
+        shards = self.shards
+        if shards == "auto":
+            return os.cpu_count() or 1
+        if isinstance(shards, str):
+            try:
+                shards = int(shards)
+            except ValueError:
+                raise ValueError(f"shards must be a number or 'auto', not {shards!r}") from None
+        if shards < 1:
+            raise ValueError("shards must be at least 1")
+        return shards
 
     @property
     def max_memory_bytes(self) -> int:

@@ -9,6 +9,9 @@ heartbeats a peer only when it has sent it nothing for an interval.
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+import msgspec
 
 from ..protocol import Disconnect, Heartbeat, Hello, Kbai, clamp_liveness
 from .context import Context
@@ -31,6 +34,7 @@ UNKNOWN_PEER_REASON = (
 
 class Peers:
     __slots__ = (
+        "_cluster",
         "_ctx",
         "_departed",
         "_dispatch",
@@ -50,6 +54,13 @@ class Peers:
         self._heartbeats_due: list[Peer] = []
         #: Peers given up on whose transport holds a connection to close.
         self.to_close: list[bytes] = []
+        #: What a HELLO answer says of the cluster this broker is a shard of (docs/cluster.md).
+        config = ctx.config
+        self._cluster: dict[str, Any] = (
+            {"cluster": msgspec.json.decode(config.cluster), "shard": config.shard}
+            if config.cluster
+            else {}
+        )
 
     def get(self, peer_id: bytes, profile: PeerProfile) -> Peer:
         """The peer behind an id, known or new. A new one that was given up on earlier comes
@@ -150,6 +161,7 @@ class Peers:
                     "confirm": peer.confirm,
                     "durable": ctx.journal.durable,
                     "dedup_window_ms": int(config.dedup_window_seconds * 1000),
+                    **self._cluster,
                 }
             ),
         )

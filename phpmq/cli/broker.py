@@ -30,6 +30,12 @@ from .shared import fail
     " [default: off]",
 )
 @click.option(
+    "--shards",
+    help="Broker processes on this host, each owning a share of the queues (a number, or"
+    " 'auto': one per core). Shard i binds the --bind port + i; clients learn the map at"
+    " HELLO (docs/cluster.md). [default: 1]",
+)
+@click.option(
     "--dialect",
     type=click.Choice(["ttl", "pre-ttl"]),
     help="Form of 003 for peers that have not spoken the TTL form. [default: ttl]",
@@ -117,6 +123,14 @@ def broker(config_path: str | None, **flags: Any) -> None:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if config.shard_count() > 1:
+        from ..broker.shards import ShardSupervisor
+
+        try:
+            supervisor = ShardSupervisor(config)
+        except ValueError as exc:
+            fail(str(exc))
+        raise SystemExit(supervisor.run())
     try:
         server = BrokerServer(config)
     except BrokerError as exc:

@@ -1,0 +1,192 @@
+"""Shards on one host (docs/cluster.md): `phpmq broker --shards N` supervises N broker
+processes, each a whole broker (core, store in its own sub-directory of --data-dir) that owns
+the queues the cluster map gives it (protocol/cluster.py).
+
+Shard i binds the --bind address with its port + i, so shard 0 answers at the address users
+give. Every shard knows the map and tells HELLO peers (they go to the owner themselves). The
+supervisor restarts a shard that dies, after a pause that doubles while it keeps dying, with
+its durable data; on SIGTERM/SIGINT it asks every shard to drain and stop, and waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import socket
+import time
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import msgspec
+
+from ..protocol.cluster import ClusterMap, Shard, encode_map
+from .config import BrokerConfig
+
+log = logging.getLogger("phpmq.shards")
+
+#: How often the supervisor looks at its shards.
+POLL_S = 0.2
+#: A shard that died waits this long before its restart, doubled while it keeps dying.
+FIRST_RESTART_DELAY_S = 0.5
+MAX_RESTART_DELAY_S = 30.0
+#: A shard that ran this long before dying starts again with the first delay.
+STABLE_AFTER_S = 10.0
+#: After the drain grace, how long a shard may take to exit before it is killed.
+EXIT_MARGIN_S = 5.0
+
+
+def shard_address(bind: str, index: int) -> str:
+    """The endpoint shard `index` binds: the --bind address with its port + index.
+
+    Raises:
+        ValueError: not a tcp://host:port address.
+    """
+    parts = urlsplit(bind)
+    if parts.scheme != "tcp" or parts.port is None:
+        raise ValueError(f"--shards needs a tcp://host:port --bind address, not {bind!r}")
+    host = parts.hostname or ""
+    return f"tcp://{host}:{parts.port + index}"
+
+
+def advertised(address: str) -> str:
+    """The address clients connect to: a wildcard host becomes this host's name."""
+    parts = urlsplit(address)
+    if parts.hostname in ("*", "0.0.0.0", "::", ""):
+        return f"tcp://{socket.gethostname()}:{parts.port}"
+    return address
+
+
+def cluster_map(config: BrokerConfig, node: str = "local") -> ClusterMap:
+    shards = tuple(
+        Shard(f"{node}/{index}", advertised(shard_address(config.bind, index)))
+        for index in range(config.shard_count())
+    )
+    return ClusterMap(1, shards)
+
+
+def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
+    """Each shard's own settings: its endpoint, store, name and the map. The raw TCP
+    endpoint for stock PHPMQ clients stays with shard 0 (forwarding is not built yet)."""
+    mapping = cluster_map(config)
+    encoded = encode_map(mapping).decode()
+    return [
+        msgspec.structs.replace(
+            config,
+            bind=shard_address(config.bind, index),
+            data_dir=str(Path(config.data_dir) / f"shard-{index}") if config.data_dir else "",
+            tcp_bind=config.tcp_bind if index == 0 else "",
+            shards=1,
+            cluster=encoded,
+            shard=shard.name,
+        )
+        for index, shard in enumerate(mapping.shards)
+    ]
+
+
+def run_shard(config: BrokerConfig) -> None:
+    """A shard process: one whole broker until SIGTERM."""
+    from .server import BrokerError, BrokerServer
+
+    logging.basicConfig(
+        level=config.log_level,
+        format=f"%(asctime)s %(levelname)s %(name)s [{config.shard}]: %(message)s",
+    )
+    try:
+        server = BrokerServer(config)
+    except BrokerError as exc:
+        log.error("%s cannot start: %s", config.shard, exc)
+        raise SystemExit(1) from None
+    server.install_signal_handlers()
+    server.run()
+
+
+class _Slot:
+    """One shard: its settings, its process, and when it may be started again."""
+
+    __slots__ = ("config", "delay", "process", "restart_at", "started_at")
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.process: BaseProcess | None = None
+        self.started_at = 0.0
+        self.restart_at = 0.0
+        self.delay = FIRST_RESTART_DELAY_S
+
+
+class ShardSupervisor:
+    def __init__(self, config: BrokerConfig) -> None:
+        self._grace = config.grace_seconds
+        self._slots = [_Slot(shard) for shard in shard_configs(config)]
+        self._context = multiprocessing.get_context("spawn")
+        self._stopping = False
+
+    def run(self) -> int:
+        """Start the shards, keep them running until a signal, stop them; the exit status."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+        for slot in self._slots:
+            self._start(slot)
+        while not self._stopping:
+            time.sleep(POLL_S)
+            for slot in self._slots:
+                self._watch(slot)
+        return self._stop_all()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._stopping:  # a second signal: stop at once
+            for slot in self._slots:
+                if slot.process is not None and slot.process.is_alive():
+                    slot.process.kill()
+        self._stopping = True
+
+    def _start(self, slot: _Slot) -> None:
+        process = self._context.Process(
+            target=run_shard, args=(slot.config,), name=slot.config.shard, daemon=False
+        )
+        process.start()
+        slot.process = process
+        slot.started_at = time.monotonic()
+        log.info(
+            "shard %s started (pid %d) on %s", slot.config.shard, process.pid, slot.config.bind
+        )
+
+    def _watch(self, slot: _Slot) -> None:
+        process = slot.process
+        now = time.monotonic()
+        if process is not None:
+            if process.is_alive():
+                return
+            ran = now - slot.started_at
+            if ran > STABLE_AFTER_S:
+                slot.delay = FIRST_RESTART_DELAY_S
+            slot.restart_at = now + slot.delay
+            slot.process = None
+            log.warning(
+                "shard %s (pid %d) exited with %s after %.1f s: restarting in %.1f s",
+                slot.config.shard,
+                process.pid,
+                process.exitcode,
+                ran,
+                slot.delay,
+            )
+            slot.delay = min(slot.delay * 2, MAX_RESTART_DELAY_S)  # if it dies again soon
+            return
+        if now >= slot.restart_at:
+            self._start(slot)
+
+    def _stop_all(self) -> int:
+        running = [slot.process for slot in self._slots if slot.process is not None]
+        for process in running:
+            if process.is_alive() and process.pid is not None:
+                process.terminate()  # SIGTERM: the shard drains as a lone broker does
+        deadline = time.monotonic() + self._grace + EXIT_MARGIN_S
+        for process in running:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                log.warning("shard %s did not stop in time: killed", process.name)
+                process.kill()
+                process.join()
+        log.info("all %d shards stopped", len(self._slots))
+        return 0
