@@ -61,6 +61,9 @@ def test_shards_own_their_queues_and_one_killed_comes_back(tmp_path: Path) -> No
         mapping = msgspec.convert(answers[0]["cluster"], ClusterMap)
         assert [s.name for s in mapping.shards] == ["local/0", "local/1"]
         assert [a["shard"] for a in answers] == ["local/0", "local/1"]
+        with Client(address) as client:
+            client.admin("stats")  # the HELLO answer is in
+            assert client.cluster_map == mapping
         owners = {q: mapping.owner(q) for q in QUEUES}
         assert {s.name for s in owners.values()} == {"local/0", "local/1"}
         for queue, shard in owners.items():

@@ -72,6 +72,21 @@ import click
     " msgs/s.",
 )
 @click.option(
+    "--shards",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Run the shards workload: --queues queues over 1 shard, then over this many"
+    " (`phpmq broker --shards`), for --seconds each: msgs/s, per-shard CPU, scaling."
+    "  [default: off]",
+)
+@click.option(
+    "--queues",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Queues of the shards workload (--shards).",
+)
+@click.option(
     "--pipe",
     "pipe",
     is_flag=True,
@@ -133,6 +148,8 @@ def bench(
     steady: bool,
     events: bool,
     rpc: bool,
+    shards: int | None,
+    queues: int,
     pipe: bool,
     seconds: float | None,
     flooders: int,
@@ -159,7 +176,7 @@ def bench(
         from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
-    if pipe or not (flood or memory or steady or events or rpc):
+    if pipe or not (flood or memory or steady or events or rpc or shards):
         run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
         from ..bench.pipe import run_durable_pipe
@@ -187,6 +204,10 @@ def bench(
         from ..bench.events import run_events_benchmark
 
         run_events_benchmark(messages=messages, size=size, window=window)
+    if shards:
+        from ..bench.shards import run_shards_benchmark
+
+        run_shards_benchmark(shards, queues, 10.0 if seconds is None else seconds)
     if rpc:
         from ..bench.rpc import run_rpc_benchmark
 

@@ -12,7 +12,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from ..protocol import Error, ErrorCode, MessageType, Pause
+from ..protocol.cluster import ClusterMap
 from .connection import Connection
 from .errors import BrokerRefused, Paused, QueueDeleted, Unconfirmed
 from .events import (
@@ -76,6 +79,19 @@ class Driver:
     def broker_info(self) -> dict[str, Any]:
         """The broker's HELLO answer (empty until it came)."""
         return self._connection.broker_info
+
+    @property
+    def cluster_map(self) -> ClusterMap | None:
+        """The cluster map of a sharded broker, from its HELLO answer (None: not sharded, or
+        no answer yet): `cluster_map.owner(queue).address` is where a queue lives
+        (docs/cluster.md)."""
+        raw = self._connection.broker_info.get("cluster")
+        if raw is None:
+            return None
+        try:
+            return msgspec.convert(raw, ClusterMap)
+        except (msgspec.ValidationError, ValueError):
+            return None
 
     @property
     def errors(self) -> deque[Error]:
