@@ -1,7 +1,9 @@
 """A real LAN of network namespaces for multi-host tests (issue #18), built with iproute2.
 
     with lan(3) as net:
-        net.nodes[1].run(["ping", "-c1", net.nodes[0].address], check=True)
+        broker = LanBroker(net.nodes[0], log_path=tmp_path / "broker.log")
+        net.nodes[1].run([sys.executable, "-m", "phpmq", "send", "--broker", broker.address,
+                          "q", "hello"], check=True)
         net.link_down(net.nodes[1])   # node 2 is partitioned away
         net.link_up(net.nodes[1])     # and healed
 
@@ -35,8 +37,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 DEFAULT_PREFIX = "plan"
@@ -248,3 +252,54 @@ def lan(nodes: int, prefix: str | None = None) -> Iterator[Lan]:
         problems = net.teardown()
         if problems:
             print("lan teardown: " + "; ".join(problems), file=sys.stderr)
+
+
+class LanBroker:
+    """`python -m phpmq broker` inside a node, bound to the node's address on `port`, its
+    output in `log_path`; returned once a `phpmq stats` run in the same node gets an answer
+    (LanError with its log if it does not). Stopped with the LAN at the latest."""
+
+    def __init__(
+        self,
+        node: Node,
+        *flags: str,
+        log_path: str | Path,
+        port: int = 5555,
+        start_timeout: float = 20.0,
+    ) -> None:
+        self.node = node
+        self.address = f"tcp://{node.address}:{port}"
+        self.log_path = Path(log_path)
+        argv = [sys.executable, "-m", "phpmq", "broker", "--bind", self.address, *flags]
+        with open(self.log_path, "wb") as log:
+            self.process = node.popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self._wait_until_answering(start_timeout)
+
+    def answers(self, node: Node | None = None, timeout: float = 1.0) -> bool:
+        """Whether `phpmq stats`, run in `node` (default: the broker's), gets an answer."""
+        argv = [sys.executable, "-m", "phpmq", "stats", "--broker", self.address]
+        result = (node or self.node).run(
+            [*argv, "--timeout", str(timeout)], capture_output=True, check=False
+        )
+        return result.returncode == 0
+
+    def _wait_until_answering(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.answers(timeout=0.5):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise LanError(f"the broker in {self.node.name} did not start:\n{self.log()}")
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        """SIGTERM (it drains), SIGKILL after a while; its exit status."""
+        _stop(self.process, grace=10.0)
+        return self.process.returncode
+
+    def kill(self) -> int:
+        """SIGKILL, as a crash; its exit status."""
+        self.process.kill()
+        return self.process.wait(10)

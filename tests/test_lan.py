@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import lan
-from lan import Node
+from lan import LanBroker, Node
 
 PHPMQ = [sys.executable, "-m", "phpmq"]
 
@@ -80,3 +81,40 @@ def test_leftovers_of_a_dead_run_are_removed_and_live_runs_kept(lan_capable: Non
     finally:
         for name in {dead, live} & _namespaces():
             lan.ip("netns", "del", name)
+
+
+def test_messages_cross_the_lan_stop_at_a_partition_and_flow_after_it_heals(
+    lan_capable: None, tmp_path: Path
+) -> None:
+    with lan.lan(2) as net:
+        server, client = net.nodes
+        broker = LanBroker(server, "--grace-seconds", "1", log_path=tmp_path / "broker.log")
+        at = ("--broker", broker.address)
+        consumer = client.popen(
+            [*PHPMQ, "consume", "orders", "-n", "3", *at, "--idle-timeout", "10"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        sent = _phpmq(client, "send", "orders", "--lines", *at, stdin="one\ntwo\nthree\n")
+        assert sent.returncode == 0, sent.stderr
+        out, _ = consumer.communicate(timeout=15)
+        assert (consumer.returncode, out.split()) == (0, ["one", "two", "three"])
+
+        net.link_down(client)
+        cut = _phpmq(client, "consume", "orders", *at, "--timeout", "1", "--idle-timeout", "2")
+        assert (cut.returncode, cut.stdout) == (1, ""), cut.stderr  # linked: 0, "got 0 of 1"
+        assert "no broker answered" in cut.stderr
+        assert not broker.answers(client, timeout=1)
+        assert broker.answers()  # the broker itself is fine: only the link is cut
+
+        net.link_up(client)
+        sent = _phpmq(client, "send", "orders", "healed", *at)
+        assert sent.returncode == 0, sent.stderr
+        got = _phpmq(client, "consume", "orders", *at, "--idle-timeout", "5")
+        assert (got.returncode, got.stdout.split()) == (0, ["healed"]), got.stderr
+        assert broker.stop() == 0, broker.log()
+
+
+def test_a_broker_that_cannot_start_raises_with_its_log(lan_capable: None, tmp_path: Path) -> None:
+    with lan.lan(1) as net, pytest.raises(lan.LanError, match="No such option '--no-such-flag'"):
+        LanBroker(net.nodes[0], "--no-such-flag", log_path=tmp_path / "broker.log")
