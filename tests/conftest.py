@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from driven import connect
 
+import lan
 from harness import BrokerProcess, CoreHarness
 
 __all__ = ["connect"]  # a fixture: either client (tests/driven.py)
@@ -24,3 +25,15 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def lan_capable() -> None:
+    """Use before `lan.lan(...)`: skips with the reason where namespaces cannot be made, and
+    fails instead in CI (`CI=true`), where the LAN tests must run."""
+    reason = lan.missing_capability()
+    if reason is None:
+        return
+    if lan.in_ci():
+        pytest.fail(f"the LAN tests must run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
