@@ -267,6 +267,7 @@ class Child(ChildBase):
         return self.picker.pick()
 
     def _handle(self, message: ReceivedMessage) -> None:
+        self._read_supervisor()  # a note about this very message may have come meanwhile
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
@@ -326,6 +327,7 @@ class AsyncChild(ChildBase):
         return self.picker.pick()  # type: ignore[return-value]
 
     async def _handle(self, message: AsyncReceivedMessage) -> None:
+        self._read_supervisor()  # a note about this very message may have come meanwhile
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
