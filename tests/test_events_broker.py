@@ -188,3 +188,12 @@ def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> Non
         assert time.monotonic() - left_at >= 1.0  # not before its grace (1.5 s) was nearly over
         counters = admin(ops, "stats")["counters"]
         assert counters["queues_unused_deleted"] == 2
+
+
+def test_unrouted_events_are_kept_where_the_flag_says(tmp_path: Path) -> None:
+    with (
+        BrokerProcess(tmp_path / "broker.log", "--unrouted-queue", "lost") as broker,
+        raw_dealer(broker.address) as sock,
+    ):
+        assert publish(sock, "nobody.home", b"x", 1).count == 0
+        assert admin(sock, "stats")["queues"]["lost"]["ready"] == 1

@@ -30,6 +30,11 @@ from .shared import fail
     " [default: off]",
 )
 @click.option(
+    "--unrouted-queue",
+    help="Keep published events that match no binding in this queue. [default: none: they"
+    " are only counted]",
+)
+@click.option(
     "--shards",
     help="Broker processes on this host, each owning a share of the queues (a number, or"
     " 'auto': one per core). Shard i binds the --bind port + i; clients learn the map at"
