@@ -71,9 +71,12 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
     endpoint for stock PHPMQ clients stays with shard 0 (forwarding is not built yet)."""
     mapping = cluster_map(config)
     encoded = encode_map(mapping).decode()
+    # The memory limit is the host's: each shard gets its share of it.
+    memory = config.max_memory_bytes // len(mapping.shards)
     return [
         msgspec.structs.replace(
             config,
+            max_memory=memory,
             bind=shard_address(config.bind, index),
             data_dir=str(Path(config.data_dir) / f"shard-{index}") if config.data_dir else "",
             tcp_bind=config.tcp_bind if index == 0 else "",

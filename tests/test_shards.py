@@ -4,6 +4,7 @@ with -9 comes back with its durable messages, and SIGTERM stops them all."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, raw_dealer, recv_messages
+from harness import BrokerProcess, free_port, phpmq, raw_dealer, recv_messages
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
 
@@ -100,3 +101,24 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_stats_of_a_sharded_broker_cover_every_shard(tmp_path: Path) -> None:
+    address = free_pair()
+    with BrokerProcess(tmp_path / "broker.log", "--shards", "2", address=address) as broker:
+        with Client(address) as client:
+            client.admin("stats")
+            mapping = client.cluster_map
+            assert mapping is not None
+        for queue in QUEUES:
+            with Client(mapping.owner(queue).address) as client:
+                client.send(queue, b"x", confirm=True)
+        merged = phpmq("stats", "--json", "--broker", broker.address)
+        assert merged.returncode == 0, merged.stderr
+        result = json.loads(merged.stdout)
+        assert set(result["queues"]) == set(QUEUES)
+        assert all(q["shard"] == mapping.owner(n).name for n, q in result["queues"].items())
+        assert result["counters"]["received"] == len(QUEUES)
+        assert set(result["shards"]) == {"local/0", "local/1"}
+        listed = phpmq("queue", "list", "--broker", broker.address)
+        assert listed.returncode == 0 and "2 shards" in listed.stdout

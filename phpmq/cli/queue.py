@@ -23,15 +23,23 @@ def queue_list(address: str, timeout: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    result = with_client(address, timeout, lambda c: admin(c, "stats"))
-    table = Table(title=f"queues on {address}")
+    from .cluster_stats import cluster_stats
+
+    result = with_client(address, timeout, cluster_stats)
+    sharded = "shards" in result
+    table = Table(
+        title=f"queues on {address}" + (f" ({len(result['shards'])} shards)" if sharded else "")
+    )
     columns = ("ready", "in_flight", "delayed", "consumers", "dead_letters")
     table.add_column("queue")
+    if sharded:
+        table.add_column("shard")
     for column in columns:
         table.add_column(column.replace("_", " "), justify="right")
     table.add_column("bindings")
     for name, q in result["queues"].items():
-        table.add_row(name, *(str(q[column]) for column in columns), _bindings(q))
+        owner = (q["shard"],) if sharded else ()
+        table.add_row(name, *owner, *(str(q[column]) for column in columns), _bindings(q))
     Console().print(table)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .shared import admin, broker_option, timeout_option, with_client
+from .shared import broker_option, timeout_option, with_client
 
 #: Queue names up to this long are shown whole in the queue table.
 MAX_NAME_WIDTH = 40
@@ -31,10 +31,12 @@ MAX_NAME_WIDTH = 40
 )
 def stats(address: str, timeout: float, as_json: bool, watch: bool, interval: float) -> None:
     """Show queues (ready, in flight, consumers, dead letters) and counters."""
+    from .cluster_stats import cluster_stats
+
     if watch:
         with_client(address, timeout, lambda client: _watch(client, address, interval))
         return
-    result = with_client(address, timeout, lambda c: admin(c, "stats"))
+    result = with_client(address, timeout, cluster_stats)
     if as_json:
         import msgspec
 
@@ -48,10 +50,12 @@ def stats(address: str, timeout: float, as_json: bool, watch: bool, interval: fl
 def _watch(client: Any, address: str, interval: float) -> None:
     from rich.live import Live
 
-    with Live(_render(admin(client, "stats"), address), auto_refresh=False) as live:
+    from .cluster_stats import cluster_stats
+
+    with Live(_render(cluster_stats(client), address), auto_refresh=False) as live:
         while True:
             time.sleep(interval)
-            live.update(_render(admin(client, "stats"), address), refresh=True)
+            live.update(_render(cluster_stats(client), address), refresh=True)
 
 
 def _render(result: dict[str, Any], address: str) -> Any:
@@ -64,11 +68,23 @@ def _render(result: dict[str, Any], address: str) -> Any:
     # Queue names are never cut (a name is what people look for); the number columns give way.
     longest = max((len(name) for name in result["queues"]), default=5)
     table.add_column("queue", no_wrap=True, min_width=min(longest, MAX_NAME_WIDTH))
+    shards = result.get("shards")
+    if shards:
+        table.add_column("shard")
     for column in ("ready", "in flight", "consumers", "dead letters", "refused", "paused"):
         table.add_column(column, justify="right")
     for name, q in result["queues"].items():
-        table.add_row(name, *(str(q.get(k, "")) for k in columns))
+        owner = (q["shard"],) if shards else ()
+        table.add_row(name, *owner, *(str(q.get(k, "")) for k in columns))
     parts: list[Any] = [table]
+    if shards:
+        parts.append(
+            "shards: "
+            + ", ".join(
+                f"{name} at {s['address']} ({s['queues']} queues, {s['peers']} peers)"
+                for name, s in shards.items()
+            )
+        )
     clients = _clients_table(result.get("clients", []))
     if clients is not None:
         parts.append(clients)
