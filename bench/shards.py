@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import re
 import socket
 import time
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..broker.shards import started_pids
 from ..client import Client
 from ..testing import BrokerProcess, free_port
 
@@ -61,12 +61,10 @@ def _consumer(address: str, queues: list[str], seconds: float, consumed: Any, ou
         for queue in queues:
             client.subscribe(queue, 100)
         end = time.monotonic() + seconds
-        started = None
         while time.monotonic() < end:
             message = client.receive(timeout=0.1)
             if message is None:
                 continue
-            started = started or time.monotonic()
             message.ack()
             received += 1
             if received % 256 == 0:
@@ -84,8 +82,8 @@ def _cpu_seconds(pid: int) -> float:
 def _shard_pids(broker: BrokerProcess, shards: int) -> list[int]:
     if shards == 1:
         return [broker.process.pid]
-    found = dict(re.findall(r"shard local/(\d+) started \(pid (\d+)\)", broker.log()))
-    return [int(found[str(index)]) for index in range(shards)]
+    found = started_pids(broker.log())
+    return [found[f"local/{index}"] for index in range(shards)]
 
 
 def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import re
 import signal
 import socket
 import time
@@ -35,6 +36,13 @@ MAX_RESTART_DELAY_S = 30.0
 STABLE_AFTER_S = 10.0
 #: After the drain grace, how long a shard may take to exit before it is killed.
 EXIT_MARGIN_S = 5.0
+#: The supervisor's log line for each start of a shard: what tools read its pids from.
+_STARTED = re.compile(r"shard (\S+) started \(pid (\d+)\)")
+
+
+def started_pids(log_text: str) -> dict[str, int]:
+    """Each shard's latest pid, from the supervisor's log ("shard NAME started (pid N)")."""
+    return {name: int(pid) for name, pid in _STARTED.findall(log_text)}
 
 
 def shard_address(bind: str, index: int) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import lan
 from lan import LanBroker
+from phpmq.broker.shards import started_pids
 
 #: Run inside the client node: send one confirmed message to each queue at its owner (from
 #: the map in the HELLO answer), print {queue: owner name}.
@@ -77,10 +77,10 @@ def test_clients_across_the_lan_use_the_map_and_a_killed_shard_comes_back(
         try:
             owners = _python(client, SEND, broker.address, *QUEUES)
             assert set(owners.values()) == {"local/0", "local/1"}
-            started = re.findall(r"shard local/1 started \(pid (\d+)\)", broker.log())
-            os.kill(int(started[-1]), signal.SIGKILL)
+            victim = started_pids(broker.log())["local/1"]
+            os.kill(victim, signal.SIGKILL)
             deadline = time.monotonic() + 20
-            while len(re.findall(r"shard local/1 started", broker.log())) < 2:
+            while started_pids(broker.log())["local/1"] == victim:
                 assert time.monotonic() < deadline, broker.log()
                 time.sleep(0.1)
             got = _python(client, TAKE, broker.address, *QUEUES)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import time
@@ -16,6 +15,7 @@ import msgspec
 
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, phpmq, raw_dealer, recv_messages
+from phpmq.broker.shards import started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
 
@@ -33,11 +33,6 @@ def hello_answer(address: str) -> dict:
         [answer] = recv_messages(sock)
         assert isinstance(answer, p.Hello)
         return answer.options
-
-
-def shard_pids(log: str) -> dict[str, int]:
-    """The latest pid of each shard, from the supervisor's "started" lines."""
-    return {name: int(pid) for name, pid in re.findall(r"shard (\S+) started \(pid (\d+)\)", log)}
 
 
 def free_pair() -> str:
@@ -76,10 +71,10 @@ def test_shards_own_their_queues_and_one_killed_comes_back(tmp_path: Path) -> No
                 held = set(client.admin("stats")["queues"])
             assert held == {q for q, s in owners.items() if s.name == f"local/{index}"}
         assert (data / "shard-0").is_dir() and (data / "shard-1").is_dir()
-        victim = shard_pids(broker.log())["local/1"]
+        victim = started_pids(broker.log())["local/1"]
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 20
-        while shard_pids(broker.log())["local/1"] == victim:
+        while started_pids(broker.log())["local/1"] == victim:
             assert time.monotonic() < deadline, broker.log()
             time.sleep(0.1)
         back = {q for q, s in owners.items() if s.name == "local/1"}
@@ -90,7 +85,7 @@ def test_shards_own_their_queues_and_one_killed_comes_back(tmp_path: Path) -> No
                 got.add(message.content.decode())
                 message.ack()
         assert got == back
-        pids = shard_pids(broker.log()).values()
+        pids = started_pids(broker.log()).values()
     assert broker.process.returncode == 0
     assert not any(_alive(pid) for pid in pids)
 
