@@ -62,6 +62,8 @@ class Admin:
         self.storage_stats: Callable[[], dict[str, Any]] | None = None
         #: The server loop's own figures (turns, budget, backlogs), for the stats command.
         self.server_stats: Callable[[], dict[str, Any]] | None = None
+        #: A shard's forwarding and links (docs/cluster.md), for the stats command.
+        self.cluster_stats: Callable[[], dict[str, Any]] | None = None
         self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "stats": self._stats,
             "dlq-list": self._dlq_list,
@@ -146,6 +148,7 @@ class Admin:
             "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
             "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
             "server": self.server_stats() if self.server_stats else {},
+            **({"cluster": self.cluster_stats()} if self.cluster_stats else {}),
             "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
             "draining": ctx.draining,
         }

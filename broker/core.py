@@ -30,6 +30,7 @@ from ..protocol import (
     DeadLetter,
     Disconnect,
     ErrorCode,
+    Forward,
     Heartbeat,
     Hello,
     Kbai,
@@ -42,6 +43,7 @@ from ..protocol import (
     Send,
     decode_frame,
 )
+from ..protocol.cluster import decode_map
 from .admin import Admin as AdminCommands
 from .clock import Clock
 from .config import BrokerConfig
@@ -51,6 +53,7 @@ from .dispatch import DISPATCH_PER_TURN, Dispatch
 from .events import Events
 from .expiry import Expiry
 from .flow import Flow
+from .forwarding import QUEUE_ADDRESSED, Forwarding
 from .intake import Intake
 from .journal import Journal, NullJournal
 from .lifecycle import Lifecycle
@@ -58,6 +61,7 @@ from .model import Counters, Peer, PeerProfile, Queue
 from .peers import Peers
 from .queues import Queues
 from .recovery import restore_keys, restore_messages
+from .relayed import LINK_ROLE, RelayedPeers, is_relayed
 from .replies import Replies
 from .schedule import (
     DELAY_OVER,
@@ -81,14 +85,18 @@ TTL_DIALECT_ONLY_TYPES = frozenset((MessageType.REQUEUE, MessageType.DEAD_LETTER
 
 
 class Turn:
-    """What a loop turn wants done: frames to send (one per peer), and the peers whose
-    transport connection to close because the broker gave up on them."""
+    """What a loop turn wants done: frames to send (one per peer), the peers whose transport
+    connection to close because the broker gave up on them, and (a shard) frames for the
+    links to other shards, by shard name."""
 
-    __slots__ = ("close", "frames")
+    __slots__ = ("close", "forwards", "frames")
 
-    def __init__(self, frames: Frames, close: list[bytes]) -> None:
+    def __init__(
+        self, frames: Frames, close: list[bytes], forwards: list[tuple[str, bytes]] | None = None
+    ) -> None:
         self.frames = frames
         self.close = close
+        self.forwards = forwards or []
 
 
 def default_profile(config: BrokerConfig) -> PeerProfile:
@@ -150,6 +158,11 @@ class Core:
             Kbai: peers.on_kbai,
             Admin: self.admin.on_admin,
         }
+        #: A shard: messages for other shards' queues go there; theirs come here relayed.
+        self.forwarding: Forwarding | None = None
+        self.relayed: RelayedPeers | None = None
+        if config.cluster:
+            self._become_shard(config)
         self._on_due: dict[int, Callable[[int, Any], None]] = {
             TTL: self.expiry.on_due,
             DELAY_OVER: self.dispatch.on_delay_over,
@@ -170,6 +183,18 @@ class Core:
             UNUSED_QUEUE: lifecycle.is_unused_live,
             SCHEDULE_RUN: schedules.is_run_live,
         }
+
+    def _become_shard(self, config: BrokerConfig) -> None:
+        self.forwarding = Forwarding(self.ctx, decode_map(config.cluster.encode()), config.shard)
+        self.relayed = RelayedPeers(self.ctx, self._peers, self.handle_messages, self.profile)
+        self._handlers[Forward] = self.relayed.on_forward
+        self._peers.on_gone = self._shard_peer_gone
+
+    def _shard_peer_gone(self, peer: Peer) -> None:
+        if peer.forwarding and self.forwarding is not None:
+            self.forwarding.peer_gone(peer)
+        if peer.role == LINK_ROLE and self.relayed is not None:
+            self.relayed.link_gone(peer.id)
 
     # ----------------------------------------------------------------- what others read
 
@@ -250,6 +275,8 @@ class Core:
         if peer.stalled:
             self._speaks_again(peer)
         handlers = self._handlers
+        # Relayed peers' messages were forwarded once already: they stay here.
+        forwarding = None if self.forwarding is None or is_relayed(peer_id) else self.forwarding
         for message in messages:
             if peer.forgotten:  # a KBAI earlier in the same frame
                 peer = peers.get(peer_id, profile)
@@ -258,6 +285,12 @@ class Core:
                 peer.opt_in()
             elif kind in TTL_DIALECT_ONLY_TYPES:
                 peer.ttl_form = True
+            if (
+                forwarding is not None
+                and type(message) in QUEUE_ADDRESSED
+                and forwarding.route(peer, message)
+            ):
+                continue
             handler = handlers.get(type(message))
             if handler is None:
                 ctx.refuse(
@@ -300,11 +333,15 @@ class Core:
         self._peers.send_due_heartbeats()
         ctx.flush_refusals()
         close = self.take_closes()
+        forwards = self.forwarding.take() if self.forwarding is not None else None
         outbox = ctx.outbox
         if not outbox:
-            return Turn([], close)
+            return Turn([], close, forwards)
         ctx.outbox = {}
-        return Turn(ctx.take_frames(outbox, self._peers.by_id), close)
+        frames = ctx.take_frames(outbox, self._peers.by_id)
+        if self.relayed is not None:
+            frames = self.relayed.wrap(frames)
+        return Turn(frames, close, forwards)
 
     def _dispatch_within_budget(self, dirty: dict[Queue, None]) -> None:
         """A dispatch pass over the queues that want one, at most DISPATCH_PER_TURN messages
@@ -337,7 +374,8 @@ class Core:
         if not confirms:
             return []
         self.ctx.confirms = {}
-        return self.ctx.take_frames(confirms, self._peers.by_id)
+        frames = self.ctx.take_frames(confirms, self._peers.by_id)
+        return frames if self.relayed is None else self.relayed.wrap(frames)
 
     def next_deadline(self) -> int | None:
         """Monotonic ns of the next thing the core must do on its own: now, if a queue is

@@ -301,6 +301,7 @@ class Peer:
         "expiry_ns",
         "extensions",
         "forgotten",
+        "forwarding",
         "heartbeat_due",
         "heartbeat_ns",
         "hello",
@@ -338,6 +339,8 @@ class Peer:
         self.closing = False
         #: Said KBAI or was declared gone: a later message from the same id starts afresh.
         self.forgotten = False
+        #: Consumes queues of other shards through this one (forwarding.py): kept while so.
+        self.forwarding = False
         #: Agreed heartbeat interval, and the silence after which it is dead (0: no heartbeats).
         self.heartbeat_ns = 0
         self.expiry_ns = 0

@@ -9,6 +9,7 @@ heartbeats a peer only when it has sent it nothing for an interval.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -41,6 +42,7 @@ class Peers:
         "_flow",
         "_heartbeats_due",
         "by_id",
+        "on_gone",
         "to_close",
     )
 
@@ -54,6 +56,8 @@ class Peers:
         self._heartbeats_due: list[Peer] = []
         #: Peers given up on whose transport holds a connection to close.
         self.to_close: list[bytes] = []
+        #: Told of every peer that is gone (a shard's forwarding and links need to know).
+        self.on_gone: Callable[[Peer], None] | None = None
         #: What a HELLO answer says of the cluster this broker is a shard of (docs/cluster.md).
         config = ctx.config
         self._cluster: dict[str, Any] = (
@@ -79,7 +83,7 @@ class Peers:
         if peer.extensions or peer.ttl_form != peer.profile.ttl_form:
             if not peer.expiry_due and not peer.forgotten:
                 self._arm_expiry(peer, self._ctx.now + self._idle_ns)
-        elif not peer.windows:
+        elif not peer.windows and not peer.forwarding:
             self.by_id.pop(peer.id, None)
 
     def gone(self, peer_id: bytes, said_goodbye: bool = False) -> int:
@@ -102,6 +106,8 @@ class Peers:
             self._departed[peer_id] = None
             if len(self._departed) > MAX_DEPARTED_PEERS:
                 del self._departed[next(iter(self._departed))]
+        if self.on_gone is not None:
+            self.on_gone(peer)
         return self._dispatch.release_all(peer)
 
     def give_up(self, peer: Peer, why: str) -> None:

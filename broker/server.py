@@ -23,6 +23,7 @@ from .core import Core, Turn
 from .durable import DurableStore, StorageError
 from .journal import Journal, NullJournal
 from .transports import RouterTransport, TcpEndpoint
+from .transports.links import Links
 
 log = logging.getLogger("phpmq.broker")
 
@@ -133,15 +134,27 @@ class BrokerServer:
         #: Frames libzmq would not take yet, per peer, sent in order before anything newer.
         self._backlog: dict[bytes, _Backlog] = {}
         #: The transports, read in this order in alternating slices.
-        self._sources: list[RouterTransport | TcpEndpoint] = [self.router]
+        self._sources: list[RouterTransport | TcpEndpoint | Links] = [self.router]
         if self.tcp is not None:
             self._sources.append(self.tcp)
+        #: A shard's links to the other shards (forwarding, docs/cluster.md).
+        self.links: Links | None = None
+        self._polled_links: list[zmq.Socket] = []
+        if self.core.forwarding is not None:
+            self.links = Links(self._context, config, self.core)
+            self._sources.append(self.links)
         self._budget_s = config.turn_budget_ms / 1000
         #: Whether the last turn left frames unread (its budget ran out).
         self._input_pending = False
         self._loop = _LoopStats()
         self._reclaim_failing = False
         self.core.admin.server_stats = self.stats
+        if self.links is not None:
+            self.core.admin.cluster_stats = self._cluster_stats
+
+    def _cluster_stats(self) -> dict[str, object]:
+        assert self.core.forwarding is not None and self.links is not None
+        return {**self.core.forwarding.stats(), "links": self.links.stats()}
 
     def _close_sockets(self) -> None:
         self.router.close(0)
@@ -187,6 +200,8 @@ class BrokerServer:
         self._send(turn.frames)
         if committed:
             self._send(self.core.release_confirms())
+        if self.links is not None and turn.forwards:
+            self.links.send(turn.forwards)
         # A TCP peer the broker gave up on (silent) loses its connection too, or it would
         # later read dispatches of messages already taken back.
         self._close(turn.close)
@@ -272,6 +287,8 @@ class BrokerServer:
                 self._turn(poller)
         finally:
             self._report_losses()
+            if self.links is not None:
+                self.links.close()
             # A moment for the last frames (DISCONNECTs, final acks' effects) to leave.
             self.router.close(CLOSE_LINGER_MS)
             if self.tcp is not None:
@@ -279,6 +296,13 @@ class BrokerServer:
             self._context.term()
 
     def _turn(self, poller: zmq.Poller) -> None:
+        links = self.links
+        if links is not None and links.sockets_changed:
+            for sock in self._polled_links:
+                poller.unregister(sock)
+            self._polled_links = links.sockets
+            for sock in self._polled_links:
+                poller.register(sock, zmq.POLLIN)
         readable = poller.poll(self._poll_timeout_ms())
         started = time.perf_counter()
         core = self.core
@@ -299,6 +323,8 @@ class BrokerServer:
             # connection in this turn: read again, it would come back as a new peer.
             self._close(self.core.take_closes())
             self.tcp.retry_closes()
+        if links is not None:
+            links.tick()
         self._loop.turn_took(time.perf_counter() - started, time.monotonic())
 
     def _read(self) -> bool:

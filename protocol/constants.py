@@ -50,6 +50,7 @@ class MessageType(IntEnum):
     ADMIN = 110  # client -> broker: options (JSON command)
     ADMIN_REPLY = 111  # broker -> client: options (JSON result)
     REPLY = 112  # both ways: the answer to a request (a 001 with REPLY_TO)
+    FORWARD = 113  # shard <-> shard: a peer's messages relayed to the queue's owner, and back
 
 
 class PacketType(IntEnum):
@@ -74,6 +75,8 @@ class PacketType(IntEnum):
     UNUSED_MS = 22
     REPLY_TO = 23
     CORRELATION = 24
+    PEER = 25
+    FLAGS = 26
 
 
 class ErrorCode(IntEnum):

@@ -233,6 +233,25 @@ class AdminReply(msgspec.Struct, frozen=True):
     options: dict[str, Any] = {}
 
 
+class Forward(msgspec.Struct, frozen=True, gc=False):
+    """113 (extension, between the shards of a cluster). From the shard a peer talks to: the
+    messages in `content` came from that peer (`peer`, an opaque reference) for queues the
+    receiving shard owns; `flags` say how the peer speaks (FORWARD_* bits) or that it is gone.
+    From the owner: `content` is what to send that peer, unchanged."""
+
+    TYPE: ClassVar[MessageType] = MessageType.FORWARD
+    peer: bytes
+    content: bytes
+    flags: int | None = None
+
+
+#: FORWARD flags: the peer speaks extensions, the TTL form, asked for confirms, is gone.
+FORWARD_EXTENSIONS = 1
+FORWARD_TTL_FORM = 2
+FORWARD_CONFIRM = 4
+FORWARD_GONE = 8
+
+
 Message = (
     Send
     | Consume
@@ -253,4 +272,5 @@ Message = (
     | Admin
     | AdminReply
     | Reply
+    | Forward
 )

@@ -63,6 +63,8 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.UNUSED_MS: "unused_ms",
     P.REPLY_TO: "reply_to",
     P.CORRELATION: "correlation",
+    P.PEER: "peer",
+    P.FLAGS: "flags",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -106,6 +108,7 @@ SPECS: dict[MessageType, TypeSpec] = {
             (P.CONTENT,),
             (P.QUEUE, P.MESSAGE_ID, P.CORRELATION, P.ERROR_CODE, P.REASON, P.HEADERS),
         ),
+        TypeSpec(m.Forward, (P.PEER, P.CONTENT), (P.FLAGS,)),
     )
 }
 
@@ -167,4 +170,6 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.UNUSED_MS: _integer,
     P.REPLY_TO: _text,
     P.CORRELATION: _text,
+    P.PEER: None,
+    P.FLAGS: _integer,
 }

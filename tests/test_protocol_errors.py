@@ -126,7 +126,7 @@ def test_non_digit_header_field_is_refused_before_the_header_is_complete() -> No
     refused(b"H0a", ErrorCode.MALFORMED, "7 ASCII digits")
 
 
-@pytest.mark.parametrize("type_code", [b"007", b"099", b"999", b"000", b"113", b"150", b"200"])
+@pytest.mark.parametrize("type_code", [b"007", b"099", b"999", b"000", b"114", b"150", b"200"])
 def test_unknown_message_type(type_code: bytes) -> None:
     refused(
         b"H01" + type_code + b"02" + QUEUE + COUNT,

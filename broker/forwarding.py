@@ -1,0 +1,224 @@
+"""Forwarding at a shard (docs/cluster.md "Forwarding"): a peer that knows nothing of shards
+(a stock PHPMQ client, a plain DEALER, a bridge, a client with a stale map) may talk to any
+shard. A message for a queue another shard owns goes there over this shard's link to the
+owner, wrapped in a 113 FORWARD that names the peer; what the owner answers comes back in
+FORWARDs and is passed to the peer unchanged, in order.
+
+This part decides and remembers; the server's links (transports/links.py) move the bytes.
+Per owner, the messages of one turn leave as one frame. A consumer's windows are remembered
+so that an owner that restarted (and forgot its peers) gets them again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol import (
+    FORWARD_CONFIRM,
+    FORWARD_EXTENSIONS,
+    FORWARD_GONE,
+    FORWARD_TTL_FORM,
+    Ack,
+    Cancel,
+    Consume,
+    DeadLetter,
+    ErrorCode,
+    Forward,
+    Message,
+    Reply,
+    Requeue,
+    Send,
+    encode,
+)
+from ..protocol.cluster import ClusterMap
+from .context import Context
+from .model import Peer
+
+#: The message types that name the queue they act on, so that its owner handles them.
+QUEUE_ADDRESSED: frozenset[type] = frozenset(
+    (Send, Consume, Cancel, Ack, Requeue, DeadLetter, Reply)
+)
+#: Queue names whose owner is remembered; past it the memo starts over.
+MAX_REMEMBERED_OWNERS = 100_000
+#: Consumers (peer, queue) of other shards' queues remembered for a restarted owner.
+MAX_FORWARDED_WINDOWS = 100_000
+
+
+class _Pending:
+    """What one peer sent this turn for one owner, and whether it is gone since."""
+
+    __slots__ = ("chunks", "gone", "peer")
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.chunks: list[bytes] = []
+        self.gone = False
+
+
+class _Windows:
+    """A peer's windows on queues of other shards, as its last CONSUME for each."""
+
+    __slots__ = ("consumes", "peer")
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.consumes: dict[str, Consume] = {}
+
+
+class Forwarding:
+    __slots__ = (
+        "_ctx",
+        "_map",
+        "_owners",
+        "_pending",
+        "down",
+        "forwarded",
+        "refused",
+        "relayed",
+        "shard",
+        "windows",
+    )
+
+    def __init__(self, ctx: Context, cluster_map: ClusterMap, shard: str) -> None:
+        self._ctx = ctx
+        self._map = cluster_map
+        self.shard = shard
+        #: queue -> name of the owner, None when it is this shard.
+        self._owners: dict[str, str | None] = {}
+        #: owner -> peer id -> what to forward at the end of the turn.
+        self._pending: dict[str, dict[bytes, _Pending]] = {}
+        #: Owners whose link is lost, and why: their queues are refused with 503 meanwhile.
+        self.down: dict[str, str] = {}
+        #: peer id -> its windows on queues of other shards (window > 0).
+        self.windows: dict[bytes, _Windows] = {}
+        self.forwarded = 0
+        self.relayed = 0
+        self.refused = 0
+
+    def owner_of(self, queue: str) -> str | None:
+        """The name of the shard owning `queue`, None if this one does."""
+        owners = self._owners
+        owner = owners.get(queue, "")
+        if owner == "":
+            if len(owners) >= MAX_REMEMBERED_OWNERS:
+                owners.clear()
+            name = self._map.owner(queue).name
+            owner = owners[queue] = None if name == self.shard else name
+        return owner
+
+    def route(self, peer: Peer, message: Any) -> bool:
+        """Forward `message` if another shard owns its queue; False: handle it here."""
+        queue = message.queue
+        if queue is None:
+            return False
+        owner = self.owner_of(queue)
+        if owner is None:
+            return False
+        if owner in self.down:
+            self._refuse(peer, message, owner)
+            return True
+        if type(message) is Consume or type(message) is Cancel:
+            self._remember_window(peer, message)
+        self._add(peer, owner, encode(message))
+        self.forwarded += 1
+        return True
+
+    def _add(self, peer: Peer, owner: str, data: bytes) -> None:
+        by_peer = self._pending.get(owner)
+        if by_peer is None:
+            by_peer = self._pending[owner] = {}
+        pending = by_peer.get(peer.id)
+        if pending is None:
+            pending = by_peer[peer.id] = _Pending(peer)
+        pending.chunks.append(data)
+
+    def _refuse(self, peer: Peer, message: Message, owner: str) -> None:
+        self.refused += 1
+        self._ctx.refuse(
+            peer,
+            ErrorCode.SHUTTING_DOWN,
+            f"queue {message.queue!r} lives on shard {owner}, which cannot be reached:"  # type: ignore[union-attr]
+            f" {self.down[owner]}",
+            queue=message.queue,  # type: ignore[union-attr]
+            tag=getattr(message, "tag", None),
+        )
+
+    def _remember_window(self, peer: Peer, message: Consume | Cancel) -> None:
+        held = self.windows.get(peer.id)
+        if type(message) is Consume and message.count > 0:
+            if held is None:
+                if len(self.windows) >= MAX_FORWARDED_WINDOWS:
+                    return  # still forwarded; only a restarted owner would not get it again
+                held = self.windows[peer.id] = _Windows(peer)
+            held.consumes[message.queue] = message
+            peer.forwarding = True
+        elif held is not None:
+            held.consumes.pop(message.queue, None)
+            if not held.consumes:
+                del self.windows[peer.id]
+                peer.forwarding = False
+
+    # ------------------------------------------------------------------ the links
+
+    def take(self) -> list[tuple[str, bytes]]:
+        """One frame per owner: the turn's FORWARDs, each peer's messages in its order."""
+        pending = self._pending
+        if not pending:
+            return []
+        self._pending = {}
+        frames = []
+        for owner, by_peer in pending.items():
+            parts = []
+            for peer_id, entry in by_peer.items():
+                flags = _flags(entry.peer) | (FORWARD_GONE if entry.gone else 0)
+                parts.append(encode(Forward(peer_id, b"".join(entry.chunks), flags)))
+            frames.append((owner, b"".join(parts)))
+        return frames
+
+    def on_link_message(self, message: Forward) -> None:
+        """An owner's answer for one of our peers: passed on as it is."""
+        self.relayed += 1
+        if message.content:
+            self._ctx.add(message.peer, message.content)
+
+    def peer_gone(self, peer: Peer) -> None:
+        """A peer with windows at other shards is gone: they let go of what it held."""
+        held = self.windows.pop(peer.id, None)
+        if held is None:
+            return
+        for owner in {self.owner_of(queue) for queue in held.consumes}:
+            if owner is not None:
+                self._add(peer, owner, b"")
+                self._pending[owner][peer.id].gone = True
+
+    def link_down(self, owner: str, why: str) -> None:
+        self.down[owner] = why
+
+    def link_up(self, owner: str, owner_restarted: bool) -> None:
+        """The link to `owner` answers again. An owner that does not know us any more (it
+        restarted) gets every window our peers hold there again."""
+        self.down.pop(owner, None)
+        if not owner_restarted:
+            return
+        for held in self.windows.values():
+            for queue, consume in held.consumes.items():
+                if self.owner_of(queue) == owner:
+                    self._add(held.peer, owner, encode(consume))
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "shard": self.shard,
+            "forwarded": self.forwarded,
+            "relayed": self.relayed,
+            "refused_unreachable": self.refused,
+            "forwarded_windows": sum(len(held.consumes) for held in self.windows.values()),
+            "links_down": dict(self.down),
+        }
+
+
+def _flags(peer: Peer) -> int:
+    return (
+        (FORWARD_EXTENSIONS if peer.extensions else 0)
+        | (FORWARD_TTL_FORM if peer.ttl_form else 0)
+        | (FORWARD_CONFIRM if peer.confirm else 0)
+    )

@@ -1,0 +1,116 @@
+"""The owner's side of forwarding (docs/cluster.md "Forwarding"): peers that talk to another
+shard, seen through that shard's link.
+
+A link is a peer that said HELLO with role "link". Each peer a FORWARD names becomes a peer
+of its own here (a relayed peer), with its own windows and in-flight messages, speaking as
+the FORWARD's flags say; everything the core sends it goes back over the link in a FORWARD.
+A relayed peer lives as long as its link does: the link's silence, goodbye or restart lets
+go of what every peer behind it held.
+
+A relayed peer's id says where it lives (prefix, length of the link's id, the link's id, the
+link's reference for the peer), so nothing maps ids to links: a relayed producer is forgotten
+as soon as it is served, like any stock producer, and memory stays flat however many come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..protocol import (
+    FORWARD_CONFIRM,
+    FORWARD_EXTENSIONS,
+    FORWARD_GONE,
+    FORWARD_TTL_FORM,
+    ErrorCode,
+    Forward,
+    Message,
+    ProtocolError,
+    decode_frame,
+    encode,
+)
+from .context import Context, Frames
+from .model import Peer, PeerProfile
+from .peers import Peers
+
+#: The HELLO role of a shard's link to another shard.
+LINK_ROLE = "link"
+#: Relayed peer ids start so, and are longer than libzmq's own ids (5 bytes) and than no
+#: chosen routing id may start with a zero byte: no ZeroMQ or TCP peer can take one.
+_PREFIX = b"\x00F"
+_ZMQ_ID_BYTES = 5
+
+Handle = Callable[[bytes, list[Message], "ProtocolError | None", PeerProfile], None]
+
+
+def relayed_id(link_id: bytes, reference: bytes) -> bytes:
+    return _PREFIX + bytes((len(link_id),)) + link_id + reference
+
+
+def is_relayed(peer_id: bytes) -> bool:
+    return len(peer_id) > _ZMQ_ID_BYTES and peer_id[:2] == _PREFIX
+
+
+def route_of(peer_id: bytes) -> tuple[bytes, bytes]:
+    """(link id, the link's reference) of a relayed peer id."""
+    length = peer_id[2]
+    return peer_id[3 : 3 + length], peer_id[3 + length :]
+
+
+class RelayedPeers:
+    __slots__ = ("_ctx", "_handle", "_peers", "_profile", "links")
+
+    def __init__(self, ctx: Context, peers: Peers, handle: Handle, profile: PeerProfile) -> None:
+        self._ctx = ctx
+        self._peers = peers
+        self._handle = handle
+        self._profile = profile
+        #: Links seen since start (their count is shown by stats).
+        self.links = 0
+
+    def on_forward(self, link: Peer, message: Forward) -> None:
+        """Messages a peer of another shard sent for queues of this one."""
+        if link.role != LINK_ROLE:
+            self._ctx.refuse(link, ErrorCode.UNSUPPORTED_TYPE, "only shard links may send FORWARD")
+            return
+        if len(link.id) > 255:
+            self._ctx.refuse(link, ErrorCode.INVALID_VALUE, "a link's routing id is too long")
+            return
+        peer_id = relayed_id(link.id, message.peer)
+        flags = message.flags or 0
+        if message.content:
+            _take_flags(self._peers.get(peer_id, self._profile), flags)
+            messages, error = decode_frame(message.content, self._ctx.config.max_content_bytes)
+            self._handle(peer_id, messages, error, self._profile)
+        if flags & FORWARD_GONE:
+            self._peers.gone(peer_id)
+
+    def link_gone(self, link_id: bytes) -> int:
+        """A link is gone: so is every peer behind it. Returns how many messages went back."""
+        prefix = relayed_id(link_id, b"")
+        behind = [peer_id for peer_id in self._peers.by_id if peer_id.startswith(prefix)]
+        return sum(self._peers.gone(peer_id) for peer_id in behind)
+
+    @staticmethod
+    def wrap(frames: Frames) -> Frames:
+        """Frames for relayed peers go to their link, in FORWARDs (one frame per link)."""
+        out: Frames = []
+        by_link: dict[bytes, list[bytes]] = {}
+        for peer_id, frame in frames:
+            if not is_relayed(peer_id):
+                out.append((peer_id, frame))
+                continue
+            link_id, reference = route_of(peer_id)
+            parts = by_link.get(link_id)
+            if parts is None:
+                parts = by_link[link_id] = []
+            parts.append(encode(Forward(reference, frame)))
+        out.extend((link_id, b"".join(parts)) for link_id, parts in by_link.items())
+        return out
+
+
+def _take_flags(peer: Peer, flags: int) -> None:
+    """The relayed peer speaks as its shard says the real one does."""
+    if flags & FORWARD_EXTENSIONS:
+        peer.extensions = True
+    peer.ttl_form = bool(flags & FORWARD_TTL_FORM)
+    peer.confirm = bool(flags & FORWARD_CONFIRM)

@@ -1,0 +1,268 @@
+"""A shard's links to the other shards of its cluster (docs/cluster.md "Forwarding"): one
+DEALER per other shard, speaking the ordinary client protocol (HELLO with role "link",
+heartbeats both ways) and carrying 113 FORWARDs.
+
+A link is lost when its shard is silent for interval x liveness: its queues are refused with
+503 (naming the shard) until it answers HELLO again on a new socket. A shard that answers
+with another map is refused as a link (the two disagree on the cluster) and logged. Frames
+the socket will not take yet wait in a bounded backlog; past it the link is treated as lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+
+import msgspec
+import zmq
+
+from ...protocol import (
+    Disconnect,
+    Forward,
+    Heartbeat,
+    Hello,
+    Kbai,
+    ProtocolError,
+    decode_frame,
+    encode,
+)
+from ...protocol.cluster import ClusterMap, Shard
+from ..config import BrokerConfig
+from ..core import Core
+from ..relayed import LINK_ROLE
+
+log = logging.getLogger("phpmq.links")
+
+#: The heartbeat a link asks for, and how many missed ones make its shard lost.
+LINK_HEARTBEAT_MS = 1000
+LINK_LIVENESS = 3
+#: Frames a link holds while its socket will not take them; past it the link is lost.
+MAX_LINK_BACKLOG = 10_000
+
+
+class _Link:
+    __slots__ = (
+        "answered",
+        "backlog",
+        "disagrees",
+        "last_heard",
+        "last_sent",
+        "lost",
+        "shard",
+        "socket",
+    )
+
+    def __init__(self, shard: Shard) -> None:
+        self.shard = shard
+        self.socket: zmq.Socket | None = None
+        self.last_heard = 0.0
+        self.last_sent = 0.0
+        #: Its shard answered HELLO on the current socket.
+        self.answered = False
+        #: Silent too long, or not taking frames: its queues are refused meanwhile.
+        self.lost = False
+        #: Why it is refused as a link (another map), or "".
+        self.disagrees = ""
+        self.backlog: deque[bytes] = deque()
+
+
+class Links:
+    def __init__(self, context: zmq.Context, config: BrokerConfig, core: Core) -> None:
+        forwarding = core.forwarding
+        assert forwarding is not None
+        self._context = context
+        self._config = config
+        self._core = core
+        self._forwarding = forwarding
+        self._map = msgspec.json.decode(config.cluster.encode(), type=ClusterMap)
+        self._links = {
+            shard.name: _Link(shard) for shard in self._map.shards if shard.name != config.shard
+        }
+        self._by_socket: dict[zmq.Socket, _Link] = {}
+        self.interval = LINK_HEARTBEAT_MS / 1000
+        #: Set when sockets were replaced: the server polls the new ones.
+        self.sockets_changed = True
+        self.dropped = 0
+        now = time.monotonic()
+        for link in self._links.values():
+            self._connect(link, now)
+
+    @property
+    def sockets(self) -> list[zmq.Socket]:
+        self.sockets_changed = False
+        return list(self._by_socket)
+
+    def _connect(self, link: _Link, now: float) -> None:
+        if link.socket is not None:
+            del self._by_socket[link.socket]
+            link.socket.close(linger=0)
+        sock = self._context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.sndhwm = self._config.send_hwm
+        sock.setsockopt(zmq.MAXMSGSIZE, self._config.max_frame_bytes)
+        sock.connect(link.shard.address)
+        link.socket = sock
+        link.answered = False
+        link.last_heard = now
+        link.backlog.clear()
+        self._by_socket[sock] = link
+        self.sockets_changed = True
+        hello = Hello(
+            {
+                "role": LINK_ROLE,
+                "name": self._config.shard,
+                "heartbeat_ms": LINK_HEARTBEAT_MS,
+                "liveness": LINK_LIVENESS,
+            }
+        )
+        self._write(link, encode(hello), now)
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, forwards: list[tuple[str, bytes]]) -> None:
+        now = time.monotonic()
+        for name, frame in forwards:
+            link = self._links.get(name)
+            if link is not None:
+                self._write(link, frame, now)
+
+    def _write(self, link: _Link, frame: bytes, now: float) -> None:
+        sock = link.socket
+        assert sock is not None
+        if link.backlog:
+            if len(link.backlog) >= MAX_LINK_BACKLOG:
+                self.dropped += len(link.backlog) + 1
+                self._lose(link, "its link does not take frames", now)
+                return
+            link.backlog.append(frame)
+            return
+        try:
+            sock.send(frame, zmq.NOBLOCK)
+        except zmq.Again:
+            link.backlog.append(frame)
+            return
+        link.last_sent = now
+
+    def _flush(self, link: _Link, now: float) -> None:
+        sock = link.socket
+        assert sock is not None
+        while link.backlog:
+            try:
+                sock.send(link.backlog[0], zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            link.backlog.popleft()
+            link.last_sent = now
+
+    # ------------------------------------------------------------------ reading
+
+    def receive(self, core: Core, limit: int, deadline: float) -> tuple[int, bool]:
+        """Read up to `limit` frames from the links (the server's transports' signature)."""
+        read = 0
+        drained = True
+        now = time.monotonic()
+        for sock, link in list(self._by_socket.items()):
+            while read < limit and link.socket is sock:  # a frame may replace the socket
+                try:
+                    frame = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                read += 1
+                self._on_frame(link, frame, now)
+            else:
+                drained = False
+            if time.perf_counter() >= deadline:
+                return read, False
+        return read, drained
+
+    def has_input(self) -> bool:
+        return any(sock.get(zmq.EVENTS) & zmq.POLLIN for sock in self._by_socket)
+
+    def _on_frame(self, link: _Link, frame: bytes, now: float) -> None:
+        link.last_heard = now
+        messages, error = decode_frame(frame, self._config.max_content_bytes)
+        forwarding = self._forwarding
+        for message in messages:
+            if type(message) is Forward:
+                forwarding.on_link_message(message)
+            elif type(message) is Hello:
+                self._on_answer(link, message, now)
+            elif type(message) is Disconnect:
+                # The shard does not know us (it restarted) or is leaving: start over.
+                log.info("shard %s: %s", link.shard.name, message.reason)
+                self._connect(link, now)
+                return
+            elif type(message) not in (Heartbeat, Kbai):
+                log.warning("shard %s sent %s on a link", link.shard.name, type(message).__name__)
+        if error is not None:
+            self._refused(link, error)
+
+    def _on_answer(self, link: _Link, answer: Hello, now: float) -> None:
+        theirs = answer.options.get("cluster")
+        if theirs is not None:
+            try:
+                theirs = msgspec.convert(theirs, ClusterMap)
+            except (msgspec.ValidationError, ValueError):
+                theirs = None
+        if theirs != self._map or answer.options.get("shard") != link.shard.name:
+            why = (
+                f"shard at {link.shard.address} answers as {answer.options.get('shard')!r}"
+                f" with another cluster map (epoch {getattr(theirs, 'epoch', None)}, ours"
+                f" {self._map.epoch}): the two disagree on the cluster; not linking"
+            )
+            if why != link.disagrees:
+                log.error("%s", why)
+            link.disagrees = why
+            self._forwarding.link_down(link.shard.name, why)
+            return
+        link.disagrees = ""
+        link.answered = True
+        was_lost, link.lost = link.lost, False
+        self._forwarding.link_up(link.shard.name, owner_restarted=True)
+        if was_lost:
+            log.info("shard %s answers again", link.shard.name)
+
+    def _refused(self, link: _Link, error: ProtocolError) -> None:
+        log.warning("undecodable frame from shard %s: %s", link.shard.name, error.reason)
+
+    # ------------------------------------------------------------------ liveness
+
+    def tick(self) -> None:
+        """Heartbeats, loss of silent shards, backlogs: once per loop turn."""
+        now = time.monotonic()
+        for link in list(self._links.values()):
+            if link.backlog:
+                self._flush(link, now)
+            silent = now - link.last_heard
+            if silent > self.interval * LINK_LIVENESS:
+                self._lose(link, f"silent for {silent:.1f}s", now)
+            elif link.answered and now - link.last_sent >= self.interval:
+                self._write(link, encode(Heartbeat()), now)
+
+    def _lose(self, link: _Link, why: str, now: float) -> None:
+        if not link.lost:
+            log.warning("shard %s lost: %s", link.shard.name, why)
+        link.lost = True
+        self._forwarding.link_down(link.shard.name, why)
+        self._connect(link, now)
+
+    def close(self) -> None:
+        for link in self._links.values():
+            if link.socket is not None:
+                with contextlib.suppress(zmq.ZMQError):
+                    link.socket.send(encode(Kbai()), zmq.NOBLOCK)
+                link.socket.close(linger=100)
+                link.socket = None
+        self._by_socket.clear()
+
+    def stats(self) -> dict[str, object]:
+        return {
+            name: {
+                "address": link.shard.address,
+                "state": "refused" if link.disagrees else "lost" if link.lost else "up",
+                "backlog_frames": len(link.backlog),
+            }
+            for name, link in self._links.items()
+        }
