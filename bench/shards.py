@@ -27,6 +27,7 @@ BATCH = 256
 #: Messages a producer may be ahead of its consumer.
 MAX_LEAD = 5_000
 TARGET_SCALING = 0.8
+TARGET_FORWARD_COST = 1.5
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -135,6 +136,12 @@ def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str,
     }
 
 
+def run_forwarding(seconds: float) -> dict[str, Any]:
+    from .forwarding import run_forwarding as run
+
+    return run(seconds)
+
+
 def run_shards_benchmark(shards: int = 2, queues: int = 16, seconds: float = 10.0) -> dict:
     console = Console()
     cores = len(os.sched_getaffinity(0))
@@ -166,4 +173,18 @@ def run_shards_benchmark(shards: int = 2, queues: int = 16, seconds: float = 10.
         f" (and more for the clients) give about N x {model:,.0f}. Here {cores} cores carry"
         f" the shards and all {2 * shards} client processes."
     )
-    return {"runs": runs, "ratio": ratio, "model_msgs_per_core": model}
+    forwarding = run_forwarding(seconds)
+    direct, forwarded = forwarding["direct"], forwarding["forwarded"]
+    console.print(
+        f"forwarding (2 shards, stock-protocol producer and consumer on queues of local/1):"
+        f" direct {direct['msgs_per_s']:,.0f} msgs/s at {direct['us_per_message']:.1f} µs of"
+        f" shard CPU per message; through local/0 {forwarded['msgs_per_s']:,.0f} msgs/s at"
+        f" {forwarded['us_per_message']:.1f} µs: a forwarded message costs"
+        f" {forwarding['cost_ratio']:.2f}x a direct one (target ≤ {TARGET_FORWARD_COST})."
+    )
+    return {
+        "runs": runs,
+        "ratio": ratio,
+        "model_msgs_per_core": model,
+        "forwarding": forwarding,
+    }

@@ -189,6 +189,7 @@ class Core:
         self.relayed = RelayedPeers(self.ctx, self._peers, self.handle_messages, self.profile)
         self._handlers[Forward] = self.relayed.on_forward
         self._peers.on_gone = self._shard_peer_gone
+        self.admin.cluster_stats = self.forwarding.stats
 
     def _shard_peer_gone(self, peer: Peer) -> None:
         if peer.forwarding and self.forwarding is not None:
@@ -256,6 +257,13 @@ class Core:
     def handle_frame(self, peer_id: bytes, data: bytes, profile: PeerProfile | None = None) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages."""
         messages, error = decode_frame(data, self.config.max_content_bytes)
+        forwarding = self.forwarding
+        if forwarding is not None and error is None and messages and not is_relayed(peer_id):
+            peer = self._peers.get(peer_id, profile or self.profile)
+            if forwarding.take_whole(peer, messages, data):
+                peer.last_seen = self.ctx.now
+                self._peers.after_input(peer)
+                return
         self.handle_messages(peer_id, messages, error, profile)
 
     def handle_messages(
@@ -285,11 +293,7 @@ class Core:
                 peer.opt_in()
             elif kind in TTL_DIALECT_ONLY_TYPES:
                 peer.ttl_form = True
-            if (
-                forwarding is not None
-                and type(message) in QUEUE_ADDRESSED
-                and forwarding.route(peer, message)
-            ):
+            if forwarding is not None and self._forwarded(forwarding, peer, message):
                 continue
             handler = handlers.get(type(message))
             if handler is None:
@@ -305,6 +309,18 @@ class Core:
             ctx.refuse(peer, error.code, error.reason)
         ctx.flush_refusals()
         peers.after_input(peer)
+
+    @staticmethod
+    def _forwarded(forwarding: Forwarding, peer: Peer, message: Message) -> bool:
+        """A shard: whether another shard handles `message` (docs/cluster.md)."""
+        kind = type(message)
+        if kind in QUEUE_ADDRESSED:
+            return forwarding.route(peer, message)
+        if kind is Admin:
+            return forwarding.route_admin(peer, message)  # type: ignore[arg-type]
+        if kind is Publish:
+            return forwarding.fan_out(peer, message)  # type: ignore[arg-type]
+        return False
 
     def _speaks_again(self, peer: Peer) -> None:
         """A stalled peer (a lease ran out while it said nothing) is back: it gets work."""

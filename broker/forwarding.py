@@ -13,18 +13,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from ..protocol import (
     FORWARD_CONFIRM,
     FORWARD_EXTENSIONS,
     FORWARD_GONE,
     FORWARD_TTL_FORM,
     Ack,
+    Admin,
+    AdminReply,
     Cancel,
     Consume,
     DeadLetter,
     ErrorCode,
     Forward,
     Message,
+    Publish,
     Reply,
     Requeue,
     Send,
@@ -38,6 +43,8 @@ from .model import Peer
 QUEUE_ADDRESSED: frozenset[type] = frozenset(
     (Send, Consume, Cancel, Ack, Requeue, DeadLetter, Reply)
 )
+#: Admin commands that run where they arrive, even when they name a queue.
+LOCAL_COMMANDS = frozenset(("stats",))
 #: Queue names whose owner is remembered; past it the memo starts over.
 MAX_REMEMBERED_OWNERS = 100_000
 #: Consumers (peer, queue) of other shards' queues remembered for a restarted owner.
@@ -123,6 +130,78 @@ class Forwarding:
         self.forwarded += 1
         return True
 
+    def take_whole(self, peer: Peer, messages: list[Message], frame: bytes) -> bool:
+        """A frame whose messages all go to one other shard goes there as it came, without
+        being written again (the common case: a producer's batch, a consumer's acks)."""
+        owner = ""
+        owner_of = self.owner_of
+        for message in messages:
+            if type(message) not in QUEUE_ADDRESSED:
+                return False
+            queue = message.queue  # type: ignore[union-attr]
+            if queue is None:
+                return False
+            this = owner_of(queue)
+            if this is None or (owner and this != owner):
+                return False
+            owner = this
+        if not owner or owner in self.down:
+            return False
+        for message in messages:
+            if type(message) is Consume or type(message) is Cancel:
+                self._remember_window(peer, message)
+        self._add(peer, owner, frame)
+        self.forwarded += len(messages)
+        return True
+
+    def route_admin(self, peer: Peer, message: Admin) -> bool:
+        """An admin command about one queue (`queue` option) runs at that queue's owner;
+        `stats` and the rest run here."""
+        options = message.options
+        queue = options.get("queue")
+        if type(queue) is not str or options.get("command") in LOCAL_COMMANDS:
+            return False
+        owner = self.owner_of(queue)
+        if owner is None:
+            return False
+        if owner in self.down:
+            self.refused += 1
+            self._ctx.reply(peer, AdminReply({"error": self._unreachable(queue, owner)}))
+            return True
+        self._add(peer, owner, encode(message))
+        self.forwarded += 1
+        return True
+
+    def fan_out(self, peer: Peer, message: Publish) -> bool:
+        """A PUBLISH reaches the queues bound at every shard: each other shard gets one copy
+        (without its tag: the answer, and the count it confirms, are this shard's; with its
+        key, so a retry is a duplicate there too) and routes it to its own queues.
+        With a shard unreachable it is refused whole with 503 (True: handled)."""
+        if self.down:
+            owner = next(iter(self.down))
+            self.refused += 1
+            self._ctx.refuse(
+                peer,
+                ErrorCode.SHUTTING_DOWN,
+                f"cannot publish to every shard: shard {owner} cannot be reached:"
+                f" {self.down[owner]}",
+                tag=message.tag,
+            )
+            return True
+        copy = encode(msgspec.structs.replace(message, tag=None))
+        for shard in self._map.shards:
+            if shard.name != self.shard:
+                self._add(peer, shard.name, copy)
+        self.forwarded += 1
+        return False
+
+    def _unreachable(self, queue: str, owner: str) -> dict[str, Any]:
+        return {
+            "code": int(ErrorCode.SHUTTING_DOWN),
+            "reason": f"queue {queue!r} lives on shard {owner}, which cannot be reached:"
+            f" {self.down[owner]}",
+        }
+
     def _add(self, peer: Peer, owner: str, data: bytes) -> None:
         by_peer = self._pending.get(owner)
         if by_peer is None:
@@ -132,14 +211,13 @@ class Forwarding:
             pending = by_peer[peer.id] = _Pending(peer)
         pending.chunks.append(data)
 
-    def _refuse(self, peer: Peer, message: Message, owner: str) -> None:
+    def _refuse(self, peer: Peer, message: Any, owner: str) -> None:
         self.refused += 1
         self._ctx.refuse(
             peer,
             ErrorCode.SHUTTING_DOWN,
-            f"queue {message.queue!r} lives on shard {owner}, which cannot be reached:"  # type: ignore[union-attr]
-            f" {self.down[owner]}",
-            queue=message.queue,  # type: ignore[union-attr]
+            self._unreachable(message.queue, owner)["reason"],
+            queue=message.queue,
             tag=getattr(message, "tag", None),
         )
 

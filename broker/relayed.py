@@ -1,11 +1,12 @@
 """The owner's side of forwarding (docs/cluster.md "Forwarding"): peers that talk to another
 shard, seen through that shard's link.
 
-A link is a peer that said HELLO with role "link". Each peer a FORWARD names becomes a peer
-of its own here (a relayed peer), with its own windows and in-flight messages, speaking as
-the FORWARD's flags say; everything the core sends it goes back over the link in a FORWARD.
-A relayed peer lives as long as its link does: the link's silence, goodbye or restart lets
-go of what every peer behind it held.
+A link is a peer that said HELLO with role "link" (or sent FORWARD without any HELLO: a link
+whose shard restarted under it, which says HELLO again when its next heartbeat is refused).
+Each peer a FORWARD names becomes a peer of its own here (a relayed peer), with its own
+windows and in-flight messages, speaking as the FORWARD's flags say; everything the core
+sends it goes back over the link in a FORWARD. A relayed peer lives as long as its link
+does: the link's silence, goodbye or restart lets go of what every peer behind it held.
 
 A relayed peer's id says where it lives (prefix, length of the link's id, the link's id, the
 link's reference for the peer), so nothing maps ids to links: a relayed producer is forgotten
@@ -70,10 +71,18 @@ class RelayedPeers:
     def on_forward(self, link: Peer, message: Forward) -> None:
         """Messages a peer of another shard sent for queues of this one."""
         if link.role != LINK_ROLE:
-            self._ctx.refuse(link, ErrorCode.UNSUPPORTED_TYPE, "only shard links may send FORWARD")
-            return
-        if len(link.id) > 255:
-            self._ctx.refuse(link, ErrorCode.INVALID_VALUE, "a link's routing id is too long")
+            if link.hello:
+                self._ctx.refuse(
+                    link, ErrorCode.UNSUPPORTED_TYPE, "only shard links may send FORWARD"
+                )
+                return
+            # A link whose HELLO this process never saw (it restarted, the link's socket
+            # came back on its own): it is one all the same, and says HELLO again soon.
+            link.role = LINK_ROLE
+        if len(link.id) > 255 or not 0 < len(message.peer) <= 255:
+            self._ctx.refuse(
+                link, ErrorCode.INVALID_VALUE, "a link id or FORWARD peer is not 1-255 bytes"
+            )
             return
         peer_id = relayed_id(link.id, message.peer)
         flags = message.flags or 0

@@ -85,6 +85,16 @@ class Links:
         #: Set when sockets were replaced: the server polls the new ones.
         self.sockets_changed = True
         self.dropped = 0
+        self._hello = encode(
+            Hello(
+                {
+                    "role": LINK_ROLE,
+                    "name": config.shard,
+                    "heartbeat_ms": LINK_HEARTBEAT_MS,
+                    "liveness": LINK_LIVENESS,
+                }
+            )
+        )
         now = time.monotonic()
         for link in self._links.values():
             self._connect(link, now)
@@ -109,15 +119,7 @@ class Links:
         link.backlog.clear()
         self._by_socket[sock] = link
         self.sockets_changed = True
-        hello = Hello(
-            {
-                "role": LINK_ROLE,
-                "name": self._config.shard,
-                "heartbeat_ms": LINK_HEARTBEAT_MS,
-                "liveness": LINK_LIVENESS,
-            }
-        )
-        self._write(link, encode(hello), now)
+        self._write(link, self._hello, now)
 
     # ------------------------------------------------------------------ sending
 
@@ -190,10 +192,11 @@ class Links:
             elif type(message) is Hello:
                 self._on_answer(link, message, now)
             elif type(message) is Disconnect:
-                # The shard does not know us (it restarted) or is leaving: start over.
+                # The shard does not know us (it restarted) or is leaving: HELLO again, on
+                # the same socket, so that it keeps taking us for the same link.
                 log.info("shard %s: %s", link.shard.name, message.reason)
-                self._connect(link, now)
-                return
+                link.answered = False
+                self._write(link, self._hello, now)
             elif type(message) not in (Heartbeat, Kbai):
                 log.warning("shard %s sent %s on a link", link.shard.name, type(message).__name__)
         if error is not None:

@@ -1,0 +1,175 @@
+"""Forwarding between shards, pure: two cores wired by hand (docs/cluster.md "Forwarding").
+A stock peer at shard 0 sends, consumes and acks a queue shard 1 owns; the answers come back
+unchanged; a peer or a link that goes away lets go of what it held; only links may FORWARD."""
+
+from __future__ import annotations
+
+import phpmq.protocol as p
+from harness import CoreHarness
+from phpmq.broker.core import Turn
+from phpmq.protocol.cluster import ClusterMap, Shard, encode_map
+
+MAP = ClusterMap(1, (Shard("t/0", "tcp://127.0.0.1:1"), Shard("t/1", "tcp://127.0.0.1:2")))
+REMOTE = next(f"q{i}" for i in range(100) if MAP.owner(f"q{i}").name == "t/1")
+LOCAL = next(f"q{i}" for i in range(100) if MAP.owner(f"q{i}").name == "t/0")
+PEER = b"\x00peer"
+LINK = b"\x00link"
+LINK_HELLO = p.Hello({"role": "link", "name": "t/0", "heartbeat_ms": 1000, "liveness": 3})
+
+
+def shard(name: str) -> CoreHarness:
+    return CoreHarness(cluster=encode_map(MAP).decode(), shard=name)
+
+
+class Pair:
+    """Shard 0 (where the peer talks) and shard 1 (the owner), the link carried by hand."""
+
+    def __init__(self) -> None:
+        self.entry = shard("t/0")
+        self.owner = shard("t/1")
+        self.owner.send(LINK, LINK_HELLO)
+
+    def peer_turn(self, *messages: p.Message) -> list:
+        """One turn at the entry with `messages` from the peer, the forwards carried to the
+        owner, the owner's answers carried back; what the peer got."""
+        entry = self.entry.core
+        entry.begin_turn()
+        entry.handle_frame(PEER, p.encode_all(list(messages)))
+        return self._carry(entry.end_turn())
+
+    def owner_turn(self) -> list:
+        """A turn at the owner with nothing new (dispatch), its answers carried back."""
+        self.entry.core.begin_turn()
+        return self._carry(self.entry.core.end_turn())
+
+    def _carry(self, turn: Turn) -> list:
+        got = [m for peer, frame in turn.frames if peer == PEER for m in p.decode_frame(frame)[0]]
+        owner = self.owner.core
+        owner.begin_turn()
+        for name, frame in turn.forwards:
+            assert name == "t/1"
+            owner.handle_frame(LINK, frame)
+        back = owner.end_turn().frames
+        entry = self.entry.core
+        entry.begin_turn()
+        for link, frame in back:
+            assert link == LINK, "the owner answers relayed peers over their link"
+            messages, error = p.decode_frame(frame)
+            assert error is None
+            for message in messages:
+                if type(message) is p.Forward:
+                    entry.forwarding.on_link_message(message)  # type: ignore[union-attr]
+        turn = entry.end_turn()
+        got += [m for peer, frame in turn.frames if peer == PEER for m in p.decode_frame(frame)[0]]
+        return got
+
+
+def test_a_stock_peer_sends_consumes_and_acks_a_queue_of_another_shard() -> None:
+    pair = Pair()
+    assert pair.peer_turn(p.Send(REMOTE, b"one", 0), p.Send(LOCAL, b"two", 0)) == []
+    assert REMOTE not in pair.entry.core.queues
+    assert pair.owner.stats(REMOTE)["ready"] == 1
+    assert pair.entry.stats(LOCAL)["ready"] == 1
+    [dispatch] = pair.peer_turn(p.Consume(REMOTE, 5))
+    assert type(dispatch) is p.Dispatch
+    assert (dispatch.queue, dispatch.content) == (REMOTE, b"one")
+    assert pair.owner.stats(REMOTE)["in_flight"] == 1
+    pair.peer_turn(p.Ack(REMOTE, dispatch.message_id))
+    assert pair.owner.stats(REMOTE) == {"ready": 0, "in_flight": 0, "dead": 0}
+    assert pair.entry.core.forwarding.forwarded == 3  # type: ignore[union-attr]
+
+
+def test_an_extension_peer_gets_its_confirms_and_errors_from_the_owner() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Hello({"confirm": True}))
+    [confirm] = pair.peer_turn(p.Send(REMOTE, b"x", 0, tag=7))
+    assert type(confirm) is p.Confirm and confirm.tag == 7
+    [error] = pair.peer_turn(p.Ack(REMOTE, b"0" * 32))
+    assert type(error) is p.Error and error.code == 404
+
+
+def test_a_peer_that_goes_lets_go_of_what_it_held_at_the_owner() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Send(REMOTE, b"one", 0))
+    [dispatch] = pair.peer_turn(p.Consume(REMOTE, 5))
+    assert pair.owner.stats(REMOTE)["in_flight"] == 1
+    pair.entry.core.begin_turn()
+    pair.entry.core.peer_gone(PEER)
+    pair._carry(pair.entry.core.end_turn())
+    assert pair.owner.stats(REMOTE) == {"ready": 1, "in_flight": 0, "dead": 0}
+    assert dispatch.content == b"one"
+
+
+def test_a_link_that_goes_lets_go_of_every_peer_behind_it() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Send(REMOTE, b"one", 0))
+    pair.peer_turn(p.Consume(REMOTE, 5))
+    assert pair.owner.stats(REMOTE)["in_flight"] == 1
+    pair.owner.send(LINK, p.Kbai())
+    assert pair.owner.stats(REMOTE) == {"ready": 1, "in_flight": 0, "dead": 0}
+
+
+def test_a_restarted_owner_gets_the_windows_again() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Consume(REMOTE, 5))
+    pair.owner = shard("t/1")  # a new process: it knows nobody
+    pair.owner.send(LINK, LINK_HELLO)
+    pair.entry.core.forwarding.link_up("t/1", owner_restarted=True)  # type: ignore[union-attr]
+    pair.owner.send(b"\x00prod", p.Send(REMOTE, b"again", 0))
+    [dispatch] = pair.owner_turn()
+    assert dispatch.content == b"again"
+
+
+def test_a_lost_owner_refuses_its_queues_with_503_naming_it() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    pair.entry.core.forwarding.link_down("t/1", "silent for 3.2s")  # type: ignore[union-attr]
+    [error] = pair.peer_turn(p.Send(REMOTE, b"x", 0))
+    assert type(error) is p.Error and error.code == 503
+    assert "t/1" in error.reason and "silent" in error.reason
+    assert pair.peer_turn(p.Send(LOCAL, b"y", 0)) == []  # its own queues keep working
+    assert pair.entry.stats(LOCAL)["ready"] == 1
+
+
+def test_only_links_may_forward_and_relayed_peers_are_never_forwarded_again() -> None:
+    owner = shard("t/1")
+    inner = p.encode(p.Send(REMOTE, b"x", 0))
+    out = owner.send(b"\x00else", p.Hello({}), p.Forward(b"r", inner, 1))
+    assert [e.code for e in out if type(e) is p.Error] == [405]
+    assert REMOTE not in owner.core.queues
+    # A FORWARD for a queue this shard does not own (maps that disagree) is kept here,
+    # never sent on: no loops between shards.
+    owner.send(LINK, LINK_HELLO)
+    owner.send(LINK, p.Forward(b"r", p.encode(p.Send(LOCAL, b"x", 0)), 0))
+    assert owner.stats(LOCAL)["ready"] == 1
+    assert owner.core.forwarding.forwarded == 0  # type: ignore[union-attr]
+
+
+def test_a_publish_reaches_the_bound_queues_of_every_shard_once() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    pair.peer_turn(p.Consume(REMOTE, 1, patterns="user.*"), p.Consume(LOCAL, 1, patterns="user.#"))
+    assert pair.owner.core.events.bindings.patterns(REMOTE) == ["user.*"]
+    assert pair.entry.core.events.bindings.patterns(LOCAL) == ["user.#"]
+    got = pair.peer_turn(p.Publish("user.42", b"hi", tag=3))
+    [confirm] = [m for m in got if type(m) is p.Confirm]
+    assert confirm.tag == 3  # this shard's answer only
+    assert sorted(m.queue for m in got if type(m) is p.Dispatch) == sorted([REMOTE, LOCAL])
+    assert pair.owner.stats(REMOTE)["in_flight"] == 1
+    assert pair.entry.stats(LOCAL)["in_flight"] == 1
+    pair.entry.core.forwarding.link_down("t/1", "silent for 3.0s")  # type: ignore[union-attr]
+    [error] = pair.peer_turn(p.Publish("user.43", b"no", tag=4))
+    assert type(error) is p.Error and error.code == 503 and "t/1" in error.reason
+    assert pair.entry.stats(LOCAL)["ready"] == 0  # all or none
+
+
+def test_an_admin_command_about_a_queue_runs_at_its_owner() -> None:
+    pair = Pair()
+    [reply] = pair.peer_turn(
+        p.Admin({"command": "queue-bind", "queue": REMOTE, "patterns": ["a.b"]})
+    )
+    assert type(reply) is p.AdminReply and reply.options["bindings"] == ["a.b"], reply
+    assert REMOTE not in pair.entry.core.queues
+    assert pair.owner.core.events.bindings.patterns(REMOTE) == ["a.b"]
+    [stats] = pair.peer_turn(p.Admin({"command": "stats", "queue": REMOTE}))
+    assert stats.options["cluster"]["shard"] == "t/0"  # stats stay where they are asked
