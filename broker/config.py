@@ -148,6 +148,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: shard's name in it. Empty: not part of a cluster.
     cluster: str = ""
     shard: str = ""
+    #: Several hosts: the cluster file every node shares, and which node this host is
+    #: (docs/cluster.md "Several hosts"). Its shards bind the node's address from the file.
+    cluster_file: str = ""
+    node: str = ""
     #: Named schedules the broker keeps (docs/protocol.md §6.7).
     max_schedules: int = 1_000
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
@@ -200,6 +204,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
         memory_limit(self.max_memory)  # raises ValueError for a bad size
         self.shard_count()  # raises ValueError for a bad count
+        if bool(self.cluster_file) != bool(self.node):
+            raise ValueError("cluster_file and node go together: give both or neither")
         if self.unrouted_queue and rules.queue_name_problem(self.unrouted_queue):
             raise ValueError(f"unrouted_queue: {rules.queue_name_problem(self.unrouted_queue)}")
 

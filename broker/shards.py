@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from ..protocol.cluster import ClusterMap, Shard, encode_map
+from .cluster_file import read_cluster_file
 from .config import BrokerConfig
 
 log = logging.getLogger("phpmq.shards")
@@ -75,24 +76,38 @@ def cluster_map(config: BrokerConfig, node: str = "local") -> ClusterMap:
 
 
 def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
-    """Each shard's own settings: its endpoint, store, name and the map. The raw TCP
-    endpoint for stock PHPMQ clients stays with shard 0 (forwarding is not built yet)."""
-    mapping = cluster_map(config)
+    """This host's shards' own settings: endpoint, store, name and the map. The raw TCP
+    endpoint for stock PHPMQ clients is shard 0's (forwarding takes them everywhere).
+
+    Raises:
+        ValueError: a bad --bind address, cluster file or node name.
+    """
+    if config.cluster_file:
+        cluster = read_cluster_file(config.cluster_file)
+        node = cluster.node(config.node)
+        mapping = cluster.cluster_map(shard_address)
+        bind, count = node.address, node.shards
+        prefix = f"{node.name}/"
+    else:
+        mapping = cluster_map(config)
+        bind, count, prefix = config.bind, len(mapping.shards), "local/"
     encoded = encode_map(mapping).decode()
     # The memory limit is the host's: each shard gets its share of it.
-    memory = config.max_memory_bytes // len(mapping.shards)
+    memory = config.max_memory_bytes // count
     return [
         msgspec.structs.replace(
             config,
             max_memory=memory,
-            bind=shard_address(config.bind, index),
+            bind=shard_address(bind, index),
             data_dir=str(Path(config.data_dir) / f"shard-{index}") if config.data_dir else "",
             tcp_bind=config.tcp_bind if index == 0 else "",
             shards=1,
             cluster=encoded,
-            shard=shard.name,
+            shard=f"{prefix}{index}",
+            cluster_file="",
+            node="",
         )
-        for index, shard in enumerate(mapping.shards)
+        for index in range(count)
     ]
 
 
@@ -128,6 +143,7 @@ class _Slot:
 
 class ShardSupervisor:
     def __init__(self, config: BrokerConfig) -> None:
+        """Raises ValueError for a bad --bind address, cluster file or node name."""
         self._grace = config.grace_seconds
         self._slots = [_Slot(shard) for shard in shard_configs(config)]
         self._context = multiprocessing.get_context("spawn")

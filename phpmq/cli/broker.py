@@ -41,6 +41,14 @@ from .shared import fail
     " HELLO (docs/cluster.md). [default: 1]",
 )
 @click.option(
+    "--cluster-file",
+    type=click.Path(dir_okay=False),
+    help="Several hosts: the cluster file (TOML: epoch, and [[nodes]] with name, address and"
+    " shards) that every node shares; needs --node. This host runs that node's shards at its"
+    " address from the file (docs/cluster.md). [default: none]",
+)
+@click.option("--node", help="Which node of --cluster-file this host is. [default: none]")
+@click.option(
     "--dialect",
     type=click.Choice(["ttl", "pre-ttl"]),
     help="Form of 003 for peers that have not spoken the TTL form. [default: ttl]",
@@ -128,7 +136,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if config.shard_count() > 1:
+    if config.shard_count() > 1 or config.cluster_file:
         from ..broker.shards import ShardSupervisor
 
         try:

@@ -20,10 +20,13 @@ def cluster_stats(client: Client) -> dict[str, Any]:
     and clients of all (each queue with its `shard`), counters and memory summed, and
     `shards` listing each shard's address, peers and uptime.
 
+    A shard that does not answer is listed with why (`shards[name]["unreachable"]`); the
+    others are shown as they are.
+
     Raises:
-        ClientError: a shard did not answer (the command fails with one line).
+        ClientError: the shard asked first did not answer (the command fails with one line).
     """
-    from ..client import Client
+    from ..client import Client, ClientError
 
     home = admin(client, "stats")
     mapping = client.cluster_map
@@ -31,13 +34,21 @@ def cluster_stats(client: Client) -> dict[str, Any]:
         return home
     mine = client.broker_info.get("shard")
     answers = {}
+    unreachable = {}
     for shard in mapping.shards:
         if shard.name == mine:
             answers[shard.name] = home
             continue
-        with Client(shard.address, name="phpmq-cli", send_timeout=client.send_timeout) as other:
-            answers[shard.name] = admin(other, "stats")
-    return _merged(answers, {shard.name: shard.address for shard in mapping.shards})
+        try:
+            with Client(shard.address, name="phpmq-cli", send_timeout=client.send_timeout) as other:
+                answers[shard.name] = admin(other, "stats")
+        except ClientError as exc:
+            unreachable[shard.name] = str(exc)
+    addresses = {shard.name: shard.address for shard in mapping.shards}
+    merged = _merged(answers, addresses)
+    for name, why in unreachable.items():
+        merged["shards"][name] = {"address": addresses[name], "unreachable": why}
+    return merged
 
 
 def _merged(answers: dict[str, dict[str, Any]], addresses: dict[str, str]) -> dict[str, Any]:

@@ -81,7 +81,9 @@ def _render(result: dict[str, Any], address: str) -> Any:
         parts.append(
             "shards: "
             + ", ".join(
-                f"{name} at {s['address']} ({s['queues']} queues, {s['peers']} peers)"
+                f"{name} at {s['address']} (no answer)"
+                if "unreachable" in s
+                else f"{name} at {s['address']} ({s['queues']} queues, {s['peers']} peers)"
                 for name, s in shards.items()
             )
         )
