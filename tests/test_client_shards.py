@@ -110,9 +110,11 @@ def test_send_many_to_queues_of_different_shards_returns_ids_in_order(
         assert len({client.shard_of(q) for q in by_queue}) > 1
         for queue, ids in by_queue.items():
             assert len(ids) == 50 and len(set(ids)) == 50
-            contents = [m.content.decode() for m in client.consume(queue, 50, timeout=0.5)]
-            assert contents == [f"{queue}/{n}" for n in range(50)]
-            # The consumer sees the IDs the confirms gave, in the order sent.
+            received = list(client.consume(queue, 50, timeout=0.5))
+            assert [m.content.decode() for m in received] == [f"{queue}/{n}" for n in range(50)]
+            assert [m.id for m in received] == ids  # the confirms' IDs, in the order sent
+            for message in received:
+                message.ack()
 
 
 def test_request_reaches_a_worker_homed_at_another_shard(three_shards: str) -> None:

@@ -76,16 +76,11 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
         _routed_by: Driver | None = None,
     ) -> None:
         """`_routed_by` is internal: the routing client this one is a link of."""
-        self._link_settings: dict[str, Any] = {
-            "name": name,
-            "role": role,
-            "send_timeout": send_timeout,
-            "close_timeout": close_timeout,
-            "confirm_timeout": confirm_timeout,
-            "heartbeat_ms": heartbeat_ms,
-            "liveness": liveness,
-            "on_event": on_event,
-        }
+        self._link_settings: dict[str, Any] = dict(
+            name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
+            confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
+            on_event=on_event,
+        )  # fmt: skip
         super().__init__(
             address,
             Connection(
