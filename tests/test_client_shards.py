@@ -10,10 +10,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from harness import BrokerProcess, free_port
-from phpmq.client import AsyncClient, Client
+import phpmq.protocol as p
+from harness import BrokerProcess, free_port, raw_dealer, recv_messages
+from phpmq.client import AsyncClient, Client, QueueDeleted
+from phpmq.client.shards import ShardRouting
+from phpmq.protocol.cluster import ClusterMap
 
 QUEUES = [f"route-{i}" for i in range(20)]
 
@@ -180,3 +184,90 @@ def test_unsharded_broker_makes_no_links(tmp_path: Path) -> None:
         assert client.shard_of(QUEUES[0]) is None
         assert client._routing is None and not client._links()
         assert client.admin("stats")["queues"][QUEUES[0]]["ready"] == 1
+
+
+def test_queue_deleted_at_another_shard_reaches_the_receive_loop(three_shards: str) -> None:
+    with Client(three_shards) as consumer, Client(shard_address(three_shards, 2)) as admin:
+        consumer.admin("stats")  # the HELLO answer is in
+        queue = next(q for q in QUEUES if consumer.shard_of(q) == "local/1")
+        consumer.subscribe(queue, window=5)
+        admin.send(queue, b"doomed", confirm=True)
+        message = consumer.receive(timeout=5)
+        assert message is not None and message.content == b"doomed"
+        admin.delete_queue(queue)
+        with pytest.raises(QueueDeleted) as deleted:
+            while consumer.receive(timeout=5) is not None:
+                pass
+        assert deleted.value.queue == queue
+
+
+def test_a_live_feed_gets_what_its_own_client_publishes(three_shards: str) -> None:
+    with Client(shard_address(three_shards, 1)) as client:
+        feeds = [client.subscribe_events("order.*", window=10) for _ in range(6)]
+        assert {client.shard_of(feed) for feed in feeds} == {"local/1"}
+        assert client.publish("order.paid", b"17") == 6
+        got = [client.receive(timeout=5) for _ in feeds]
+        assert sorted(m.queue for m in got if m is not None) == sorted(feeds)
+
+
+def cluster_options(epoch: int, names: list[str], home: str | None = None) -> dict:
+    shards = [{"name": name, "address": f"tcp://host-{name[-1]}.lan:5555"} for name in names]
+    options: dict = {"cluster": {"epoch": epoch, "shards": shards}}
+    if home is not None:
+        options["shard"] = home
+    return options
+
+
+def test_routing_compares_shards_by_name_and_adopts_only_newer_epochs() -> None:
+    routing: ShardRouting[object] = ShardRouting()
+    routing.heard(cluster_options(1, ["local/0", "local/1"], home="local/0"), from_home=True)
+    assert routing.decided and routing.sharded
+    home_queue = next(q for q in QUEUES if routing.shard_of(q) == "local/0")
+    assert routing.elsewhere(home_queue) is None  # by name: the map says host-0.lan
+    moved = next(q for q in QUEUES if ClusterMap_owner(3, q) == "local/2")
+    routing.subscribed(moved, 10, ("order.*",), None)
+    routing.heard(cluster_options(3, ["local/0", "local/1", "local/2"]), from_home=False)
+    assert routing.moves_due
+    routing.heard(cluster_options(2, ["local/0"]), from_home=False)  # older: ignored
+    [move] = routing.take_moves()
+    assert (move.queue, move.new.name, move.subscription.bind) == (moved, "local/2", ("order.*",))
+    assert not routing.moves_due and routing.take_moves() == []
+
+
+def test_a_single_shard_map_routes_nothing() -> None:
+    routing: ShardRouting[object] = ShardRouting()
+    routing.heard(cluster_options(1, ["local/0"], home="local/0"), from_home=True)
+    assert not routing.sharded and routing.shard_of("q") is None
+
+
+def ClusterMap_owner(count: int, queue: str) -> str:  # noqa: N802
+    names = [f"local/{i}" for i in range(count)]
+    return msgspec.convert(cluster_options(1, names)["cluster"], ClusterMap).owner(queue).name
+
+
+def send_without_routing(address: str, queue: str, content: bytes) -> None:
+    """A confirmed send to exactly `address`, by hand (a Client routes by the broker's map)."""
+    with raw_dealer(address) as sock:
+        sock.send(p.encode(p.Hello({})) + p.encode(p.Send(queue, content, 0, 1)))
+        while not any(isinstance(m, p.Confirm) for m in recv_messages(sock)):
+            pass
+
+
+def test_a_newer_map_moves_subscriptions_to_their_new_owners(three_shards: str) -> None:
+    """The broker's epoch does not change in a test run, so the newer map is handed to the
+    client as a HELLO answer would carry it: shard 2 left, its queues went to 0 and 1."""
+    with Client(three_shards) as client:
+        client.admin("stats")
+        at_two = [q for q in QUEUES if client.shard_of(q) == "local/2"][:3]
+        for queue in at_two:
+            client.subscribe(queue, window=5)
+        two = [{"name": f"local/{i}", "address": shard_address(three_shards, i)} for i in (0, 1)]
+        client._map_heard({"cluster": {"epoch": 99, "shards": two}}, from_home=False)
+        assert {client.shard_of(q) for q in at_two} <= {"local/0", "local/1"}
+        for queue in at_two:
+            owner = shard_address(three_shards, int(str(client.shard_of(queue))[-1]))
+            send_without_routing(owner, queue, queue.encode())
+        got = sorted(client.receive(timeout=5).content.decode() for _ in at_two)
+        assert got == sorted(at_two)
+    for queue, stats in queues_at_each_shard(three_shards, 3)[2].items():
+        assert stats["consumers"] == 0, queue  # cancelled at the old owner

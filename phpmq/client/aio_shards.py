@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .errors import BrokerRefused, ClientError
@@ -23,10 +24,7 @@ class AsyncShards:
     async def _link_for(self, queue: str) -> Any:
         """The link to the owner of `queue`, made if need be (None: the home connection).
         The first call waits for the home HELLO answer, up to `confirm_timeout`."""
-        if not self._routing.decided:
-            await self._await_limits()
-            self._routing_undecided()
-        shards = self._routing
+        shards = await self._decided_routing()
         if shards is None or self.closed:
             return None
         if shards.moves_due:
@@ -35,6 +33,21 @@ class AsyncShards:
         if owner is None:
             return None
         return shards.links.get(owner.name) or self._new_link(owner)
+
+    async def _decided_routing(self) -> Any:
+        """The routing in force once the home HELLO answer came (see sync_shards.py)."""
+        if self._routing is not None and not self._routing.decided:
+            await self._await_limits()
+            self._routing_undecided()
+        return self._routing
+
+    async def _home_queue_name(self, make_name: Callable[[], str]) -> str:
+        """A name from `make_name` for a queue the home shard owns (see sync_shards.py)."""
+        shards = await self._decided_routing()
+        name = make_name()
+        while shards is not None and shards.elsewhere(name) is not None:
+            name = make_name()
+        return name
 
     async def _window_at_owner(self, queue: str) -> int | None:
         """The window last asked for on `queue`, at the connection consuming it."""
@@ -108,9 +121,7 @@ class AsyncShards:
     async def _every_shard(self) -> list[Any]:
         """This client and a link to every other shard of the map (just this client when
         the broker is not sharded)."""
-        if self._routing is not None and not self._routing.decided:
-            await self._link_for("")  # waits for the home HELLO answer
-        shards = self._shards
-        if self._routing is None or shards is None:
+        shards = await self._decided_routing()
+        if shards is None:
             return [self]
         return [self, *(shards.links.get(s.name) or self._new_link(s) for s in shards.others())]

@@ -10,6 +10,7 @@ import contextlib
 import inspect
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -30,10 +31,7 @@ class SyncShards:
     def _link_for(self, queue: str) -> Any:
         """The link to the owner of `queue`, made if need be (None: the home connection).
         The first call waits for the home HELLO answer, up to `confirm_timeout`."""
-        if not self._routing.decided:
-            self._await_limits()
-            self._routing_undecided()
-        shards = self._routing
+        shards = self._decided_routing()
         if shards is None or self.closed:
             return None
         if shards.moves_due:
@@ -42,6 +40,23 @@ class SyncShards:
         if owner is None:
             return None
         return shards.links.get(owner.name) or self._new_link(owner)
+
+    def _decided_routing(self) -> Any:
+        """The routing in force once the home HELLO answer came (waited for up to
+        `confirm_timeout`, the first time); None: everything stays at home."""
+        if self._routing is not None and not self._routing.decided:
+            self._await_limits()
+            self._routing_undecided()
+        return self._routing
+
+    def _home_queue_name(self, make_name: Callable[[], str]) -> str:
+        """A name from `make_name` for a queue the home shard owns (a live feed's, so that
+        the publishes of this client reach it; docs/client.md "Sharded brokers")."""
+        shards = self._decided_routing()
+        name = make_name()
+        while shards is not None and shards.elsewhere(name) is not None:
+            name = make_name()
+        return name
 
     def _window_at_owner(self, queue: str) -> int | None:
         """The window last asked for on `queue`, at the connection consuming it."""
@@ -116,10 +131,8 @@ class SyncShards:
     def _every_shard(self) -> list[Any]:
         """This client and a link to every other shard of the map (just this client when
         the broker is not sharded)."""
-        if self._routing is not None and not self._routing.decided:
-            self._link_for("")  # waits for the home HELLO answer
-        shards = self._shards
-        if self._routing is None or shards is None:
+        shards = self._decided_routing()
+        if shards is None:
             return [self]
         return [self, *(shards.links.get(s.name) or self._new_link(s) for s in shards.others())]
 

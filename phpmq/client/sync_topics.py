@@ -73,7 +73,7 @@ class SyncTopics:
         Returns its name; read it with `receive` or `consume(name, window)`."""
         if not patterns:
             raise no_patterns()
-        queue = live_queue_name()
+        queue = self._home_queue_name(live_queue_name)  # type: ignore[attr-defined]
         self.subscribe(queue, window, bind=patterns, delete_when_unused=0)
         return queue
 
