@@ -15,6 +15,7 @@ import pytest
 
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, raw_dealer, recv_messages
+from phpmq.broker.shards import shard_address
 from phpmq.client import AsyncClient, Client, QueueDeleted
 from phpmq.client.shards import ShardRouting
 from phpmq.protocol.cluster import ClusterMap
@@ -33,11 +34,6 @@ def free_ports(count: int) -> str:
             return f"tcp://127.0.0.1:{port}"
         except OSError:
             continue
-
-
-def shard_address(base: str, index: int) -> str:
-    host, port = base.rsplit(":", 1)
-    return f"{host}:{int(port) + index}"
 
 
 @pytest.fixture

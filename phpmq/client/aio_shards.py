@@ -5,6 +5,7 @@ so one wait covers every connection. A mixin of `AsyncClient` (aio.py).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -95,7 +96,8 @@ class AsyncShards:
                 continue
             wait = deadline - time.monotonic()
             if wait <= 0:
-                return None
+                await asyncio.sleep(0)  # one turn of the loop: the readers take what is there
+                return next((m for c in clients if (m := c._take_received())), None)
             await self._news_within(wait)
 
     def _clients_in_turn(self) -> list[Any]:
