@@ -16,7 +16,7 @@ import pytest
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, raw_dealer, recv_messages
 from phpmq.broker.shards import shard_address
-from phpmq.client import AsyncClient, Client, QueueDeleted
+from phpmq.client import AsyncClient, BrokerRefused, Client, QueueDeleted
 from phpmq.client.shards import ShardRouting
 from phpmq.protocol.cluster import ClusterMap
 
@@ -267,3 +267,20 @@ def test_a_newer_map_moves_subscriptions_to_their_new_owners(three_shards: str) 
         assert got == sorted(at_two)
     for queue, stats in queues_at_each_shard(three_shards, 3)[2].items():
         assert stats["consumers"] == 0, queue  # cancelled at the old owner
+
+
+def test_close_raises_what_another_shard_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHPMQ_MAX_QUEUES", "1")  # per shard: a second queue is refused (429)
+    address = free_ports(3)
+    with BrokerProcess(tmp_path / "broker.log", "--shards", "3", address=address):
+        client = Client(address)
+        client.admin("stats")
+        first, second = [q for q in QUEUES if client.shard_of(q) == "local/1"][:2]
+        client.send(first, b"kept")
+        client.send(second, b"refused: one queue per shard")
+        with pytest.raises(BrokerRefused) as refused:
+            client.close()
+        assert refused.value.error.code == 429 and refused.value.error.queue == second
+        assert client.closed and all(link.closed for link in client._links())
