@@ -100,7 +100,6 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
 
     # ------------------------------------------------------------------ producing
 
-    @to_owner_async
     async def send(
         self,
         queue: str,
@@ -114,6 +113,11 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
     ) -> str | None:
         """Send one message; with `confirm=True` return its ID once the broker has it.
         As `Client.send`, with the same exceptions."""
+        if self._routing is not None and (link := await self._link_for(queue)) is not None:
+            # The hot path's one check, inline: a decorator's *args would cost more.
+            return await link.send(
+                queue, content, ttl, headers, confirm=confirm, key=key, delay=delay
+            )
         connection = self._connection
         if connection.refusals.sends:
             self._tell_refused_sends()

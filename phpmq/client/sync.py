@@ -108,7 +108,6 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
 
     # ------------------------------------------------------------------ producing
 
-    @to_owner
     def send(
         self,
         queue: str,
@@ -144,6 +143,9 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
                 came within `send_timeout`; this one was not sent (or, confirmed, was
                 refused while paused). See "When the broker is full" in docs/client.md.
         """
+        if self._routing is not None and (link := self._link_for(queue)) is not None:
+            # The hot path's one check, inline: a decorator's *args would cost more.
+            return link.send(queue, content, ttl, headers, confirm=confirm, key=key, delay=delay)
         connection = self._connection
         if connection.refusals.sends:
             self._tell_refused_sends()
