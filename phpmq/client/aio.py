@@ -481,7 +481,7 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
             self._reader = asyncio.get_running_loop().create_task(self._read(self._socket))
             self._reconnected += 1
         self._wake()  # confirms awaited on the old socket are now answered LOST
-        self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
+        self._event(RECONNECTED, f"new connection #{self._reconnected}, consuming again")
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

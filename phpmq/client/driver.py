@@ -283,8 +283,8 @@ class Driver:
         self._reconnect_at = now + delay
         self._event(
             BROKER_LOST,
-            f"{why}; reconnecting in {delay:.2f}s; {self.sent_since_heard} messages sent since"
-            " it was last heard may be lost",
+            f"{why}; reconnecting in {delay:.2f}s; {self._connection.sent_since_heard} messages"
+            " sent since it was last heard may be lost",
         )
 
     def _event(self, event: str, detail: str) -> None:

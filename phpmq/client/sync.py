@@ -495,4 +495,4 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
         self._dealer.close(RECONNECT_LINGER_S)
         self._dealer = self._connect()  # the connection gives up the old socket's work
         self._reconnected += 1
-        self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
+        self._event(RECONNECTED, f"new connection #{self._reconnected}, consuming again")
