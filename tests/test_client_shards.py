@@ -5,8 +5,11 @@ message sent to the wrong shard stays there, so every test below fails if routin
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import pytest
 
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, raw_dealer, recv_messages
-from phpmq.broker.shards import shard_address
+from phpmq.broker.shards import shard_address, started_pids
 from phpmq.client import AsyncClient, BrokerRefused, Client, QueueDeleted
 from phpmq.client.shards import ShardRouting
 from phpmq.protocol.cluster import ClusterMap
@@ -284,3 +287,25 @@ def test_close_raises_what_another_shard_refused(
             client.close()
         assert refused.value.error.code == 429 and refused.value.error.queue == second
         assert client.closed and all(link.closed for link in client._links())
+
+
+def test_a_link_reconnects_by_itself_when_its_shard_restarts(tmp_path: Path) -> None:
+    address = free_ports(3)
+    log = tmp_path / "broker.log"
+    with (
+        BrokerProcess(log, "--shards", "3", address=address) as broker,
+        Client(address, heartbeat_ms=100) as client,
+    ):
+        client.admin("stats")
+        queue = next(q for q in QUEUES if client.shard_of(q) == "local/1")
+        client.subscribe(queue, window=5)
+        victim = started_pids(broker.log())["local/1"]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while client.reconnects == 0 or started_pids(broker.log())["local/1"] == victim:
+            assert time.monotonic() < deadline, broker.log()
+            client.receive(timeout=0.1)
+        client.send(queue, b"after the restart", confirm=True)
+        message = client.receive(timeout=10)
+        assert message is not None and message.content == b"after the restart"
+        message.ack()
