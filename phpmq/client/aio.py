@@ -29,6 +29,7 @@ from ..protocol import DEFAULT_ADDRESS, Error
 from .aio_batches import AsyncBatchSends
 from .aio_requests import AsyncRequests
 from .aio_schedules import AsyncSchedules
+from .aio_shards import AsyncShards
 from .aio_topics import AsyncTopics
 from .connection import Connection
 from .dealer import SEND_HWM
@@ -38,14 +39,16 @@ from .events import RECONNECTED
 from .message import AsyncReceivedMessage
 from .refusals import FlowRefusal
 from .schedules import Duration, delay_ms
+from .shards import to_owner_async
 from .topics import unused_ms
 
 log = logging.getLogger("phpmq.client")
 
 
-class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, Driver):
-    """A connection to one broker for one event loop. Its coroutines may be awaited from
-    many tasks of that loop at once; it is not thread-safe."""
+class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, AsyncShards, Driver):
+    """A connection to one broker for one event loop (to a sharded one: to the shard at
+    `address` and the owners of the queues it uses, as `Client`). Its coroutines may be
+    awaited from many tasks of that loop at once; it is not thread-safe."""
 
     def __init__(
         self,
@@ -59,9 +62,16 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
         heartbeat_ms: int = 1000,
         liveness: int = 3,
         on_event: Callable[[str, str], None] | None = None,
+        _routed_by: Driver | None = None,
     ) -> None:
         """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
-        `address`); the tasks that read and heartbeat start with `async with` or a first call."""
+        `address`); the tasks that read and heartbeat start with `async with` or a first call.
+        `_routed_by` is internal: the routing client this one is a link of."""
+        self._link_settings: dict[str, Any] = dict(
+            name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
+            confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
+            on_event=on_event,
+        )  # fmt: skip
         super().__init__(
             address,
             Connection(
@@ -76,6 +86,7 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
             close_timeout=close_timeout,
             confirm_timeout=confirm_timeout,
             on_event=on_event,
+            routed_by=_routed_by,
         )
         #: One sender at a time, so the greeting goes first on a new socket and a reconnect
         #: gives up exactly the tags that went out on the old one.
@@ -102,6 +113,11 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
     ) -> str | None:
         """Send one message; with `confirm=True` return its ID once the broker has it.
         As `Client.send`, with the same exceptions."""
+        if self._routing is not None and (link := await self._link_for(queue)) is not None:
+            # The hot path's one check, inline: a decorator's *args would cost more.
+            return await link.send(
+                queue, content, ttl, headers, confirm=confirm, key=key, delay=delay
+            )
         connection = self._connection
         if connection.refusals.sends:
             self._tell_refused_sends()
@@ -162,6 +178,7 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
 
     # ------------------------------------------------------------------ consuming
 
+    @to_owner_async
     async def subscribe(
         self,
         queue: str,
@@ -172,27 +189,24 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
     ) -> None:
         """At most `window` unacked messages of `queue` at a time (0 stops), binding `bind`
         and deleted once unused `delete_when_unused` seconds, as `Client`'s."""
+        bind = tuple(bind)
         frame = self._connection.subscribe(queue, window, bind, unused_ms(delete_when_unused))
         await self._send_frame(frame)
+        self._remember_subscription(queue, window, bind, delete_when_unused)
 
     async def receive(self, timeout: float | None = None) -> AsyncReceivedMessage | None:
         """The next dispatched message, or None if none came within `timeout` seconds;
         BrokerRefused for a subscription refused for good, QueueDeleted for a consumed queue
         the broker deleted (see `Client.receive`)."""
+        if self._shards is not None and self._shards.links:
+            return await self._receive_merged(timeout)
         self._start()
-        connection = self._connection
-        received = connection.received
+        received = self._connection.received
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if connection.refusals.subscriptions:
-                self._tell_refused_subscription()
-            if connection.topics.deleted:
-                self._tell_deleted()
-            if received:
-                return received.popleft()  # type: ignore[return-value]
-            if self.closed:
-                raise ClientError("client is closed")
-            self._flush_quietly()
+            message = self._take_received()
+            if message is not None:
+                return message
             if deadline is None:
                 await self._news_within(None)
                 continue
@@ -201,6 +215,21 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
                 await asyncio.sleep(0)  # one turn of the loop: the reader takes what is there
                 return received.popleft() if received else None  # type: ignore[return-value]
             await self._news_within(wait)
+
+    def _take_received(self) -> AsyncReceivedMessage | None:
+        """The next message already received (None: none; buffered settles then go), after
+        raising what the caller must be told first."""
+        connection = self._connection
+        if connection.refusals.subscriptions:
+            self._tell_refused_subscription()
+        if connection.topics.deleted:
+            self._tell_deleted()
+        if connection.received:
+            return connection.received.popleft()  # type: ignore[return-value]
+        if self.closed:
+            raise ClientError("client is closed")
+        self._flush_quietly()
+        return None
 
     async def consume(
         self,
@@ -213,7 +242,7 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
     ) -> AsyncIterator[AsyncReceivedMessage]:
         """Subscribe to `queue` (as `subscribe`) and yield its messages; stop after
         `timeout` seconds idle. QueueDeleted ends it when the broker deletes the queue."""
-        if self._connection.window(queue) != window or bind or delete_when_unused is not None:
+        if await self._window_at_owner(queue) != window or bind or delete_when_unused is not None:
             await self.subscribe(queue, window, bind=bind, delete_when_unused=delete_when_unused)
         while True:
             message = await self.receive(timeout)
@@ -224,6 +253,7 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
     async def flush(self) -> None:
         """Send buffered acks, requeues and dead letters now (ClientError: not taken within
         `send_timeout`); BrokerRefused for sends the broker refused (see `Client.flush`)."""
+        await self._flush_links()
         payload = self._connection.take_settles()
         if payload:
             await self._send_frame(payload)
@@ -280,7 +310,8 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
 
     async def close(self) -> None:
         """Flush, say goodbye, wait for the broker's answer, and close. Messages received but
-        not settled go back to the head of their queue (see `Client.close`)."""
+        not settled go back to the head of their queue (see `Client.close`); links first."""
+        refused_at_link = await self._close_links()
         if self.closed:
             return
         await _cancel(self._liveness)
@@ -302,6 +333,8 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
             self._wake()
         # The goodbye's answer proves the broker read every send: tell what it refused.
         self._tell_refused_sends()
+        if refused_at_link is not None:
+            raise refused_at_link
 
     async def _await_goodbye_answer(self) -> None:
         deadline = time.monotonic() + self.close_timeout
@@ -398,6 +431,8 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
     def _wake(self) -> None:
         self._news.set()
         self._news = asyncio.Event()
+        if self._routed_by is not None:  # one wait of the routing client covers its links
+            self._routed_by._wake()  # type: ignore[attr-defined]
 
     async def _news_within(self, seconds: float | None) -> None:
         """Wait until the broker is heard from (or the socket replaced), at most `seconds`."""
@@ -444,9 +479,9 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, D
             self._socket.close(linger=int(RECONNECT_LINGER_S * 1000))
             self._socket = self._connect()  # the connection gives up the old socket's work
             self._reader = asyncio.get_running_loop().create_task(self._read(self._socket))
-            self.reconnects += 1
+            self._reconnected += 1
         self._wake()  # confirms awaited on the old socket are now answered LOST
-        self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
+        self._event(RECONNECTED, f"new connection #{self._reconnected}, consuming again")
 
 
 async def _cancel(task: asyncio.Task[None] | None) -> None:

@@ -10,11 +10,13 @@ from collections.abc import Callable, Iterable
 from .batches import BATCH_MESSAGES
 from .confirms import ConfirmedSends
 from .errors import ClientError, InvalidArgument, PartialSend, Paused
+from .shards import to_owner_async
 
 
 class AsyncBatchSends:
     """`send_many` for the asyncio client."""
 
+    @to_owner_async
     async def send_many(
         self,
         queue: str,

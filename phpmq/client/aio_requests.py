@@ -16,6 +16,7 @@ from typing import Any
 from .connection import TRUSTED_PACKET_BYTES
 from .errors import ClientError, RequestTimeout
 from .requests import ReplyFormat, check_request, encode_request, result
+from .shards import to_owner_async
 from .sync_requests import SMALL_CONTENT
 
 
@@ -43,8 +44,10 @@ class AsyncRequests:
     @property
     def replies_dropped(self) -> int:
         """Replies that came when no request awaited them (late, repeated, unknown)."""
-        return self._connection.requests.dropped
+        own = self._connection.requests.dropped
+        return own + sum(link.replies_dropped for link in self._links())  # type: ignore[attr-defined]
 
+    @to_owner_async
     async def request(
         self,
         queue: str,

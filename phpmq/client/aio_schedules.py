@@ -33,19 +33,27 @@ class AsyncSchedules:
         options = schedule_options(
             name, queue, content, event, every, cron, tz, nohaste, catch_up, ttl, headers
         )
-        return await self.admin("schedule-add", **options)  # type: ignore[attr-defined]
+        owner = None
+        if queue is not None and self._routing is not None:  # type: ignore[attr-defined]
+            owner = await self._link_for(queue)  # type: ignore[attr-defined]
+        return await (owner or self).admin("schedule-add", **options)  # type: ignore[attr-defined]
 
     async def unschedule(self, name: str) -> bool:
-        """As `Client.unschedule`: False if there was no such schedule."""
-        try:
-            await self.admin("schedule-remove", name=name)  # type: ignore[attr-defined]
-        except BrokerRefused as exc:
-            if exc.error.code == ErrorCode.NOT_FOUND:
-                return False
-            raise
-        return True
+        """As `Client.unschedule`: False if there was no such schedule (on any shard)."""
+        removed = False
+        for shard in await self._every_shard():  # type: ignore[attr-defined]
+            try:
+                await shard.admin("schedule-remove", name=name)
+            except BrokerRefused as exc:
+                if exc.error.code != ErrorCode.NOT_FOUND:
+                    raise
+            else:
+                removed = True
+        return removed
 
     async def schedules(self) -> list[dict[str, Any]]:
-        """As `Client.schedules`."""
-        reply = await self.admin("schedule-list")  # type: ignore[attr-defined]
-        return list(reply["schedules"])
+        """As `Client.schedules` (on a sharded broker: those of every shard)."""
+        found = []
+        for shard in await self._every_shard():  # type: ignore[attr-defined]
+            found.extend((await shard.admin("schedule-list"))["schedules"])
+        return sorted(found, key=lambda schedule: str(schedule["name"]))

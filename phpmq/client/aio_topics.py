@@ -12,6 +12,7 @@ from typing import Any
 from .errors import ClientError
 from .message import queue_packet
 from .refusals import FlowRefusal
+from .shards import to_owner_async
 from .topics import checked_patterns, live_queue_name, no_patterns, rebind_options
 
 
@@ -68,10 +69,11 @@ class AsyncTopics:
         Returns its name; read it with `receive` or `consume(name, window)`."""
         if not patterns:
             raise no_patterns()
-        queue = live_queue_name()
+        queue = await self._home_queue_name(live_queue_name)  # type: ignore[attr-defined]
         await self.subscribe(queue, window, bind=patterns, delete_when_unused=0)
         return queue
 
+    @to_owner_async
     async def cancel(self, queue: str, timeout: float = 5.0) -> int:
         """Stop consuming `queue` and wait for the broker's answer: the number of messages
         this client held there, now back at the head of the queue. Acks buffered before go
@@ -83,6 +85,7 @@ class AsyncTopics:
             ClientError: no answer within `timeout` seconds.
         """
         connection = self._connection
+        self._forget_subscription(queue)
         frame = connection.cancel(queue)
         await self._send_frame(connection.take_settles() + frame)
         deadline = time.monotonic() + timeout
@@ -98,6 +101,7 @@ class AsyncTopics:
 
     # ------------------------------------------------------------------ bindings (admin)
 
+    @to_owner_async
     async def bind(self, queue: str, *patterns: str) -> list[str]:
         """Bind `queue` (made if it does not exist) to `patterns`; its bindings after.
         BrokerRefused (422) past the broker's binding limits: then nothing is bound."""
@@ -105,6 +109,7 @@ class AsyncTopics:
         reply = await self.admin("queue-bind", queue=queue, patterns=checked_patterns(patterns))
         return list(reply["bindings"])
 
+    @to_owner_async
     async def unbind(self, queue: str, *patterns: str) -> list[str]:
         """Remove `patterns` (as written) from `queue`'s bindings; its bindings after.
         BrokerRefused (404) for a queue that does not exist."""
@@ -112,6 +117,7 @@ class AsyncTopics:
         reply = await self.admin("queue-unbind", queue=queue, patterns=checked_patterns(patterns))
         return list(reply["bindings"])
 
+    @to_owner_async
     async def rebind(
         self,
         queue: str,
@@ -127,20 +133,24 @@ class AsyncTopics:
         options = rebind_options(replace, remove, remove_mask, add)
         return list((await self.admin("queue-rebind", queue=queue, **options))["bindings"])
 
+    @to_owner_async
     async def bindings(self, queue: str) -> list[str]:
         """`queue`'s binding patterns, in the order bound (BrokerRefused 404: no queue)."""
         queue_packet(queue)
         return list((await self.admin("queue-bindings", queue=queue))["bindings"])
 
+    @to_owner_async
     async def delete_queue(self, queue: str) -> dict[str, Any]:
         """Delete `queue` at once with everything in it and its bindings; its consumers are
         told (QueueDeleted). Returns what was deleted: counts of `purged`, `in_flight`,
         `delayed`, `dead_letters`, `consumers`, `bindings`. This client's own subscription
         to it ends quietly. BrokerRefused (404) for a queue that does not exist."""
         queue_packet(queue)
+        self._forget_subscription(queue)
         self._connection.subscribe(queue, 0)  # ours ends here, not told as news
         return await self.admin("queue-delete", queue=queue)
 
+    @to_owner_async
     async def purge(self, queue: str) -> int:
         """Delete `queue`'s ready messages (in flight ones and dead letters stay); how many."""
         queue_packet(queue)

@@ -56,6 +56,11 @@ class Dealer:
             return False
         return True
 
+    @property
+    def socket(self) -> zmq.Socket[bytes]:
+        """The DEALER, for polling it together with others."""
+        return self._socket
+
     def poll(self, seconds: float) -> bool:
         """Wait up to `seconds` (at least 1 ms unless 0) for a frame to read."""
         return bool(self._socket.poll(int(seconds * 1000) or (1 if seconds > 0 else 0)))

@@ -12,10 +12,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from ..protocol import Error, ErrorCode, MessageType, Pause
-from ..protocol.cluster import ClusterMap
+from ..protocol.cluster import ClusterMap, Shard
 from .connection import Connection
 from .errors import BrokerRefused, Paused, QueueDeleted, Unconfirmed
 from .events import (
@@ -34,6 +32,7 @@ from .events import (
     UndecodableFrame,
 )
 from .refusals import FlowRefusal
+from .shards import ShardRouting, cluster_in
 from .topics import deleted_reason
 
 log = logging.getLogger("phpmq.client")
@@ -60,7 +59,10 @@ class Driver:
         close_timeout: float,
         confirm_timeout: float,
         on_event: Callable[[str, str], None] | None,
+        routed_by: Driver | None = None,
     ) -> None:
+        """`routed_by`: the routing client this one is a link of, a connection to one more
+        shard (it routes nothing itself and tells that client the maps it hears)."""
         self.address = address
         self.send_timeout = send_timeout
         self.close_timeout = close_timeout
@@ -69,9 +71,14 @@ class Driver:
         self.confirm_timeout = confirm_timeout
         self.on_event = on_event
         self.closed = False
-        #: How often the connection was lost and made again.
-        self.reconnects = 0
+        #: How often this connection (not its links) was lost and made again.
+        self._reconnected = 0
         self._connection = connection
+        self._routed_by = routed_by
+        #: Where queue-addressed calls go (docs/client.md "Sharded brokers"); links have none.
+        self._shards: ShardRouting[Any] | None = None if routed_by else ShardRouting()
+        #: The hot path's one check: None while not routing (not sharded, or a link).
+        self._routing: ShardRouting[Any] | None = self._shards
         self._reconnect_delay = RECONNECT_FIRST_S
         self._reconnect_at: float | None = None
 
@@ -85,29 +92,99 @@ class Driver:
         """The cluster map of a sharded broker, from its HELLO answer (None: not sharded, or
         no answer yet): `cluster_map.owner(queue).address` is where a queue lives
         (docs/cluster.md)."""
-        raw = self._connection.broker_info.get("cluster")
-        if raw is None:
-            return None
-        try:
-            return msgspec.convert(raw, ClusterMap)
-        except (msgspec.ValidationError, ValueError):
-            return None
+        return cluster_in(self._connection.broker_info)
+
+    def shard_of(self, queue: str) -> str | None:
+        """The name of the shard that queue-addressed calls for `queue` go to (None: the
+        broker is not sharded, or its HELLO answer has not come yet)."""
+        return None if self._shards is None else self._shards.shard_of(queue)
+
+    def _links(self) -> list[Any]:
+        """The connections to other shards made so far (each a whole client)."""
+        return [] if self._shards is None else list(self._shards.links.values())
+
+    @property
+    def reconnects(self) -> int:
+        """How often a connection was lost and made again: this one's and its links' summed."""
+        return self._reconnected + sum(link.reconnects for link in self._links())
 
     @property
     def errors(self) -> deque[Error]:
-        """The last 1000 ERRORs that answered no confirmed send."""
-        return self._connection.errors
+        """The last 1000 ERRORs that answered no confirmed send: the home connection's, then
+        each link's (a new deque; a lone connection's own)."""
+        links = self._links()
+        if not links:
+            return self._connection.errors
+        chained = deque(self._connection.errors, maxlen=1000)
+        for link in links:
+            chained.extend(link.errors)
+        return chained
 
     @property
     def error_count(self) -> int:
-        """ERRORs received in all."""
-        return self._connection.error_count
+        """ERRORs received in all, on every connection."""
+        return self._connection.error_count + sum(link.error_count for link in self._links())
 
     @property
     def sent_since_heard(self) -> int:
-        """Messages handed to the socket since the broker was last heard from: what a broker
-        crash could have taken with it (exact counts need confirms)."""
-        return self._connection.sent_since_heard
+        """Messages handed to the sockets since their broker was last heard from, summed over
+        the connections: what a broker crash could have taken with it (exact counts need
+        confirms)."""
+        own = self._connection.sent_since_heard
+        return own + sum(link.sent_since_heard for link in self._links())
+
+    def _hello_heard(self, options: dict[str, Any]) -> None:
+        """A HELLO answer: the routing client adopts its map (a newer epoch) and, from home,
+        whether the broker is sharded."""
+        if self._routed_by is not None:
+            self._routed_by._map_heard(options, from_home=False)
+        else:
+            self._map_heard(options, from_home=True)
+
+    def _map_heard(self, options: dict[str, Any], *, from_home: bool) -> None:
+        shards = self._shards
+        if shards is None:
+            return
+        shards.heard(options, from_home=from_home)
+        self._routing = shards if shards.sharded else None
+
+    def _routing_undecided(self) -> None:
+        """No HELLO answer within `confirm_timeout`: everything stays at home, as for a
+        broker that is not sharded (a later answer may still turn routing on)."""
+        if self._shards is not None:
+            self._shards.decided = True
+            self._routing = self._shards if self._shards.sharded else None
+
+    def _settings_for_link(self) -> dict[str, Any]:
+        """The constructor arguments a link to another shard is made with: this client's."""
+        return dict(self._link_settings, _routed_by=self)
+
+    def _client_at(self, shard: str) -> Any:
+        """The connection to the shard named `shard`: this one (home), a link, or None."""
+        shards = self._shards
+        if shards is None or shard == shards.home:
+            return self
+        return shards.links.get(shard)
+
+    def _new_link(self, shard: Shard) -> Any:
+        """A connection to `shard`, a whole client of this one's kind and settings."""
+        assert self._shards is not None
+        link = type(self)(shard.address, **self._settings_for_link())
+        self._shards.links[shard.name] = link
+        return link
+
+    def _remember_subscription(
+        self, queue: str, window: int, bind: tuple[str, ...], delete_when_unused: float | None
+    ) -> None:
+        """Where `queue` is consumed, kept by the routing client to move it with the map."""
+        shards = (self._routed_by or self)._shards
+        if shards is not None:
+            shards.subscribed(queue, window, bind, delete_when_unused)
+
+    def _forget_subscription(self, queue: str) -> None:
+        shards = (self._routed_by or self)._shards
+        if shards is not None:
+            shards.unsubscribed(queue)
 
     # ------------------------------------------------------------------ refusals
 
@@ -174,6 +251,7 @@ class Driver:
     def _on_event(self, event: Event) -> None:
         if isinstance(event, BrokerGreeted):
             self._reconnect_delay = RECONNECT_FIRST_S
+            self._hello_heard(event.options)
         elif isinstance(event, BrokerError):
             # Refused sends and subscriptions reach the caller as BrokerRefused (or are
             # retried): a warning as well would tell them twice.
@@ -205,8 +283,8 @@ class Driver:
         self._reconnect_at = now + delay
         self._event(
             BROKER_LOST,
-            f"{why}; reconnecting in {delay:.2f}s; {self.sent_since_heard} messages sent since"
-            " it was last heard may be lost",
+            f"{why}; reconnecting in {delay:.2f}s; {self._connection.sent_since_heard} messages"
+            " sent since it was last heard may be lost",
         )
 
     def _event(self, event: str, detail: str) -> None:

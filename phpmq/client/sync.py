@@ -41,9 +41,11 @@ from .events import RECONNECTED
 from .message import ReceivedMessage
 from .refusals import FlowRefusal
 from .schedules import Duration, delay_ms
+from .shards import to_owner
 from .sync_batches import SyncBatchSends
 from .sync_requests import SyncRequests
 from .sync_schedules import SyncSchedules
+from .sync_shards import SyncShards
 from .sync_topics import SyncTopics
 from .topics import unused_ms
 
@@ -53,9 +55,11 @@ log = logging.getLogger("phpmq.client")
 WAIT_SLICE_S = 0.05
 
 
-class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
-    """A connection to one broker. Thread-safe for one application thread plus the client's
-    own heartbeat thread; share it between application threads only with your own lock."""
+class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards, Driver):
+    """A connection to one broker (to a sharded one: to the shard at `address`, and to the
+    owners of the queues it uses, docs/client.md "Sharded brokers"). Thread-safe for one
+    application thread plus the client's own heartbeat threads; share it between application
+    threads only with your own lock."""
 
     def __init__(
         self,
@@ -69,7 +73,14 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
         heartbeat_ms: int = 1000,
         liveness: int = 3,
         on_event: Callable[[str, str], None] | None = None,
+        _routed_by: Driver | None = None,
     ) -> None:
+        """`_routed_by` is internal: the routing client this one is a link of."""
+        self._link_settings: dict[str, Any] = dict(
+            name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
+            confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
+            on_event=on_event,
+        )  # fmt: skip
         super().__init__(
             address,
             Connection(
@@ -83,6 +94,7 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
             close_timeout=close_timeout,
             confirm_timeout=confirm_timeout,
             on_event=on_event,
+            routed_by=_routed_by,
         )
         self._lock = threading.RLock()
         self._dealer = self._connect()
@@ -131,6 +143,9 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
                 came within `send_timeout`; this one was not sent (or, confirmed, was
                 refused while paused). See "When the broker is full" in docs/client.md.
         """
+        if self._routing is not None and (link := self._link_for(queue)) is not None:
+            # The hot path's one check, inline: a decorator's *args would cost more.
+            return link.send(queue, content, ttl, headers, confirm=confirm, key=key, delay=delay)
         connection = self._connection
         if connection.refusals.sends:
             self._tell_refused_sends()
@@ -194,6 +209,7 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
 
     # ------------------------------------------------------------------ consuming
 
+    @to_owner
     def subscribe(
         self,
         queue: str,
@@ -207,9 +223,11 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
         event patterns in the same request; `delete_when_unused` (seconds) has the broker
         delete the queue once it had no consumer that long (docs/client.md "Events"). A
         queue name or pattern the broker would refuse raises InvalidArgument at once."""
+        bind = tuple(bind)
         frame = self._connection.subscribe(queue, window, bind, unused_ms(delete_when_unused))
         with self._lock:
             self._send_frame(frame)
+        self._remember_subscription(queue, window, bind, delete_when_unused)
 
     def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
         """The next dispatched message, or None if none came within `timeout` seconds.
@@ -221,23 +239,35 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
                 backoff, and raises nothing.
             QueueDeleted: (a BrokerRefused, code 404) the broker deleted a queue this client
                 consumed; that subscription is over. Raised once per deletion.
+            (From any shard's connection, on a sharded broker.)
         """
-        connection = self._connection
-        received = connection.received
+        if self._shards is not None and self._shards.links:
+            return self._receive_merged(timeout)
+        received = self._connection.received
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                if connection.refusals.subscriptions:
-                    self._tell_refused_subscription()
-                if connection.topics.deleted:
-                    self._tell_deleted()
-                if received:
-                    return received.popleft()
-                self._flush_quietly()
+                message = self._take_received()
+                if message is not None:
+                    return message
                 wait = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
                 self._wait_and_read(min(wait, WAIT_SLICE_S) if wait > 0 else 0)
                 if wait <= 0:
                     return received.popleft() if received else None
+
+    def _take_received(self) -> ReceivedMessage | None:
+        """The next message already received (None: none; buffered settles then go), after
+        raising what the caller must be told first."""
+        connection = self._connection
+        with self._lock:
+            if connection.refusals.subscriptions:
+                self._tell_refused_subscription()
+            if connection.topics.deleted:
+                self._tell_deleted()
+            if connection.received:
+                return connection.received.popleft()
+            self._flush_quietly()
+            return None
 
     def consume(
         self,
@@ -250,7 +280,7 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
     ) -> Iterator[ReceivedMessage]:
         """Subscribe to `queue` (as `subscribe`) and yield its messages; stop after
         `timeout` seconds idle. QueueDeleted ends it when the broker deletes the queue."""
-        if self._connection.window(queue) != window or bind or delete_when_unused is not None:
+        if self._window_at_owner(queue) != window or bind or delete_when_unused is not None:
             self.subscribe(queue, window, bind=bind, delete_when_unused=delete_when_unused)
         while True:
             message = self.receive(timeout)
@@ -266,6 +296,7 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
             ClientError: the socket did not take them within `send_timeout`.
             BrokerRefused: the broker refused sends that asked for no answer.
         """
+        self._flush_links()
         with self._lock:
             payload = self._connection.take_settles()
             if payload:
@@ -333,7 +364,11 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
         count +1). The wait matters: a ROUTER discards frames it has not read yet when the
         sender's connection closes, so without it the last sends could be lost. The broker's
         KBAI answer proves it has read every frame sent before it.
+
+        On a sharded broker every link is closed first, the same way; a refusal any of
+        them tells is raised once all are closed.
         """
+        refused_at_link = self._close_links()
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
@@ -353,6 +388,8 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
                 self._dealer.close(self.close_timeout)
             # The goodbye's answer proves the broker read every send: tell what it refused.
             self._tell_refused_sends()
+        if refused_at_link is not None:
+            raise refused_at_link
 
     def _await_goodbye_answer(self) -> None:
         deadline = time.monotonic() + self.close_timeout
@@ -457,5 +494,5 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, Driver):
         # comes back (a broker that was only frozen), instead of being thrown away.
         self._dealer.close(RECONNECT_LINGER_S)
         self._dealer = self._connect()  # the connection gives up the old socket's work
-        self.reconnects += 1
-        self._event(RECONNECTED, f"new connection #{self.reconnects}, consuming again")
+        self._reconnected += 1
+        self._event(RECONNECTED, f"new connection #{self._reconnected}, consuming again")

@@ -11,11 +11,13 @@ from collections.abc import Callable, Iterable
 from .batches import BATCH_MESSAGES
 from .confirms import ConfirmedSends
 from .errors import ClientError, InvalidArgument, PartialSend, Paused
+from .shards import to_owner
 
 
 class SyncBatchSends:
     """`send_many` for the blocking client. Every method is `Client`'s, with its lock."""
 
+    @to_owner
     def send_many(
         self,
         queue: str,

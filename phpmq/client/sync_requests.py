@@ -11,6 +11,7 @@ from typing import Any
 from .connection import TRUSTED_PACKET_BYTES
 from .errors import RequestTimeout
 from .requests import Outcome, ReplyFormat, check_request, encode_request, result
+from .shards import to_owner
 
 #: Longest the waiting thread holds the socket at a time (sync.py's WAIT_SLICE_S).
 _SLICE_S = 0.05
@@ -24,8 +25,10 @@ class SyncRequests:
     @property
     def replies_dropped(self) -> int:
         """Replies that came when no request awaited them (late, repeated, unknown)."""
-        return self._connection.requests.dropped
+        own = self._connection.requests.dropped
+        return own + sum(link.replies_dropped for link in self._links())  # type: ignore[attr-defined]
 
+    @to_owner
     def request(
         self,
         queue: str,

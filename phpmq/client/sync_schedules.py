@@ -45,20 +45,31 @@ class SyncSchedules:
         options = schedule_options(
             name, queue, content, event, every, cron, tz, nohaste, catch_up, ttl, headers
         )
-        return self.admin("schedule-add", **options)  # type: ignore[attr-defined]
+        owner = None
+        if queue is not None and self._routing is not None:  # type: ignore[attr-defined]
+            owner = self._link_for(queue)  # type: ignore[attr-defined]
+        return (owner or self).admin("schedule-add", **options)  # type: ignore[attr-defined]
 
     def unschedule(self, name: str) -> bool:
-        """Remove the schedule `name`: it stops at once. False if there was none."""
-        try:
-            self.admin("schedule-remove", name=name)  # type: ignore[attr-defined]
-        except BrokerRefused as exc:
-            if exc.error.code == ErrorCode.NOT_FOUND:
-                return False
-            raise
-        return True
+        """Remove the schedule `name`: it stops at once. False if there was none (on a
+        sharded broker: on any shard)."""
+        removed = False
+        for shard in self._every_shard():  # type: ignore[attr-defined]
+            try:
+                shard.admin("schedule-remove", name=name)
+            except BrokerRefused as exc:
+                if exc.error.code != ErrorCode.NOT_FOUND:
+                    raise
+            else:
+                removed = True
+        return removed
 
     def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, sorted by name: `name`, `queue` or `event`, `every_ms` or `cron`
         with `tz`, `nohaste`, `catch_up`, `next_run` and `last_run` (wall-clock seconds;
-        last_run None before the first), `runs` and `refused` (runs the queue refused)."""
-        return list(self.admin("schedule-list")["schedules"])  # type: ignore[attr-defined]
+        last_run None before the first), `runs` and `refused` (runs the queue refused).
+        On a sharded broker: those of every shard."""
+        found = []
+        for shard in self._every_shard():  # type: ignore[attr-defined]
+            found.extend(shard.admin("schedule-list")["schedules"])
+        return sorted(found, key=lambda schedule: str(schedule["name"]))

@@ -12,6 +12,7 @@ from typing import Any
 from .errors import ClientError
 from .message import queue_packet
 from .refusals import FlowRefusal
+from .shards import to_owner
 from .topics import checked_patterns, live_queue_name, no_patterns, rebind_options
 
 #: Longest the waiting thread holds the socket at a time (sync.py's WAIT_SLICE_S).
@@ -72,10 +73,11 @@ class SyncTopics:
         Returns its name; read it with `receive` or `consume(name, window)`."""
         if not patterns:
             raise no_patterns()
-        queue = live_queue_name()
+        queue = self._home_queue_name(live_queue_name)  # type: ignore[attr-defined]
         self.subscribe(queue, window, bind=patterns, delete_when_unused=0)
         return queue
 
+    @to_owner
     def cancel(self, queue: str, timeout: float = 5.0) -> int:
         """Stop consuming `queue` and wait for the broker's answer: the number of messages
         this client held there, now back at the head of the queue. Acks buffered before go
@@ -87,6 +89,7 @@ class SyncTopics:
             ClientError: no answer within `timeout` seconds.
         """
         connection = self._connection
+        self._forget_subscription(queue)
         with self._lock:
             frame = connection.cancel(queue)
             self._send_frame(connection.take_settles() + frame)
@@ -103,6 +106,7 @@ class SyncTopics:
 
     # ------------------------------------------------------------------ bindings (admin)
 
+    @to_owner
     def bind(self, queue: str, *patterns: str) -> list[str]:
         """Bind `queue` (made if it does not exist) to `patterns`; its bindings after.
         BrokerRefused (422) past the broker's binding limits: then nothing is bound."""
@@ -110,6 +114,7 @@ class SyncTopics:
         reply = self.admin("queue-bind", queue=queue, patterns=checked_patterns(patterns))
         return list(reply["bindings"])
 
+    @to_owner
     def unbind(self, queue: str, *patterns: str) -> list[str]:
         """Remove `patterns` (as written) from `queue`'s bindings; its bindings after.
         BrokerRefused (404) for a queue that does not exist."""
@@ -117,6 +122,7 @@ class SyncTopics:
         reply = self.admin("queue-unbind", queue=queue, patterns=checked_patterns(patterns))
         return list(reply["bindings"])
 
+    @to_owner
     def rebind(
         self,
         queue: str,
@@ -132,21 +138,25 @@ class SyncTopics:
         options = rebind_options(replace, remove, remove_mask, add)
         return list(self.admin("queue-rebind", queue=queue, **options)["bindings"])
 
+    @to_owner
     def bindings(self, queue: str) -> list[str]:
         """`queue`'s binding patterns, in the order bound (BrokerRefused 404: no queue)."""
         queue_packet(queue)
         return list(self.admin("queue-bindings", queue=queue)["bindings"])
 
+    @to_owner
     def delete_queue(self, queue: str) -> dict[str, Any]:
         """Delete `queue` at once with everything in it and its bindings; its consumers are
         told (QueueDeleted). Returns what was deleted: counts of `purged`, `in_flight`,
         `delayed`, `dead_letters`, `consumers`, `bindings`. This client's own subscription
         to it ends quietly. BrokerRefused (404) for a queue that does not exist."""
         queue_packet(queue)
+        self._forget_subscription(queue)
         with self._lock:
             self._connection.subscribe(queue, 0)  # ours ends here, not told as news
         return self.admin("queue-delete", queue=queue)
 
+    @to_owner
     def purge(self, queue: str) -> int:
         """Delete `queue`'s ready messages (in flight ones and dead letters stay); how many."""
         queue_packet(queue)

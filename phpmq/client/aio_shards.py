@@ -1,0 +1,129 @@
+"""`AsyncClient`'s routing on a sharded broker (docs/client.md "Sharded brokers"): the asyncio
+twin of sync_shards.py. Links wake the routing client whenever they hear from their shard,
+so one wait covers every connection. A mixin of `AsyncClient` (aio.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import BrokerRefused, ClientError
+from .message import AsyncReceivedMessage
+from .shards import Move
+
+log = logging.getLogger("phpmq.client")
+
+
+class AsyncShards:
+    """Routing for the asyncio client. Every method is `AsyncClient`'s."""
+
+    async def _link_for(self, queue: str) -> Any:
+        """The link to the owner of `queue`, made if need be (None: the home connection).
+        The first call waits for the home HELLO answer, up to `confirm_timeout`."""
+        shards = await self._decided_routing()
+        if shards is None or self.closed:
+            return None
+        if shards.moves_due:
+            await self._move_subscriptions()
+        owner = shards.elsewhere(queue)
+        if owner is None:
+            return None
+        return shards.links.get(owner.name) or self._new_link(owner)
+
+    async def _decided_routing(self) -> Any:
+        """The routing in force once the home HELLO answer came (see sync_shards.py)."""
+        if self._routing is not None and not self._routing.decided:
+            await self._await_limits()
+            self._routing_undecided()
+        return self._routing
+
+    async def _home_queue_name(self, make_name: Callable[[], str]) -> str:
+        """A name from `make_name` for a queue the home shard owns (see sync_shards.py)."""
+        shards = await self._decided_routing()
+        name = make_name()
+        while shards is not None and shards.elsewhere(name) is not None:
+            name = make_name()
+        return name
+
+    async def _window_at_owner(self, queue: str) -> int | None:
+        """The window last asked for on `queue`, at the connection consuming it."""
+        link = await self._link_for(queue) if self._routing is not None else None
+        return (link or self)._connection.window(queue)
+
+    async def _move_subscriptions(self) -> None:
+        """A newer map moved some consumed queues: cancel each at its old owner and consume
+        it at the new one."""
+        for move in self._shards.take_moves():
+            await self._move(move)
+
+    async def _move(self, move: Move) -> None:
+        old = self._client_at(move.old)
+        if old is not None:
+            try:
+                await inspect.unwrap(type(old).cancel)(old, move.queue)
+            except ClientError as exc:
+                log.warning("moving %r from shard %s: %s", move.queue, move.old, exc)
+        new = self._client_at(move.new.name) or self._new_link(move.new)
+        subscription = move.subscription
+        await inspect.unwrap(type(new).subscribe)(
+            new,
+            move.queue,
+            subscription.window,
+            bind=subscription.bind,
+            delete_when_unused=subscription.delete_when_unused,
+        )
+
+    async def _receive_merged(self, timeout: float | None) -> AsyncReceivedMessage | None:
+        """`receive` over the home connection and every link: the first message any of them
+        has, waiting for news from any of them while none has one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._shards.moves_due:
+                await self._move_subscriptions()
+            clients = self._clients_in_turn()
+            for client in clients:
+                client._start()
+                message = client._take_received()
+                if message is not None:
+                    return message  # type: ignore[no-any-return]
+            if deadline is None:
+                await self._news_within(None)
+                continue
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                await asyncio.sleep(0)  # one turn of the loop: the readers take what is there
+                return next((m for c in clients if (m := c._take_received())), None)
+            await self._news_within(wait)
+
+    def _clients_in_turn(self) -> list[Any]:
+        """Home and links, starting one further on each call (see sync_shards.py)."""
+        clients = [self, *self._links()]
+        self._receive_turn = start = (getattr(self, "_receive_turn", -1) + 1) % len(clients)
+        return clients[start:] + clients[:start]
+
+    async def _flush_links(self) -> None:
+        for link in self._links():
+            await link.flush()
+
+    async def _close_links(self) -> BrokerRefused | None:
+        """Close every link (each says goodbye); the first refusal they raise, if any."""
+        refused: BrokerRefused | None = None
+        for link in self._links():
+            try:
+                await link.close()
+            except BrokerRefused as exc:
+                refused = refused or exc
+        return refused
+
+    async def _every_shard(self) -> list[Any]:
+        """This client and a link to every other shard of the map (just this client when
+        the broker is not sharded)."""
+        shards = await self._decided_routing()
+        if shards is None:
+            return [self]
+        return [self, *(shards.links.get(s.name) or self._new_link(s) for s in shards.others())]

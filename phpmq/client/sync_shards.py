@@ -1,0 +1,156 @@
+"""`Client`'s routing on a sharded broker (docs/client.md "Sharded brokers"): links to the
+shards that own the queues it uses, made the first time one is needed, a receive that reads
+every connection at once, moving subscriptions when the map changes, and closing them all.
+A mixin of `Client` (sync.py); which shard owns what is decided in shards.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from .errors import BrokerRefused, ClientError
+from .message import ReceivedMessage
+from .shards import Move
+
+log = logging.getLogger("phpmq.client")
+
+#: Longest the waiting thread holds the sockets at a time (sync.py's WAIT_SLICE_S).
+_SLICE_S = 0.05
+
+
+class SyncShards:
+    """Routing for the blocking client. Every method is `Client`'s."""
+
+    def _link_for(self, queue: str) -> Any:
+        """The link to the owner of `queue`, made if need be (None: the home connection).
+        The first call waits for the home HELLO answer, up to `confirm_timeout`."""
+        shards = self._decided_routing()
+        if shards is None or self.closed:
+            return None
+        if shards.moves_due:
+            self._move_subscriptions()
+        owner = shards.elsewhere(queue)
+        if owner is None:
+            return None
+        return shards.links.get(owner.name) or self._new_link(owner)
+
+    def _decided_routing(self) -> Any:
+        """The routing in force once the home HELLO answer came (waited for up to
+        `confirm_timeout`, the first time); None: everything stays at home."""
+        if self._routing is not None and not self._routing.decided:
+            self._await_limits()
+            self._routing_undecided()
+        return self._routing
+
+    def _home_queue_name(self, make_name: Callable[[], str]) -> str:
+        """A name from `make_name` for a queue the home shard owns (a live feed's, so that
+        the publishes of this client reach it; docs/client.md "Sharded brokers")."""
+        shards = self._decided_routing()
+        name = make_name()
+        while shards is not None and shards.elsewhere(name) is not None:
+            name = make_name()
+        return name
+
+    def _window_at_owner(self, queue: str) -> int | None:
+        """The window last asked for on `queue`, at the connection consuming it."""
+        link = self._link_for(queue) if self._routing is not None else None
+        return (link or self)._connection.window(queue)
+
+    def _move_subscriptions(self) -> None:
+        """A newer map moved some consumed queues: cancel each at its old owner and consume
+        it at the new one."""
+        for move in self._shards.take_moves():
+            self._move(move)
+
+    def _move(self, move: Move) -> None:
+        old = self._client_at(move.old)
+        if old is not None:
+            try:
+                inspect.unwrap(type(old).cancel)(old, move.queue)
+            except ClientError as exc:
+                log.warning("moving %r from shard %s: %s", move.queue, move.old, exc)
+        new = self._client_at(move.new.name) or self._new_link(move.new)
+        subscription = move.subscription
+        inspect.unwrap(type(new).subscribe)(
+            new,
+            move.queue,
+            subscription.window,
+            bind=subscription.bind,
+            delete_when_unused=subscription.delete_when_unused,
+        )
+
+    # ------------------------------------------------------------------ receiving
+
+    def _receive_merged(self, timeout: float | None) -> ReceivedMessage | None:
+        """`receive` over the home connection and every link: the first message any of them
+        has, polling all their sockets together while none has one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._shards.moves_due:
+                self._move_subscriptions()
+            clients = self._clients_in_turn()
+            for client in clients:
+                message = client._take_received()
+                if message is not None:
+                    return message
+            wait = _SLICE_S if deadline is None else deadline - time.monotonic()
+            _poll_together(clients, min(wait, _SLICE_S) if wait > 0 else 0)
+            if wait <= 0:
+                return next((m for c in clients if (m := c._take_received())), None)
+
+    def _clients_in_turn(self) -> list[Any]:
+        """Home and links, starting one further on each call, so that a busy connection
+        does not keep the others' messages waiting."""
+        clients = [self, *self._links()]
+        self._receive_turn = start = (getattr(self, "_receive_turn", -1) + 1) % len(clients)
+        return clients[start:] + clients[:start]
+
+    # ------------------------------------------------------------------ flushing, closing
+
+    def _flush_links(self) -> None:
+        for link in self._links():
+            link.flush()
+
+    def _close_links(self) -> BrokerRefused | None:
+        """Close every link (each says goodbye); the first refusal they raise, if any."""
+        refused: BrokerRefused | None = None
+        for link in self._links():
+            try:
+                link.close()
+            except BrokerRefused as exc:
+                refused = refused or exc
+        return refused
+
+    def _every_shard(self) -> list[Any]:
+        """This client and a link to every other shard of the map (just this client when
+        the broker is not sharded)."""
+        shards = self._decided_routing()
+        if shards is None:
+            return [self]
+        return [self, *(shards.links.get(s.name) or self._new_link(s) for s in shards.others())]
+
+
+def _poll_together(clients: list[Any], seconds: float) -> None:
+    """Wait up to `seconds` for a frame on any of the clients' sockets, read what came, and
+    do each one's liveness duties; every client's lock is held meanwhile."""
+    with contextlib.ExitStack() as locks:
+        for client in clients:
+            locks.enter_context(client._lock)
+        poller = zmq.Poller()
+        for client in clients:
+            poller.register(client._dealer.socket, zmq.POLLIN)
+        timeout_ms = int(seconds * 1000) or (1 if seconds > 0 else 0)
+        ready = dict(poller.poll(timeout_ms))
+        for client in clients:
+            if client.closed:
+                continue
+            if client._dealer.socket in ready:
+                client._read_available()
+            client._tick()
