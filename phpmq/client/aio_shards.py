@@ -39,7 +39,7 @@ class AsyncShards:
         """The routing in force once the home HELLO answer came (see sync_shards.py)."""
         if self._routing is not None and not self._routing.decided:
             await self._await_limits()
-            self._routing_undecided()
+            self._routing_waited_for()
         return self._routing
 
     async def _home_queue_name(self, make_name: Callable[[], str]) -> str:

@@ -148,9 +148,10 @@ class Driver:
         shards.heard(options, from_home=from_home)
         self._routing = shards if shards.sharded else None
 
-    def _routing_undecided(self) -> None:
-        """No HELLO answer within `confirm_timeout`: everything stays at home, as for a
-        broker that is not sharded (a later answer may still turn routing on)."""
+    def _routing_waited_for(self) -> None:
+        """The wait for the home HELLO answer is over: routing is decided. Without an answer
+        everything stays at home, as for a broker that is not sharded (a later answer may
+        still turn routing on)."""
         if self._shards is not None:
             self._shards.decided = True
             self._routing = self._shards if self._shards.sharded else None

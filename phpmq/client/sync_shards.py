@@ -46,7 +46,7 @@ class SyncShards:
         `confirm_timeout`, the first time); None: everything stays at home."""
         if self._routing is not None and not self._routing.decided:
             self._await_limits()
-            self._routing_undecided()
+            self._routing_waited_for()
         return self._routing
 
     def _home_queue_name(self, make_name: Callable[[], str]) -> str:
