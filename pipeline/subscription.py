@@ -49,7 +49,7 @@ class Subscription:
         that died among them): what an availableNow run sets out to read. The window shrinks
         to that count, so the run does not prefetch what arrives later; each message
         prefetched and given back counts as a delivery."""
-        queues = self._stats()["queues"]
+        queues = self._queue_figures()
         total = sum(
             queues[name]["ready"] + queues[name]["in_flight"]
             for name in self._options.queues
@@ -119,6 +119,22 @@ class Subscription:
             self._stats()  # learns the broker's limits from its HELLO answer
             self._check_window(client.broker_info)
         return self._client
+
+    def _queue_figures(self) -> dict[str, Any]:
+        """Each queue's figures from its owner: a sharded broker's shard answers `stats` for
+        its own queues only (docs/cluster.md)."""
+        client = self._connected()
+        queues = dict(self._stats()["queues"])
+        mapping = client.cluster_map
+        if mapping is None or len(mapping.shards) < 2:
+            return queues
+        home = client.broker_info.get("shard")
+        owners = {mapping.owner(name) for name in self._options.queues}
+        for shard in sorted(owners, key=lambda s: s.name):
+            if shard.name != home:
+                with Client(shard.address, name="phpmq-spark-stats") as other:
+                    queues.update(other.admin("stats", timeout=ROUND_TRIP_TIMEOUT_S)["queues"])
+        return queues
 
     def _stats(self) -> dict[str, Any]:
         client = self._connected()
