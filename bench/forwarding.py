@@ -38,7 +38,7 @@ def _producer(address: str, queues: list[str], seconds: float, consumed: Any) ->
     sent = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        while sent - consumed.value > MAX_LEAD:
+        while sent - consumed.value > MAX_LEAD and time.monotonic() < end:
             time.sleep(0.0002)
         sock.send(frames[(sent // BATCH) % len(frames)])
         sent += BATCH

@@ -50,7 +50,7 @@ def _producer(address: str, queues: list[str], seconds: float, size: int, consum
     with Client(address, name="bench-shards-producer", send_timeout=30) as client:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            while sent - consumed.value > MAX_LEAD:
+            while sent - consumed.value > MAX_LEAD and time.monotonic() < end:
                 time.sleep(0.0002)
             client.send_many(queues[(sent // BATCH) % len(queues)], [body] * BATCH)
             sent += BATCH
