@@ -16,8 +16,8 @@ import zmq
 
 from ..protocol import Ack, Consume, Dispatch, Hello, Send, decode_frame, encode, encode_all
 from ..protocol.cluster import ClusterMap
-from ..testing import BrokerProcess
-from .shards import _cpu_seconds, _free_ports, _shard_pids
+from ..testing import BrokerProcess, free_ports
+from .shards import _cpu_seconds, _shard_pids
 
 BATCH = 256
 MAX_LEAD = 5_000
@@ -100,7 +100,7 @@ def _run(broker: BrokerProcess, at: str, queues: list[str], seconds: float) -> d
 
 def run_forwarding(seconds: float, queue_count: int = 8) -> dict[str, Any]:
     """Direct, then forwarded, on one 2-shard broker; their figures."""
-    address = _free_ports(2)
+    address = free_ports(2)
     with BrokerProcess("--log-level", "INFO", "--shards", "2", address=address) as broker:
         mapping = _owner_map(address)
         owner = mapping.shards[1]

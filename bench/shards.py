@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import socket
 import time
 from typing import Any
 
@@ -21,7 +20,7 @@ from rich.table import Table
 
 from ..broker.shards import started_pids
 from ..client import Client
-from ..testing import BrokerProcess, free_port
+from ..testing import BrokerProcess, free_ports
 
 BATCH = 256
 #: Messages a producer may be ahead of its consumer.
@@ -29,19 +28,6 @@ MAX_LEAD = 5_000
 TARGET_SCALING = 0.8
 TARGET_FORWARD_COST = 1.5
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _free_ports(count: int) -> str:
-    """A loopback address whose port and the next `count - 1` are free."""
-    while True:
-        port = free_port()
-        try:
-            for offset in range(1, count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port + offset))
-            return f"tcp://127.0.0.1:{port}"
-        except OSError:
-            continue
 
 
 def _producer(address: str, queues: list[str], seconds: float, size: int, consumed: Any) -> None:
@@ -89,7 +75,7 @@ def _shard_pids(broker: BrokerProcess, shards: int) -> list[int]:
 
 def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str, Any]:
     """One sharded broker under load; its figures."""
-    address = _free_ports(shards)
+    address = free_ports(shards)
     flags = ("--log-level", "INFO", "--shards", str(shards))
     with BrokerProcess(*flags, address=address) as broker:
         with Client(address) as probe:

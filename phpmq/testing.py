@@ -42,6 +42,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int) -> str:
+    """A loopback address whose port and the `count - 1` after it are all free (for a
+    sharded broker: shard i binds port + i)."""
+    while True:
+        port = free_port()
+        try:
+            for offset in range(1, count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port + offset))
+            return f"tcp://127.0.0.1:{port}"
+        except OSError:
+            continue
+
+
 class BrokerStartError(RuntimeError):
     """Raised when the broker exits during start-up or does not answer in time; the message
     ends with the broker's log (for a bad flag: its one-line error)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,26 +16,14 @@ import msgspec
 import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, raw_dealer, recv_messages
+from harness import BrokerProcess, raw_dealer, recv_messages
 from phpmq.broker.shards import shard_address, started_pids
 from phpmq.client import AsyncClient, BrokerRefused, Client, QueueDeleted
 from phpmq.client.shards import ShardRouting
 from phpmq.protocol.cluster import ClusterMap
+from phpmq.testing import free_ports
 
 QUEUES = [f"route-{i}" for i in range(20)]
-
-
-def free_ports(count: int) -> str:
-    """A loopback address whose port and the `count - 1` after it are all free."""
-    while True:
-        port = free_port()
-        try:
-            for offset in range(1, count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port + offset))
-            return f"tcp://127.0.0.1:{port}"
-        except OSError:
-            continue
 
 
 @pytest.fixture
