@@ -58,15 +58,13 @@ def route_of(peer_id: bytes) -> tuple[bytes, bytes]:
 
 
 class RelayedPeers:
-    __slots__ = ("_ctx", "_handle", "_peers", "_profile", "links")
+    __slots__ = ("_ctx", "_handle", "_peers", "_profile")
 
     def __init__(self, ctx: Context, peers: Peers, handle: Handle, profile: PeerProfile) -> None:
         self._ctx = ctx
         self._peers = peers
         self._handle = handle
         self._profile = profile
-        #: Links seen since start (their count is shown by stats).
-        self.links = 0
 
     def on_forward(self, link: Peer, message: Forward) -> None:
         """Messages a peer of another shard sent for queues of this one."""
@@ -87,7 +85,8 @@ class RelayedPeers:
         peer_id = relayed_id(link.id, message.peer)
         flags = message.flags or 0
         if message.content:
-            _take_flags(self._peers.get(peer_id, self._profile), flags)
+            new = peer_id not in self._peers.by_id
+            _take_flags(self._peers.get(peer_id, self._profile), flags, new)
             messages, error = decode_frame(message.content, self._ctx.config.max_content_bytes)
             self._handle(peer_id, messages, error, self._profile)
         if flags & FORWARD_GONE:
@@ -117,9 +116,12 @@ class RelayedPeers:
         return out
 
 
-def _take_flags(peer: Peer, flags: int) -> None:
-    """The relayed peer speaks as its shard says the real one does."""
+def _take_flags(peer: Peer, flags: int, new: bool) -> None:
+    """The relayed peer speaks as its shard says the real one does. Extensions and the TTL
+    form only ever turn on: what this shard learned from the peer's own messages (its shard
+    does not read a frame it forwards whole) is not taken back."""
     if flags & FORWARD_EXTENSIONS:
         peer.extensions = True
-    peer.ttl_form = bool(flags & FORWARD_TTL_FORM)
+    if new or flags & FORWARD_TTL_FORM:
+        peer.ttl_form = bool(flags & FORWARD_TTL_FORM)
     peer.confirm = bool(flags & FORWARD_CONFIRM)

@@ -17,16 +17,16 @@ LINK = b"\x00link"
 LINK_HELLO = p.Hello({"role": "link", "name": "t/0", "heartbeat_ms": 1000, "liveness": 3})
 
 
-def shard(name: str) -> CoreHarness:
-    return CoreHarness(cluster=encode_map(MAP).decode(), shard=name)
+def shard(name: str, **config: object) -> CoreHarness:
+    return CoreHarness(cluster=encode_map(MAP).decode(), shard=name, **config)
 
 
 class Pair:
     """Shard 0 (where the peer talks) and shard 1 (the owner), the link carried by hand."""
 
-    def __init__(self) -> None:
-        self.entry = shard("t/0")
-        self.owner = shard("t/1")
+    def __init__(self, **config: object) -> None:
+        self.entry = shard("t/0", **config)
+        self.owner = shard("t/1", **config)
         self.owner.send(LINK, LINK_HELLO)
 
     def peer_turn(self, *messages: p.Message) -> list:
@@ -114,7 +114,7 @@ def test_a_restarted_owner_gets_the_windows_again() -> None:
     pair.peer_turn(p.Consume(REMOTE, 5))
     pair.owner = shard("t/1")  # a new process: it knows nobody
     pair.owner.send(LINK, LINK_HELLO)
-    pair.entry.core.forwarding.link_up("t/1", owner_restarted=True)  # type: ignore[union-attr]
+    pair.entry.core.forwarding.link_up("t/1")  # type: ignore[union-attr]
     pair.owner.send(b"\x00prod", p.Send(REMOTE, b"again", 0))
     [dispatch] = pair.owner_turn()
     assert dispatch.content == b"again"
@@ -173,3 +173,18 @@ def test_an_admin_command_about_a_queue_runs_at_its_owner() -> None:
     assert pair.owner.core.events.bindings.patterns(REMOTE) == ["a.b"]
     [stats] = pair.peer_turn(p.Admin({"command": "stats", "queue": REMOTE}))
     assert stats.options["cluster"]["shard"] == "t/0"  # stats stay where they are asked
+
+
+def test_what_the_owner_learned_of_a_peer_s_dialect_stays() -> None:
+    """A pre-TTL broker: the peer's 005 (TTL form only), forwarded whole, switches it to the
+    TTL form at the owner; a later frame, whose flags come from a shard that never read the
+    005, must not switch it back."""
+    pair = Pair(ttl_form_default=False)
+    pair.peer_turn(p.Send(REMOTE, b"one"), p.Send(REMOTE, b"two"))
+    [first, second] = pair.peer_turn(p.Consume(REMOTE, 2))
+    assert first.ttl is None  # the pre-TTL form: 3 packets
+    assert pair.peer_turn(p.Requeue(REMOTE, first.message_id, 0, delay_ms=1000)) == []
+    assert pair.peer_turn(p.Ack(REMOTE, second.message_id)) == []
+    pair.owner.advance(2)
+    [again] = pair.owner_turn()
+    assert again.content == b"one" and again.ttl is not None
