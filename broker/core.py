@@ -257,14 +257,7 @@ class Core:
     def handle_frame(self, peer_id: bytes, data: bytes, profile: PeerProfile | None = None) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages."""
         messages, error = decode_frame(data, self.config.max_content_bytes)
-        forwarding = self.forwarding
-        if forwarding is not None and error is None and messages and not is_relayed(peer_id):
-            peer = self._peers.get(peer_id, profile or self.profile)
-            if forwarding.take_whole(peer, messages, data):
-                peer.last_seen = self.ctx.now
-                self._peers.after_input(peer)
-                return
-        self.handle_messages(peer_id, messages, error, profile)
+        self.handle_messages(peer_id, messages, error, profile, data)
 
     def handle_messages(
         self,
@@ -272,9 +265,11 @@ class Core:
         messages: list[Message],
         error: ProtocolError | None = None,
         profile: PeerProfile | None = None,
+        frame: bytes | None = None,
     ) -> None:
         """Process messages decoded from one peer (and the error that ended its input, if any);
-        for transports that decode themselves."""
+        for transports that decode themselves. `frame`, the bytes they came in, lets a shard
+        forward a frame that is all for one other shard as it came."""
         profile = profile or self.profile
         peers = self._peers
         peer = peers.get(peer_id, profile)
@@ -285,6 +280,14 @@ class Core:
         handlers = self._handlers
         # Relayed peers' messages were forwarded once already: they stay here.
         forwarding = None if self.forwarding is None or is_relayed(peer_id) else self.forwarding
+        if (
+            forwarding is not None
+            and frame is not None
+            and error is None
+            and forwarding.take_whole(peer, messages, frame)
+        ):
+            peers.after_input(peer)
+            return
         for message in messages:
             if peer.forgotten:  # a KBAI earlier in the same frame
                 peer = peers.get(peer_id, profile)

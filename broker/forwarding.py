@@ -272,12 +272,11 @@ class Forwarding:
     def link_down(self, owner: str, why: str) -> None:
         self.down[owner] = why
 
-    def link_up(self, owner: str, owner_restarted: bool) -> None:
-        """The link to `owner` answers again. An owner that does not know us any more (it
-        restarted) gets every window our peers hold there again."""
+    def link_up(self, owner: str) -> None:
+        """The link to `owner` answered HELLO: the owner may have restarted and forgotten our
+        peers, so it gets every window they hold there again (a window it still knows is
+        only set to the same count)."""
         self.down.pop(owner, None)
-        if not owner_restarted:
-            return
         for held in self.windows.values():
             for queue, consume in held.consumes.items():
                 if self.owner_of(queue) == owner:

@@ -24,7 +24,6 @@ from ...protocol import (
     Heartbeat,
     Hello,
     Kbai,
-    ProtocolError,
     decode_frame,
     encode,
 )
@@ -47,6 +46,7 @@ class _Link:
         "answered",
         "backlog",
         "disagrees",
+        "dropped",
         "last_heard",
         "last_sent",
         "lost",
@@ -66,6 +66,8 @@ class _Link:
         #: Why it is refused as a link (another map), or "".
         self.disagrees = ""
         self.backlog: deque[bytes] = deque()
+        #: Frames thrown away with a backlog that overflowed (the link was lost then).
+        self.dropped = 0
 
 
 class Links:
@@ -84,7 +86,6 @@ class Links:
         self.interval = LINK_HEARTBEAT_MS / 1000
         #: Set when sockets were replaced: the server polls the new ones.
         self.sockets_changed = True
-        self.dropped = 0
         self._hello = encode(
             Hello(
                 {
@@ -135,7 +136,7 @@ class Links:
         assert sock is not None
         if link.backlog:
             if len(link.backlog) >= MAX_LINK_BACKLOG:
-                self.dropped += len(link.backlog) + 1
+                link.dropped += len(link.backlog) + 1
                 self._lose(link, "its link does not take frames", now)
                 return
             link.backlog.append(frame)
@@ -200,7 +201,7 @@ class Links:
             elif type(message) not in (Heartbeat, Kbai):
                 log.warning("shard %s sent %s on a link", link.shard.name, type(message).__name__)
         if error is not None:
-            self._refused(link, error)
+            log.warning("undecodable frame from shard %s: %s", link.shard.name, error.reason)
 
     def _on_answer(self, link: _Link, answer: Hello, now: float) -> None:
         theirs = answer.options.get("cluster")
@@ -223,12 +224,9 @@ class Links:
         link.disagrees = ""
         link.answered = True
         was_lost, link.lost = link.lost, False
-        self._forwarding.link_up(link.shard.name, owner_restarted=True)
+        self._forwarding.link_up(link.shard.name)
         if was_lost:
             log.info("shard %s answers again", link.shard.name)
-
-    def _refused(self, link: _Link, error: ProtocolError) -> None:
-        log.warning("undecodable frame from shard %s: %s", link.shard.name, error.reason)
 
     # ------------------------------------------------------------------ liveness
 
@@ -266,6 +264,7 @@ class Links:
                 "address": link.shard.address,
                 "state": "refused" if link.disagrees else "lost" if link.lost else "up",
                 "backlog_frames": len(link.backlog),
+                "frames_dropped": link.dropped,
             }
             for name, link in self._links.items()
         }
