@@ -17,12 +17,11 @@ import zmq
 from ..protocol import Ack, Consume, Dispatch, Hello, Send, decode_frame, encode, encode_all
 from ..protocol.cluster import ClusterMap
 from ..testing import BrokerProcess, free_ports
-from .shards import _cpu_seconds, _shard_pids
+from .shard_cpu import cpu_seconds, shard_pids
 
 BATCH = 256
 MAX_LEAD = 5_000
 WINDOW = 500
-TARGET_RATIO = 1.5
 
 
 def _dealer(address: str) -> zmq.Socket:
@@ -74,7 +73,7 @@ def _owner_map(address: str) -> ClusterMap:
 
 
 def _run(broker: BrokerProcess, at: str, queues: list[str], seconds: float) -> dict[str, Any]:
-    pids = _shard_pids(broker, 2)
+    pids = shard_pids(broker, 2)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     consumed = ctx.Value("q", 0, lock=False)
@@ -82,13 +81,13 @@ def _run(broker: BrokerProcess, at: str, queues: list[str], seconds: float) -> d
         ctx.Process(target=_consumer, args=(at, queues, seconds, consumed, out)),
         ctx.Process(target=_producer, args=(at, queues, seconds, consumed)),
     ]
-    before = [_cpu_seconds(pid) for pid in pids]
+    before = [cpu_seconds(pid) for pid in pids]
     started = time.monotonic()
     for process in processes:
         process.start()
     received = out.get(timeout=seconds + 60)
     elapsed = time.monotonic() - started
-    cpu = sum(_cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True))
+    cpu = sum(cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True))
     for process in processes:
         process.join(30)
     return {

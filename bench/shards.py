@@ -18,16 +18,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..broker.shards import started_pids
 from ..client import Client
 from ..testing import BrokerProcess, free_ports
+from .forwarding import run_forwarding
+from .shard_cpu import cpu_seconds, shard_pids
 
 BATCH = 256
 #: Messages a producer may be ahead of its consumer.
 MAX_LEAD = 5_000
 TARGET_SCALING = 0.8
 TARGET_FORWARD_COST = 1.5
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _producer(address: str, queues: list[str], seconds: float, size: int, consumed: Any) -> None:
@@ -60,19 +60,6 @@ def _consumer(address: str, queues: list[str], seconds: float, consumed: Any, ou
     out.put(received)
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-
-
-def _shard_pids(broker: BrokerProcess, shards: int) -> list[int]:
-    if shards == 1:
-        return [broker.process.pid]
-    found = started_pids(broker.log())
-    return [found[f"local/{index}"] for index in range(shards)]
-
-
 def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str, Any]:
     """One sharded broker under load; its figures."""
     address = free_ports(shards)
@@ -86,7 +73,7 @@ def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str,
         for name in names:
             owner = mapping.owner(name).address if mapping else address
             owned.setdefault(owner, []).append(name)
-        pids = _shard_pids(broker, shards)
+        pids = shard_pids(broker, shards)
         cores = sorted(os.sched_getaffinity(0))
         if len(cores) >= shards > 1:
             for pid, core in zip(pids, cores, strict=False):
@@ -102,13 +89,13 @@ def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str,
             processes.append(
                 ctx.Process(target=_producer, args=(owner, owner_queues, seconds, size, consumed))
             )
-        cpu_before = [_cpu_seconds(pid) for pid in pids]
+        cpu_before = [cpu_seconds(pid) for pid in pids]
         started = time.monotonic()
         for process in processes:
             process.start()
         received = sum(out.get(timeout=seconds + 60) for _ in owned)
         elapsed = time.monotonic() - started
-        cpu = [_cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+        cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
         for process in processes:
             process.join(30)
     rate = received / elapsed
@@ -120,12 +107,6 @@ def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str,
         "us_per_message": 1e6 * sum(cpu) / received if received else 0.0,
         "queues_per_shard": sorted(len(q) for q in owned.values()),
     }
-
-
-def run_forwarding(seconds: float) -> dict[str, Any]:
-    from .forwarding import run_forwarding as run
-
-    return run(seconds)
 
 
 def run_shards_benchmark(shards: int = 2, queues: int = 16, seconds: float = 10.0) -> dict:
