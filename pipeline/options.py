@@ -104,9 +104,10 @@ class SinkOptions:
         """Read and check the sink options.
 
         Raises:
-            OptionError: an option is malformed.
+            OptionError: an option is unknown or malformed.
         """
         options = _lower_keys(options)
+        refuse_unknown_options(options, SINK_OPTION_NAMES, "sink", SINK_OPTION_HINTS)
         queue = options.get("queue") or None
         if queue is not None:
             _check_queue_name(queue, "queue")
@@ -201,3 +202,44 @@ def _int(
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise OptionError(f"option {key} must be {bounds}: {value}")
     return value
+
+
+# --------------------------------------------------------------------------- unknown options
+# Shared by the source and the sink: each passes the names it knows.
+
+#: The sink's options (Spark adds checkpointLocation to a streaming write's options).
+SINK_OPTION_NAMES = (
+    "broker",
+    "queue",
+    "event",
+    "ttl",
+    "clientName",
+    "keyScope",
+    "checkpointLocation",
+)
+#: Options of Spark's Kafka sink (lower-cased) -> what to use with the phpmq sink instead.
+SINK_OPTION_HINTS = {
+    "topic": "use queue (or a column `queue`, or event to publish)",
+    "kafka.bootstrap.servers": "use broker (a ZeroMQ address such as tcp://127.0.0.1:5555)",
+    "includeheaders": "not needed: a column `headers` (map<string,string>) is sent as headers",
+}
+
+
+def refuse_unknown_options(
+    options: Mapping[str, str], known: tuple[str, ...], what: str, hints: Mapping[str, str]
+) -> None:
+    """Raise OptionError for the first option (in name order) that is not one of `known`
+    (case-insensitive), naming the known ones, or with the hint `hints` has for it.
+
+    Raises:
+        OptionError: an option is unknown.
+    """
+    by_lower = {name.lower(): name for name in known}
+    for name in sorted(options):
+        lower = str(name).lower()
+        if lower in by_lower:
+            continue
+        if lower in hints:
+            raise OptionError(f"option {name} is not a phpmq {what} option: {hints[lower]}")
+        names = ", ".join(sorted(known, key=str.lower))
+        raise OptionError(f"unknown option {name}; the phpmq {what} knows: {names}")

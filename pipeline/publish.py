@@ -1,7 +1,8 @@
 """How the sink hands messages to the broker, behind one seam for what the broker can promise.
 
-The sink computes a key for every row from the batch and the row's position
-(`<scope>/<partition>/<row>`) and asks `open_publisher` for a publisher:
+The sink cuts each task's rows into runs (`Run`: consecutive rows for one queue or event with
+one TTL) and computes a key for every row from the batch and the row's position
+(`<scope>/<partition>/<row>`). `open_publisher` picks the publisher:
 
 * a broker that announces publisher confirms and idempotent keys in its HELLO answer
   (docs/protocol.md §6.3) gets a `ConfirmingPublisher`: each row is sent with its key and
@@ -9,6 +10,9 @@ The sink computes a key for every row from the batch and the row's position
   same rows again within the broker's key window adds nothing;
 * an older broker gets a `BarrierPublisher`, which ignores the keys and proves delivery to the
   broker with a round trip.
+
+Rows without headers and without a message key go out packed many to a frame (send_many);
+a row with either goes out alone (one round trip with confirms), as does every event.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..client import BrokerRefused, Client, ClientError, Unconfirmed
-from ..protocol import Error
+from ..protocol import DEFAULT_MAX_CONTENT_BYTES, Error
 
 #: Longest the end-of-task round trip to the broker may take, in seconds.
 BARRIER_TIMEOUT_S = 30.0
@@ -28,7 +32,28 @@ QUOTED_REFUSALS = 3
 
 
 class PublishError(RuntimeError):
-    """Raised when the broker refused messages (queue full, broker draining, bad queue name)."""
+    """Raised when the broker refused messages (queue full, broker draining, bad queue name),
+    or a row cannot be sent at all (a packet over the broker's size limit): the message starts
+    with the broker's code and says why."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive rows of one task with one destination and one TTL. `first_row` is the
+    task's row number of `contents[0]`; `headers` and `message_key` only on a run of one."""
+
+    is_event: bool
+    target: str
+    ttl: int
+    contents: Sequence[bytes]
+    first_row: int
+    headers: dict[str, str] | None = None
+    message_key: bytes | None = None
+
+    @property
+    def alone(self) -> bool:
+        """The row carries headers or a message key, so it cannot share a packed send."""
+        return self.headers is not None or self.message_key is not None
 
 
 @dataclass(frozen=True)
@@ -43,14 +68,15 @@ class Receipt:
 
 
 class Publisher(Protocol):
-    def publish(self, queue: str, ttl: int, contents: Sequence[bytes], first_row: int) -> None:
-        """Send `contents` to `queue`; row `first_row + i` of the task has key
-        `<key_prefix>/<first_row + i>`."""
+    #: The broker's limit for every packet of a message (its HELLO answer).
+    max_content_bytes: int
 
-    def publish_event(
-        self, event: str, ttl: int, contents: Sequence[bytes], first_row: int
-    ) -> None:
-        """Publish `contents` as `event` (docs/protocol.md §6.5), keyed as `publish`."""
+    def publish(self, run: Run) -> None:
+        """Send the run's rows; row `run.first_row + i` has key `<key_prefix>/<first_row + i>`.
+
+        Raises:
+            PublishError: the broker refused some of it (code and reason in the message).
+        """
 
     def finish(self) -> Receipt:
         """Return once the broker has everything published so far.
@@ -63,26 +89,44 @@ class Publisher(Protocol):
     def close(self) -> None: ...
 
 
+def _message_key(run: Run) -> dict[str, Any]:
+    # Only a message key that is there is passed: a client without message keys still works
+    # for every row that has none.
+    return {} if run.message_key is None else {"message_key": run.message_key}
+
+
 class BarrierPublisher:
-    """For today's broker. Messages are sent in packed frames; `finish()` makes a round trip
-    (ADMIN stats): the broker handles a peer's frames in order and answers a refused 001 with
-    an ERROR, so when the answer comes, every message was stored or its refusal came first.
-    Keys are ignored: a retried batch publishes its rows again."""
+    """For a broker without confirms. Messages are sent in packed frames; `finish()` makes a
+    round trip (ADMIN stats): the broker handles a peer's frames in order and answers a refused
+    001 with an ERROR, so when the answer comes, every message was stored or its refusal came
+    first. Keys are ignored: a retried batch publishes its rows again."""
 
     def __init__(self, client: Client, key_prefix: str) -> None:
         self._client = client
         self.key_prefix = key_prefix
+        self.max_content_bytes = _max_content_bytes(client)
         self._published = 0
 
-    def publish(self, queue: str, ttl: int, contents: Sequence[bytes], first_row: int) -> None:
-        self._published += self._client.send_many(queue, contents, ttl)
-
-    def publish_event(
-        self, event: str, ttl: int, contents: Sequence[bytes], first_row: int
-    ) -> None:
-        for content in contents:
-            self._client.publish(event, content, ttl, confirm=False)
-        self._published += len(contents)
+    def publish(self, run: Run) -> None:
+        client = self._client
+        try:
+            if run.is_event:
+                for content in run.contents:
+                    client.publish(
+                        run.target,
+                        content,
+                        run.ttl,
+                        headers=run.headers,
+                        confirm=False,
+                        **_message_key(run),
+                    )
+            elif run.alone:
+                client.send(run.target, run.contents[0], run.ttl, run.headers, **_message_key(run))
+            else:
+                client.send_many(run.target, run.contents, run.ttl)
+        except BrokerRefused as exc:  # an earlier send's refusal, told at this call
+            raise _refused(len(exc.refusals) or 1, list(exc.refusals) or [exc.error]) from None
+        self._published += len(run.contents)
 
     def finish(self) -> Receipt:
         self._client.admin("stats", timeout=BARRIER_TIMEOUT_S)
@@ -95,35 +139,50 @@ class BarrierPublisher:
 
 
 class ConfirmingPublisher:
-    """Sends each row with its key and waits for the broker's confirms (pipelined)."""
+    """Sends each row with its key and waits for the broker's confirms (pipelined for packed
+    runs). The first refusal stops the task: nothing more is sent."""
 
     def __init__(self, client: Client, key_prefix: str, deduplicated: bool) -> None:
         self._client = client
         self.key_prefix = key_prefix
+        self.max_content_bytes = _max_content_bytes(client)
         self._deduplicated = deduplicated
         self._published = 0
 
-    def publish(self, queue: str, ttl: int, contents: Sequence[bytes], first_row: int) -> None:
-        keys = [f"{self.key_prefix}/{first_row + i}" for i in range(len(contents))]
+    def publish(self, run: Run) -> None:
         try:
-            self._client.send_many(queue, contents, ttl, confirm=True, keys=keys)
+            if run.is_event:
+                self._publish_event(run)
+            elif run.alone:
+                key = f"{self.key_prefix}/{run.first_row}"
+                self._client.send(
+                    run.target,
+                    run.contents[0],
+                    run.ttl,
+                    run.headers,
+                    confirm=True,
+                    key=key,
+                    **_message_key(run),
+                )
+            else:
+                first = run.first_row
+                keys = [f"{self.key_prefix}/{first + i}" for i in range(len(run.contents))]
+                self._client.send_many(run.target, run.contents, run.ttl, confirm=True, keys=keys)
         except Unconfirmed as exc:
             if exc.errors:
                 raise _refused(len(exc.errors), list(exc.errors.values())) from None
             raise  # no answer: the task fails and its retry sends the same keys
-        self._published += len(contents)
+        except BrokerRefused as exc:
+            raise _refused(1, [exc.error]) from None
+        self._published += len(run.contents)
 
-    def publish_event(
-        self, event: str, ttl: int, contents: Sequence[bytes], first_row: int
-    ) -> None:
-        """One confirmed publish per row (a publish is not pipelined): slower than `publish`."""
-        for offset, content in enumerate(contents):
-            key = f"{self.key_prefix}/{first_row + offset}"
-            try:
-                self._client.publish(event, content, ttl, key=key)
-            except BrokerRefused as exc:
-                raise _refused(1, [exc.error]) from None
-        self._published += len(contents)
+    def _publish_event(self, run: Run) -> None:
+        """One confirmed publish per row (a publish is not pipelined): slower than a queue."""
+        for offset, content in enumerate(run.contents):
+            key = f"{self.key_prefix}/{run.first_row + offset}"
+            self._client.publish(
+                run.target, content, run.ttl, key=key, headers=run.headers, **_message_key(run)
+            )
 
     def finish(self) -> Receipt:
         return Receipt(self._published, confirmed=True, deduplicated=self._deduplicated)
@@ -137,6 +196,11 @@ def _refused(count: int, errors: list[Error]) -> PublishError:
         f"{error.code} {error.reason} (queue {error.queue!r})" for error in errors[:QUOTED_REFUSALS]
     )
     return PublishError(f"the broker refused {count} message(s): {quoted}")
+
+
+def _max_content_bytes(client: Client) -> int:
+    limit = client.broker_info.get("max_content_bytes")
+    return limit if type(limit) is int else DEFAULT_MAX_CONTENT_BYTES
 
 
 def open_publisher(address: str, name: str, key_prefix: str) -> Publisher:

@@ -17,41 +17,34 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
 
 from harness import REPO, BrokerProcess
+from pipeline_harness import (
+    QUERY_TIMEOUT_S,
+    drain,
+    queue_stats,
+    run_available_now,
+    skip_without_spark,
+)
+from pipeline_harness import spark as spark  # a fixture: one Spark for this file
 
-IN_CI = os.environ.get("CI") == "true"
-#: The modules `pip install .[spark]` brings (and their own dependencies).
-SPARK_EXTRA = {"pyspark", "pyarrow", "pandas", "py4j", "numpy"}
 try:
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from phpmq.pipeline.datasource import PhpmqDataSource
     from phpmq.pipeline.demo import run_demo
     from phpmq.pipeline.options import OptionError, SourceOptions
-    from phpmq.pipeline.session import SparkUnavailable, local_session
-    from phpmq.pipeline.source import SOURCE_SCHEMA, PhpmqStreamReader
+    from phpmq.pipeline.source import PhpmqStreamReader
     from phpmq.pipeline.subscription import SourceError
 except ModuleNotFoundError as missing:
-    if (missing.name or "").split(".")[0] not in SPARK_EXTRA:
-        raise  # a bug in pipeline/, not a missing optional dependency
-    if IN_CI:
-        pytest.fail(f"the spark extra is required in CI: {missing}", pytrace=False)
-    pytest.skip(f"{missing} (pip install '.[spark]')", allow_module_level=True)
+    skip_without_spark(missing)
 
-
-#: Any one streaming query must finish within this many seconds.
-QUERY_TIMEOUT_S = 120
 #: A source whose runner dies gives its messages back after heartbeat x liveness (0.6 s).
 FAST_LIVENESS = {"heartbeatMs": "200", "liveness": "3"}
 #: A Spark driver of its own (argv: broker, queue, output, checkpoint) that writes batches to
@@ -73,67 +66,10 @@ threading.Event().wait()
 """
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    """One Spark for this file; stopped after it, JVM included, so that it takes no CPU or
-    memory from the test files that run later."""
-    try:
-        session = local_session("phpmq-tests")
-    except SparkUnavailable as exc:
-        if IN_CI:
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
-    yield session
-    for query in session.streams.active:
-        query.stop()
-    session.stop()
-    _stop_gateway()
-
-
-def _stop_gateway() -> None:
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    if gateway is not None:
-        gateway.shutdown()
-        process = getattr(gateway, "proc", None)
-        if process is not None:  # the JVM outlives the gateway unless told to go
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(15)
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-
-
 def source(spark: SparkSession, broker: BrokerProcess, queue: str, batch: int) -> DataFrame:
     reader = spark.readStream.format("phpmq").option("broker", broker.address)
     reader = reader.option("queue", queue).option("maxRecordsPerBatch", batch)
     return reader.options(**FAST_LIVENESS).load()
-
-
-def run_available_now(frame: DataFrame, checkpoint: Path, sink: Callable[[Any], Any]) -> Any:
-    """Run a query to the end of what is available now; returns it (raises what it raised)."""
-    writer = frame.writeStream.option("checkpointLocation", str(checkpoint))
-    query = sink(writer.trigger(availableNow=True)).start()
-    assert query.awaitTermination(QUERY_TIMEOUT_S), "the query did not finish in time"
-    return query
-
-
-def queue_stats(broker: BrokerProcess, queue: str) -> dict[str, int]:
-    return broker.stats()["queues"][queue]
-
-
-def drain(broker: BrokerProcess, queue: str) -> list[Any]:
-    """Every message of `queue`, acked."""
-    messages = []
-    with broker.client() as client:
-        for message in client.consume(queue, window=1_000, timeout=0.5):
-            message.ack()
-            messages.append(message)
-    return messages
 
 
 def reader_for(broker: BrokerProcess, **options: str) -> PhpmqStreamReader:
@@ -173,31 +109,6 @@ def test_bad_source_options_are_refused_with_the_option_named(
 def test_several_queues_by_list_or_json() -> None:
     assert SourceOptions.parse({"queues": "a, b,c"}).queues == ("a", "b", "c")
     assert SourceOptions.parse({"QUEUES": '["x,1", "y"]'}).queues == ("x,1", "y")
-
-
-def test_sink_checks_columns_and_mode_before_anything_runs() -> None:
-    text_only = StructType([StructField("content", StringType())])
-    sink = PhpmqDataSource({"queue": "out"})
-    assert sink.writer(SOURCE_SCHEMA, overwrite=False) is not None
-    with pytest.raises(OptionError, match="cannot be overwritten"):
-        sink.writer(SOURCE_SCHEMA, overwrite=True)
-    with pytest.raises(OptionError, match="needs a column `content`"):
-        sink.streamWriter(StructType([StructField("body", StringType())]), overwrite=False)
-    with pytest.raises(OptionError, match="option queue, or a column `queue`"):
-        PhpmqDataSource({}).writer(text_only, overwrite=False)
-
-
-def test_sink_takes_an_event_column_or_option_instead_of_a_queue() -> None:
-    text_only = StructType([StructField("content", StringType())])
-    content = StructField("content", StringType())
-    with_event = StructType([content, StructField("event", StringType())])
-    assert PhpmqDataSource({"event": "order.paid"}).writer(text_only, overwrite=False)
-    assert PhpmqDataSource({}).writer(with_event, overwrite=False) is not None
-    with pytest.raises(OptionError, match=r"option event: event name 'order\.\*'"):
-        PhpmqDataSource({"event": "order.*"}).writer(text_only, overwrite=False)
-    numbered = StructType([content, StructField("event", LongType())])
-    with pytest.raises(OptionError, match="column `event` must be a string"):
-        PhpmqDataSource({"queue": "q"}).writer(numbered, overwrite=False)
 
 
 # --------------------------------------------------------------------------- the runner's side
@@ -394,92 +305,6 @@ def wait_for_line(process: subprocess.Popen, line: str, timeout: float) -> None:
             if got.strip() == line:
                 return
     raise AssertionError(f"no {line!r} from the driver within {timeout}s")
-
-
-def test_a_dataframe_of_ten_thousand_rows_lands_in_a_queue(
-    spark: SparkSession, broker: BrokerProcess
-) -> None:
-    frame = spark.range(10_000).select(F.format_string("row-%05d", "id").alias("content"))
-    frame.write.format("phpmq").option("broker", broker.address).option("queue", "results").mode(
-        "append"
-    ).save()
-    assert queue_stats(broker, "results")["ready"] == 10_000
-    contents = sorted(message.content for message in drain(broker, "results"))
-    assert contents == [b"row-%05d" % i for i in range(10_000)]
-
-
-def test_writing_the_same_rows_again_with_one_key_scope_adds_nothing(
-    spark: SparkSession, broker: BrokerProcess
-) -> None:
-    """A retried foreachBatch publishes the same rows with the same keys: the broker confirms
-    them with the first IDs instead of queueing them twice."""
-    frame = spark.range(1_000).select(F.format_string("row-%04d", "id").alias("content"))
-
-    def write(scope: str | None) -> None:
-        writer = frame.write.format("phpmq").option("broker", broker.address)
-        if scope is not None:
-            writer = writer.option("keyScope", scope)
-        writer.option("queue", "results").mode("append").save()
-
-    write("batch-7")
-    write("batch-7")  # the retry
-    assert queue_stats(broker, "results")["ready"] == 1_000
-    write(None)  # a random scope: new keys, queued again
-    assert queue_stats(broker, "results")["ready"] == 2_000
-    assert broker.stats()["counters"]["deduplicated"] == 1_000
-    contents = Counter(message.content for message in drain(broker, "results"))
-    assert set(contents.values()) == {2} and len(contents) == 1_000
-
-
-def test_a_sink_task_fails_when_the_broker_refuses_its_messages(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    small = BrokerProcess(tmp_path / "broker.log", "--max-queue-length", "5")
-    try:
-        frame = spark.range(8).select(F.col("id").cast("string").alias("content"))
-        writer = frame.coalesce(1).write.format("phpmq").option("broker", small.address)
-        with pytest.raises(Exception, match=r"the broker refused 3 message\(s\): 429"):
-            writer.option("queue", "full").mode("append").save()
-    finally:
-        small.stop()
-
-
-def test_rows_with_an_event_are_published_to_the_bound_queues(
-    spark: SparkSession, broker: BrokerProcess
-) -> None:
-    if "published" not in broker.stats()["counters"]:
-        pytest.skip("this broker does not route events yet (docs/protocol.md §6.5)")
-    with broker.client() as client:
-        client.bind("paid", "order.paid")
-        client.bind("all", "order.#")
-    kind = F.when(F.col("id") % 2 == 0, "order.paid").otherwise(F.lit(None))
-    content = F.col("id").cast("string").alias("content")
-    frame = spark.range(10).select(content, kind.alias("event"), F.lit("plain").alias("queue"))
-    frame.coalesce(1).write.format("phpmq").option("broker", broker.address).mode("append").save()
-    paid, every, plain = drain(broker, "paid"), drain(broker, "all"), drain(broker, "plain")
-    assert sorted(int(m.content) for m in paid) == [0, 2, 4, 6, 8]
-    assert all(m.event == "order.paid" for m in paid) and len(every) == 5
-    assert sorted(int(m.content) for m in plain) == [1, 3, 5, 7, 9]
-
-
-def test_streaming_sink_routes_rows_by_their_queue_and_ttl_columns(
-    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
-) -> None:
-    with broker.client() as client:
-        client.send_many("events", (b"%d" % i for i in range(100)))
-    parity = F.when(F.col("content").cast("string").cast("int") % 2 == 0, "even").otherwise("odd")
-    routed = source(spark, broker, "events", 40).select(
-        "content", parity.alias("queue"), F.lit(3_600).alias("ttl")
-    )
-    run_available_now(
-        routed,
-        tmp_path / "checkpoint",
-        lambda w: w.format("phpmq").option("broker", broker.address),
-    )
-    even, odd = drain(broker, "even"), drain(broker, "odd")
-    assert sorted(int(m.content) for m in even) == list(range(0, 100, 2))
-    assert sorted(int(m.content) for m in odd) == list(range(1, 100, 2))
-    assert all(3_590 <= m.ttl <= 3_600 for m in even + odd)
 
 
 @pytest.mark.timeout(QUERY_TIMEOUT_S)  # bounds processAllAvailable(), which takes no timeout

@@ -1,0 +1,203 @@
+"""The sink's input: which columns it reads, and each Arrow batch of a task as runs of messages
+(pipeline.publish.Run), checked against the broker's packet limit before any is sent.
+
+Columns: `content` (binary or string) is required; `queue` (string), `event` (string) and `ttl`
+(integer, seconds, 0 = never expires) are optional and fall back to the options of the same
+name when absent or null; `headers` (map<string,string>) becomes the message's HEADERS JSON and
+`key` (binary or string) its message key. A row with an event is published as that event
+(docs/protocol.md §6.5) instead of sent to its queue; a row with neither fails the task.
+Other columns are ignored.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import BinaryType, IntegralType, MapType, StringType, StructType
+
+from .options import OptionError, SinkOptions
+from .publish import Run
+
+#: Headers are sent as the client sends them (compact JSON), so their size is measured so.
+_HEADERS_JSON = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True)
+class SinkColumns:
+    """Which input columns the sink reads."""
+
+    content_is_text: bool
+    has_queue: bool
+    has_ttl: bool
+    has_event: bool = False
+    has_headers: bool = False
+    has_key: bool = False
+
+    @classmethod
+    def of(cls, schema: StructType, options: SinkOptions) -> SinkColumns:
+        """The columns of `schema` the sink reads.
+
+        Raises:
+            OptionError: no usable `content` column, a column of the wrong type, or no queue.
+        """
+        fields = {field.name: field.dataType for field in schema.fields}
+        content = fields.get("content")
+        if not isinstance(content, BinaryType | StringType):
+            kafka = " (Kafka's `value`: rename it to content)" if "value" in fields else ""
+            raise OptionError(
+                "the phpmq sink needs a column `content` of type binary or string; got"
+                f" {content.simpleString() if content else 'none'} (columns: {list(fields)}){kafka}"
+            )
+        queue, ttl, event = fields.get("queue"), fields.get("ttl"), fields.get("event")
+        headers, key = fields.get("headers"), fields.get("key")
+        for name, column in (("queue", queue), ("event", event)):
+            if column is not None and not isinstance(column, StringType):
+                raise OptionError(f"column `{name}` must be a string, not {column.simpleString()}")
+        if ttl is not None and not isinstance(ttl, IntegralType):
+            raise OptionError(f"column `ttl` must be an integer, not {ttl.simpleString()}")
+        if key is not None and not isinstance(key, BinaryType | StringType):
+            raise OptionError(f"column `key` must be binary or a string, not {key.simpleString()}")
+        if headers is not None and not _is_string_map(headers):
+            raise OptionError(
+                f"column `headers` must be a map<string,string>, not {headers.simpleString()}"
+            )
+        if queue is None and options.queue is None and event is None and options.event is None:
+            raise OptionError(
+                "give the option queue, or a column `queue`, to the phpmq sink (or the option"
+                " event, or a column `event`, to publish rows as events)"
+            )
+        text = isinstance(content, StringType)
+        return cls(
+            text, queue is not None, ttl is not None, event is not None, headers is not None,
+            key is not None,
+        )  # fmt: skip
+
+
+def _is_string_map(column: object) -> bool:
+    return (
+        isinstance(column, MapType)
+        and isinstance(column.keyType, StringType)
+        and isinstance(column.valueType, StringType)
+    )
+
+
+#: Where a row goes: (True, event name) or (False, queue name).
+Target = tuple[bool, str]
+
+
+class RowTooLarge(ValueError):
+    """A row has a packet over the broker's `max_content_bytes` (the broker would answer 413
+    and drop the rest of the frame unanswered)."""
+
+    def __init__(self, row: int, part: str, size: int, limit: int) -> None:
+        super().__init__(f"its {part} is {size} bytes, over the broker's max_content_bytes {limit}")
+        self.row = row
+
+
+class SinkRows:
+    """Turns record batches into runs of consecutive rows with one target (a queue or an event)
+    and one TTL, so each run to a queue goes out as packed frames (Client.send_many); a row with
+    headers or a message key is a run of its own."""
+
+    def __init__(self, columns: SinkColumns, options: SinkOptions) -> None:
+        self._columns = columns
+        self._options = options
+
+    def check(self, batch: pa.RecordBatch, first_row: int, limit: int) -> None:
+        """Raise RowTooLarge for the first row of `batch` (row `first_row` of the task) with a
+        content, headers or key longer than `limit` bytes."""
+        for name in ("content", "key") if self._columns.has_key else ("content",):
+            lengths = pc.binary_length(batch.column(name).cast(pa.binary()))
+            if (pc.max(lengths).as_py() or 0) > limit:
+                index = pc.index(pc.greater(lengths, limit), True).as_py()
+                raise RowTooLarge(first_row + index, name, lengths[index].as_py(), limit)
+        for index, headers in enumerate(self._headers(batch)):
+            size = len(_HEADERS_JSON.encode(headers)) if headers else 0
+            if size > limit:
+                raise RowTooLarge(first_row + index, "headers (as JSON)", size, limit)
+
+    def runs(self, batch: pa.RecordBatch, first_row: int) -> Iterator[Run]:
+        """The runs of `batch`, whose first row is row `first_row` of the task."""
+        rows = zip(
+            self._targets(batch),
+            self._ttls(batch),
+            self._contents(batch),
+            self._headers(batch),
+            self._message_keys(batch),
+            strict=True,
+        )
+        row = first_row
+        for (target, ttl, alone), run in itertools.groupby(rows, key=_run_key):
+            is_event, name = target
+            if alone:
+                for _, _, content, headers, message_key in run:
+                    yield Run(is_event, name, ttl, [content], row, headers, message_key)
+                    row += 1
+            else:
+                contents = [content for _, _, content, _, _ in run]
+                yield Run(is_event, name, ttl, contents, row)
+                row += len(contents)
+
+    def _contents(self, batch: pa.RecordBatch) -> list[bytes]:
+        values = batch.column("content").to_pylist()
+        if None in values:
+            raise ValueError("the phpmq sink cannot publish a row whose content is null")
+        if self._columns.content_is_text:
+            return [value.encode() for value in values]
+        return values
+
+    def _targets(self, batch: pa.RecordBatch) -> list[Target]:
+        columns, options = self._columns, self._options
+        events = _column_or(batch, "event", columns.has_event, options.event)
+        queues = _column_or(batch, "queue", columns.has_queue, options.queue)
+        targets: list[Target] = []
+        for event, queue in zip(events, queues, strict=True):
+            if event is not None:
+                targets.append((True, event))
+            elif queue is not None:
+                targets.append((False, queue))
+            else:
+                raise ValueError(
+                    "a row has a null `queue` and the option queue is not set (nor an event)"
+                )
+        return targets
+
+    def _ttls(self, batch: pa.RecordBatch) -> list[int]:
+        default = self._options.ttl
+        if not self._columns.has_ttl:
+            return [default] * batch.num_rows
+        values = [default if value is None else value for value in batch.column("ttl").to_pylist()]
+        if any(value < 0 for value in values):
+            raise ValueError("column `ttl` holds a negative value (seconds; 0 = never expires)")
+        return values
+
+    def _headers(self, batch: pa.RecordBatch) -> list[dict[str, str] | None]:
+        if not self._columns.has_headers:
+            return [None] * batch.num_rows
+        # A map arrives as a list of (key, value) pairs; an empty or null map sends no headers.
+        return [dict(pairs) if pairs else None for pairs in batch.column("headers").to_pylist()]
+
+    def _message_keys(self, batch: pa.RecordBatch) -> list[bytes | None]:
+        if not self._columns.has_key:
+            return [None] * batch.num_rows
+        keys = batch.column("key").to_pylist()
+        return [key.encode() if isinstance(key, str) else key for key in keys]
+
+
+def _run_key(row: tuple) -> tuple[Target, int, bool]:
+    target, ttl, _, headers, message_key = row
+    return target, ttl, headers is not None or message_key is not None
+
+
+def _column_or(
+    batch: pa.RecordBatch, name: str, present: bool, default: str | None
+) -> list[str | None]:
+    """Column `name`'s values, `default` where it is absent or null."""
+    if not present:
+        return [default] * batch.num_rows
+    return [default if value is None else value for value in batch.column(name).to_pylist()]

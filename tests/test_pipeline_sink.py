@@ -1,0 +1,275 @@
+"""The `phpmq` sink (pipeline/sink.py, sink_rows.py, publish.py) in real Spark local mode
+against real broker processes on loopback: columns and options, refusals, idempotency keys
+across a replayed batch, headers and message keys.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness import BrokerProcess
+from pipeline_harness import drain, queue_stats, run_available_now, skip_without_spark
+from pipeline_harness import spark as spark  # a fixture: one Spark for this file
+
+try:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.types import (
+        BinaryType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from phpmq.pipeline import sink
+    from phpmq.pipeline.datasource import PhpmqDataSource
+    from phpmq.pipeline.options import OptionError, SinkOptions
+    from phpmq.pipeline.sink_rows import RowTooLarge, SinkColumns, SinkRows
+except ModuleNotFoundError as missing:
+    skip_without_spark(missing)
+
+CONTENT = StructField("content", StringType())
+
+
+def write_to(frame: DataFrame, broker: BrokerProcess, **options: str) -> None:
+    writer = frame.write.format("phpmq").option("broker", broker.address)
+    writer.options(**options).mode("append").save()
+
+
+# --------------------------------------------------------------------------- without Spark
+
+
+def test_sink_checks_columns_and_mode_before_anything_runs() -> None:
+    text_only = StructType([CONTENT])
+    source_like = StructType([StructField("content", BinaryType()), StructField("id", LongType())])
+    sink_source = PhpmqDataSource({"queue": "out"})
+    assert sink_source.writer(source_like, overwrite=False) is not None
+    with pytest.raises(OptionError, match="cannot be overwritten"):
+        sink_source.writer(source_like, overwrite=True)
+    with pytest.raises(OptionError, match=r"needs a column `content`.*Kafka's `value`"):
+        sink_source.streamWriter(StructType([StructField("value", StringType())]), False)
+    with pytest.raises(OptionError, match="option queue, or a column `queue`"):
+        PhpmqDataSource({}).writer(text_only, overwrite=False)
+    numbered_headers = StructType(
+        [CONTENT, StructField("headers", MapType(StringType(), LongType()))]
+    )
+    with pytest.raises(
+        OptionError, match=r"`headers` must be a map<string,string>, not map<string,bigint>"
+    ):
+        sink_source.writer(numbered_headers, overwrite=False)
+    with pytest.raises(OptionError, match="column `key` must be binary or a string, not bigint"):
+        sink_source.writer(StructType([CONTENT, StructField("key", LongType())]), False)
+
+
+def test_sink_takes_an_event_column_or_option_instead_of_a_queue() -> None:
+    text_only = StructType([CONTENT])
+    with_event = StructType([CONTENT, StructField("event", StringType())])
+    assert PhpmqDataSource({"event": "order.paid"}).writer(text_only, overwrite=False)
+    assert PhpmqDataSource({}).writer(with_event, overwrite=False) is not None
+    with pytest.raises(OptionError, match=r"option event: event name 'order\.\*'"):
+        PhpmqDataSource({"event": "order.*"}).writer(text_only, overwrite=False)
+    numbered = StructType([CONTENT, StructField("event", LongType())])
+    with pytest.raises(OptionError, match="column `event` must be a string"):
+        PhpmqDataSource({"queue": "q"}).writer(numbered, overwrite=False)
+
+
+def test_unknown_sink_options_are_refused_naming_the_known_ones() -> None:
+    known = "broker, checkpointLocation, clientName, event, keyScope, queue, ttl"
+    with pytest.raises(OptionError, match=f"unknown option qeueu; the phpmq sink knows: {known}$"):
+        SinkOptions.parse({"qeueu": "results"})
+    with pytest.raises(OptionError, match="option topic is not a phpmq sink option: use queue"):
+        SinkOptions.parse({"topic": "results"})
+    spark_given = {"Queue": "results", "checkpointlocation": "/tmp/x", "KEYSCOPE": "s"}
+    assert SinkOptions.parse(spark_given).queue == "results"
+
+
+def test_a_row_too_large_for_the_broker_is_named_before_anything_is_given_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    columns = SinkColumns.of(
+        StructType([CONTENT, StructField("key", StringType())]), SinkOptions.parse({"queue": "q"})
+    )
+    rows = SinkRows(columns, SinkOptions.parse({"queue": "q"}))
+    batches = [
+        pa.RecordBatch.from_pydict({"content": ["a", "b"], "key": ["k", "k"]}),
+        pa.RecordBatch.from_pydict({"content": ["c", "d"], "key": ["k", "kkkkkk"]}),
+    ]
+    given = []
+    with pytest.raises(
+        RowTooLarge, match="its key is 6 bytes, over the broker's max_content_bytes 5"
+    ) as caught:
+        for _, first_row in sink.checked_ahead(iter(batches), lambda b, r: rows.check(b, r, 5)):
+            given.append(first_row)
+    assert caught.value.row == 3 and given == []
+    monkeypatch.setattr(sink, "CHECK_AHEAD_BYTES", 1)  # past this, checked batches go out
+    with pytest.raises(RowTooLarge):
+        for _, first_row in sink.checked_ahead(iter(batches), lambda b, r: rows.check(b, r, 5)):
+            given.append(first_row)
+    assert given == [0]
+
+
+# --------------------------------------------------------------------------- with Spark
+
+
+def test_a_dataframe_of_ten_thousand_rows_lands_in_a_queue(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    frame = spark.range(10_000).select(F.format_string("row-%05d", "id").alias("content"))
+    write_to(frame, broker, queue="results")
+    assert queue_stats(broker, "results")["ready"] == 10_000
+    contents = sorted(message.content for message in drain(broker, "results"))
+    assert contents == [b"row-%05d" % i for i in range(10_000)]
+
+
+def test_writing_the_same_rows_again_with_one_key_scope_adds_nothing(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    """A retried foreachBatch publishes the same rows with the same keys: the broker confirms
+    them with the first IDs instead of queueing them twice."""
+    frame = spark.range(1_000).select(F.format_string("row-%04d", "id").alias("content"))
+    write_to(frame, broker, queue="results", keyScope="batch-7")
+    write_to(frame, broker, queue="results", keyScope="batch-7")  # the retry
+    assert queue_stats(broker, "results")["ready"] == 1_000
+    write_to(frame, broker, queue="results")  # a random scope: new keys, queued again
+    assert queue_stats(broker, "results")["ready"] == 2_000
+    assert broker.stats()["counters"]["deduplicated"] == 1_000
+    contents = Counter(message.content for message in drain(broker, "results"))
+    assert set(contents.values()) == {2} and len(contents) == 1_000
+
+
+def test_a_streaming_batch_run_again_queues_no_row_twice(
+    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """Spark runs a batch again when its commit is missing from the checkpoint (a driver that
+    died after the sink wrote it): same query id, batch id, partitions and rows, same keys."""
+    inbox, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    spark.range(500).select(F.format_string("row-%03d", "id").alias("content")).write.parquet(
+        str(inbox)
+    )
+    frame = spark.readStream.schema("content string").parquet(str(inbox))
+
+    def to_queue(writer):
+        return writer.format("phpmq").option("broker", broker.address).option("queue", "out")
+
+    run_available_now(frame, checkpoint, to_queue)
+    assert queue_stats(broker, "out")["ready"] == 500
+    (checkpoint / "commits" / "0").unlink()  # as if the driver died before committing
+    (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
+    query = run_available_now(frame, checkpoint, to_queue)
+    assert [p["batchId"] for p in query.recentProgress if p["numInputRows"]] == [0]
+    assert queue_stats(broker, "out")["ready"] == 500
+    assert broker.stats()["counters"]["deduplicated"] == 500
+
+
+@pytest.mark.parametrize("too_large", ["content", "headers"])
+def test_an_oversized_row_fails_its_task_at_once_with_413_and_nothing_is_queued(
+    spark: SparkSession, tmp_path: Path, too_large: str
+) -> None:
+    small = BrokerProcess(tmp_path / "broker.log", "--max-content-bytes", "1000")
+    try:
+        big = F.col("id") == 57
+        content = F.when(big & F.lit(too_large == "content"), F.repeat(F.lit("x"), 2_000))
+        headers = F.when(
+            big & F.lit(too_large == "headers"),
+            F.create_map(F.lit("h"), F.repeat(F.lit("y"), 2_000)),
+        )
+        frame = spark.range(100).select(
+            content.otherwise(F.col("id").cast("string")).alias("content"),
+            headers.otherwise(F.create_map(F.lit("h"), F.lit("small"))).alias("headers"),
+        )
+        started = time.monotonic()
+        with pytest.raises(
+            Exception, match=r"413 row 57 of task partition 0 .* cannot be sent"
+        ) as caught:
+            write_to(frame.coalesce(1), small, queue="big", keyScope="oversized")
+        elapsed = time.monotonic() - started
+        print(f"\n  oversized {too_large}: failed after {elapsed:.1f}s")
+        part = "content is 2000 bytes" if too_large == "content" else "headers (as JSON) is"
+        assert part in str(caught.value) and "nothing of this task was sent" in str(caught.value)
+        assert "big" not in small.stats()["queues"]  # not one row of the task was sent
+    finally:
+        small.stop()
+
+
+def test_a_sink_task_fails_at_once_when_the_broker_refuses_its_messages(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    small = BrokerProcess(tmp_path / "broker.log", "--max-queue-length", "5")
+    try:
+        frame = spark.range(8).select(F.col("id").cast("string").alias("content"))
+        started = time.monotonic()
+        with pytest.raises(Exception, match=r"the broker refused 3 message\(s\): 429"):
+            write_to(frame.coalesce(1), small, queue="full")
+        print(f"\n  refused: failed after {time.monotonic() - started:.1f}s")
+    finally:
+        small.stop()
+
+
+def test_rows_with_an_event_are_published_to_the_bound_queues(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    with broker.client() as client:
+        client.bind("paid", "order.paid")
+        client.bind("all", "order.#")
+    kind = F.when(F.col("id") % 2 == 0, "order.paid").otherwise(F.lit(None))
+    content = F.col("id").cast("string").alias("content")
+    frame = spark.range(10).select(content, kind.alias("event"), F.lit("plain").alias("queue"))
+    write_to(frame.coalesce(1), broker)
+    paid, every, plain = drain(broker, "paid"), drain(broker, "all"), drain(broker, "plain")
+    assert sorted(int(m.content) for m in paid) == [0, 2, 4, 6, 8]
+    assert all(m.event == "order.paid" for m in paid) and len(every) == 5
+    assert sorted(int(m.content) for m in plain) == [1, 3, 5, 7, 9]
+
+
+def test_headers_and_key_columns_arrive_with_the_messages(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    with broker.client() as client:
+        client.bind("keyed-events", "sensor.#")
+    key = F.when(F.col("id") % 3 == 0, F.lit(None)).otherwise(
+        F.format_string("sensor-%d", F.col("id") % 3)
+    )
+    headers = F.when(F.col("id") % 2 == 0, F.create_map(F.lit("parity"), F.lit("even")))
+    frame = spark.range(20).select(
+        F.col("id").cast("string").alias("content"),
+        headers.alias("headers"),
+        key.cast("binary").alias("key"),
+        F.when(F.col("id") >= 10, F.lit("sensor.reading")).alias("event"),
+    )
+    write_to(frame, broker, queue="keyed")
+    received = drain(broker, "keyed") + drain(broker, "keyed-events")
+    assert sorted(int(m.content) for m in received) == list(range(20))
+    for message in received:
+        number = int(message.content)
+        assert message.headers == ({"parity": "even"} if number % 2 == 0 else {})
+        expected_key = None if number % 3 == 0 else b"sensor-%d" % (number % 3)
+        assert message.message_key == expected_key
+
+
+def test_streaming_sink_routes_rows_by_their_queue_and_ttl_columns(
+    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    inbox = tmp_path / "in"
+    spark.range(100).select(F.col("id").cast("string").alias("content")).write.parquet(str(inbox))
+    parity = F.when(F.col("content").cast("int") % 2 == 0, "even").otherwise("odd")
+    routed = (
+        spark.readStream.schema("content string")
+        .parquet(str(inbox))
+        .select("content", parity.alias("queue"), F.lit(3_600).alias("ttl"))
+    )
+    run_available_now(
+        routed,
+        tmp_path / "checkpoint",
+        lambda w: w.format("phpmq").option("broker", broker.address),
+    )
+    even, odd = drain(broker, "even"), drain(broker, "odd")
+    assert sorted(int(m.content) for m in even) == list(range(0, 100, 2))
+    assert sorted(int(m.content) for m in odd) == list(range(1, 100, 2))
+    assert all(3_590 <= m.ttl <= 3_600 for m in even + odd)
