@@ -110,13 +110,21 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         confirm: bool = False,
         key: str | None = None,
         delay: Duration | None = None,
+        message_key: bytes | str | None = None,
     ) -> str | None:
         """Send one message; with `confirm=True` return its ID once the broker has it.
         As `Client.send`, with the same exceptions."""
         if self._routing is not None and (link := await self._link_for(queue)) is not None:
             # The hot path's one check, inline: a decorator's *args would cost more.
             return await link.send(
-                queue, content, ttl, headers, confirm=confirm, key=key, delay=delay
+                queue,
+                content,
+                ttl,
+                headers,
+                confirm=confirm,
+                key=key,
+                delay=delay,
+                message_key=message_key,
             )
         connection = self._connection
         if connection.refusals.sends:
@@ -124,7 +132,9 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         if confirm and not connection.knows_limits:
             await self._await_limits()
         tag = connection.next_tag() if confirm else None
-        frame = connection.send(queue, content, ttl, headers, tag, key, delay_ms(delay))
+        frame = connection.send(
+            queue, content, ttl, headers, tag, key, delay_ms(delay), message_key
+        )
         while True:
             await self._wait_while_paused(queue)
             await self._send_frame(frame, 1, () if tag is None else (tag,))
