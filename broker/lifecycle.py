@@ -135,5 +135,8 @@ class Lifecycle:
         queue.unused_due = 0
         if queue.windows:
             return  # a consumer came back in time
+        if queue.leases:  # a reader's batch is not done with it: wait again
+            self.unused(queue)
+            return
         self._remove(queue)
         self._ctx.counters.queues_unused_deleted += 1

@@ -166,3 +166,17 @@ def test_peek_and_dead_letters_page_by_position(core: CoreHarness) -> None:
     assert admin(core, "stats")["queues"]["q"]["ready"] == 7  # nothing taken
     bounded = admin(core, "queue-peek", queue="q", limit=9, max_bytes=1)
     assert len(bounded["entries"]) == 1 and bounded["truncated"]
+
+
+def test_a_queue_deleted_when_unused_waits_for_its_leases(core: CoreHarness) -> None:
+    fill(core, 2)
+    admin(core, "lease", queue="q", lease="x", max_messages=1, max_bytes=10**6)
+    core.send(CONSUMER, p.Hello({}), p.Consume("q", 1, unused_ms=1000))
+    core.send(CONSUMER, p.Cancel("q"))
+    core.advance(2)
+    core.turn()
+    assert leased(core) == 1  # still there
+    admin(core, "lease-commit", queue="q", lease="x")
+    core.advance(2)
+    core.turn()
+    assert "q" not in admin(core, "stats")["queues"]
