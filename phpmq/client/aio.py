@@ -299,10 +299,17 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
     async def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
         """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
 
+        A command about one queue (a `queue` option) goes to its owning shard.
+
         Raises:
             BrokerRefused: the broker refused the command (bad command or options).
             ClientError: no answer within `timeout` seconds.
         """
+        queue = options.get("queue")
+        if self._routing is not None and isinstance(queue, str) and command != "stats":
+            link = await self._link_for(queue)
+            if link is not None:
+                return await link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
         await self._send_frame(connection.admin(command, options))

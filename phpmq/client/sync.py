@@ -348,10 +348,17 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
     def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
         """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
 
+        A command about one queue (a `queue` option) goes to its owning shard.
+
         Raises:
             BrokerRefused: the broker refused the command (bad command or options).
             ClientError: no answer within `timeout` seconds.
         """
+        queue = options.get("queue")
+        if self._routing is not None and isinstance(queue, str) and command != "stats":
+            link = self._link_for(queue)
+            if link is not None:
+                return link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
         with self._lock:
