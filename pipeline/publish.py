@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..client import BrokerRefused, Client, ClientError, Unconfirmed
 from ..protocol import DEFAULT_MAX_CONTENT_BYTES, Error
@@ -89,12 +89,6 @@ class Publisher(Protocol):
     def close(self) -> None: ...
 
 
-def _message_key(run: Run) -> dict[str, Any]:
-    # Only a message key that is there is passed: a client without message keys still works
-    # for every row that has none.
-    return {} if run.message_key is None else {"message_key": run.message_key}
-
-
 class BarrierPublisher:
     """For a broker without confirms. Messages are sent in packed frames; `finish()` makes a
     round trip (ADMIN stats): the broker handles a peer's frames in order and answers a refused
@@ -118,10 +112,12 @@ class BarrierPublisher:
                         run.ttl,
                         headers=run.headers,
                         confirm=False,
-                        **_message_key(run),
+                        message_key=run.message_key,
                     )
             elif run.alone:
-                client.send(run.target, run.contents[0], run.ttl, run.headers, **_message_key(run))
+                client.send(
+                    run.target, run.contents[0], run.ttl, run.headers, message_key=run.message_key
+                )
             else:
                 client.send_many(run.target, run.contents, run.ttl)
         except BrokerRefused as exc:  # an earlier send's refusal, told at this call
@@ -162,7 +158,7 @@ class ConfirmingPublisher:
                     run.headers,
                     confirm=True,
                     key=key,
-                    **_message_key(run),
+                    message_key=run.message_key,
                 )
             else:
                 first = run.first_row
@@ -181,7 +177,12 @@ class ConfirmingPublisher:
         for offset, content in enumerate(run.contents):
             key = f"{self.key_prefix}/{run.first_row + offset}"
             self._client.publish(
-                run.target, content, run.ttl, key=key, headers=run.headers, **_message_key(run)
+                run.target,
+                content,
+                run.ttl,
+                key=key,
+                headers=run.headers,
+                message_key=run.message_key,
             )
 
     def finish(self) -> Receipt:
