@@ -273,3 +273,28 @@ def test_streaming_sink_routes_rows_by_their_queue_and_ttl_columns(
     assert sorted(int(m.content) for m in even) == list(range(0, 100, 2))
     assert sorted(int(m.content) for m in odd) == list(range(1, 100, 2))
     assert all(3_590 <= m.ttl <= 3_600 for m in even + odd)
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def test_the_benchmark_runs_at_a_tiny_size(spark: SparkSession) -> None:
+    from phpmq.bench.spark import run_spark_benchmark, tuned_source_options
+
+    results = run_spark_benchmark(messages=40, size=10, spark=spark)
+    paths = ["source default", "source tuned", "sink default", "sink tuned"]
+    assert [result["path"] for result in results] == paths
+    assert all(result["rows"] == 40 for result in results)
+    assert all(result["vs_default"] > 0 for result in results)
+    options = tuned_source_options(25_000, 64 << 20, 100 << 10)  # 100 KB messages
+    if "maxBytesPerTrigger" not in options:  # the row limit is cut to fit the bytes
+        assert list(options.values()) == ["655"]
+
+
+def test_cli_offers_the_benchmark_with_a_message_size() -> None:
+    from click.testing import CliRunner
+
+    from phpmq.cli.pipeline import pipeline
+
+    result = CliRunner().invoke(pipeline, ["bench", "--help"])
+    assert result.exit_code == 0 and "--size" in result.output and "102400" in result.output
