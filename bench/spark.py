@@ -13,8 +13,8 @@ Peak memory, sampled from /proc every 0.1 s while the path runs: "JVM RSS" is th
 memory of the driver JVM; "all PSS" adds every process under it (Spark's Python workers, the
 source runner, the per-batch planner processes: in local mode the executors are in the driver),
 as proportional set sizes, since the Python workers are forked from one daemon and share
-pages. A JVM rarely gives memory back, so a path's peak includes what earlier paths made the
-heap grow to. Wall time includes query planning; a warm-up query
+pages. The JVM keeps part of what earlier paths made its heap grow to, so a path's peak is
+not its own alone. Wall time includes query planning; a warm-up query
 runs first, so Python worker start-up is not counted. Figures are printed, never asserted.
 Needs `pip install .[spark]`; starts its own broker on a free loopback port.
 """
