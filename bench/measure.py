@@ -20,10 +20,21 @@ DATA_FILES = ("phpmq.sqlite3", "phpmq.sqlite3-wal", "phpmq.sqlite3-shm")
 def rss_bytes(pid: int) -> int | None:
     """The resident set size of process `pid` (VmRSS), or None if it cannot be read (the
     process is gone, or this is not Linux)."""
+    return _proc_kb_field(f"/proc/{pid}/status", b"VmRSS:")
+
+
+def pss_bytes(pid: int) -> int | None:
+    """The proportional set size of `pid`: its RSS with each page it shares with N processes
+    counted 1/N (forked workers share most of theirs); None if it cannot be read."""
+    return _proc_kb_field(f"/proc/{pid}/smaps_rollup", b"Pss:")
+
+
+def _proc_kb_field(path: str, field: bytes) -> int | None:
+    """The value in bytes of the `field` line (in kB) of a /proc file; None if unreadable."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmRSS:"):
+        with open(path, "rb") as lines:
+            for line in lines:
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024  # kB
     except (OSError, ValueError, IndexError):
         return None

@@ -37,7 +37,7 @@ from rich.table import Table
 from ..client import Client
 from ..pipeline.options import OptionError, SourceOptions
 from ..testing import BrokerProcess
-from .measure import MB, RssSampler, rss_bytes
+from .measure import MB, RssSampler, pss_bytes, rss_bytes
 
 #: Tuned source batches: this many rows at most, and at most this many bytes of content.
 TUNED_RECORDS = 25_000
@@ -243,19 +243,6 @@ def _tree(pid: int) -> Iterator[int]:
         current = stack.pop()
         yield current
         stack.extend(children.get(current, ()))
-
-
-def pss_bytes(pid: int) -> int | None:
-    """The proportional set size of `pid` (its RSS with each page shared with N processes
-    counted 1/N: Spark's Python workers are forked from one daemon), or None if unreadable."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
-            for line in rollup:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 class _TreeRssSampler(RssSampler):
