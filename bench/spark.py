@@ -58,14 +58,17 @@ def default_messages(size: int) -> int:
 
 
 def run_spark_benchmark(
-    messages: int | None = None, size: int = 100, spark: SparkSession | None = None
+    messages: int | None = None,
+    size: int = 100,
+    spark: SparkSession | None = None,
+    warm_up: bool = True,
 ) -> list[dict]:
     """Run the source and sink paths, default and tuned, and print a table; returns its rows.
-    Without `spark`, a local session is started for the run and stopped after it."""
+    Without `spark`, a local session is started for the run and stopped after it; without
+    `warm_up`, the first path pays for Spark's Python workers starting."""
     from ..pipeline.session import local_session
 
     messages = messages or default_messages(size)
-    warm_up = min(WARM_UP_MESSAGES, messages)
     console = Console(width=max(Console().width, 130))
     tuned = tuned_source_options(TUNED_RECORDS, TUNED_BYTES, size)
     console.print(
@@ -81,8 +84,9 @@ def run_spark_benchmark(
             work = Path(scratch)
             with BrokerProcess("--log-level", "WARNING") as broker:
                 source = _SourcePath(spark, broker.address, size, work)
-                source.run("warm-up", warm_up, {})
-                _sink(spark, broker.address, warm_up, size, None)
+                if warm_up:
+                    source.run("warm-up", WARM_UP_MESSAGES, {})
+                    _sink(spark, broker.address, WARM_UP_MESSAGES, size, None)
                 paths: list[tuple[str, Callable[[], dict]]] = [
                     ("source default", lambda: source.run("default", messages, {})),
                     ("source tuned", lambda: source.run("tuned", messages, tuned)),

@@ -126,7 +126,7 @@ class BarrierPublisher:
             else:
                 client.send_many(run.target, run.contents, run.ttl)
         except BrokerRefused as exc:  # an earlier send's refusal, told at this call
-            raise _refused(len(exc.refusals) or 1, list(exc.refusals) or [exc.error]) from None
+            raise _refused(len(exc.refusals), exc.refusals) from None
         self._published += len(run.contents)
 
     def finish(self) -> Receipt:

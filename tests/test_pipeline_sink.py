@@ -281,7 +281,7 @@ def test_streaming_sink_routes_rows_by_their_queue_and_ttl_columns(
 def test_the_benchmark_runs_at_a_tiny_size(spark: SparkSession) -> None:
     from phpmq.bench.spark import run_spark_benchmark, tuned_source_options
 
-    results = run_spark_benchmark(messages=40, size=10, spark=spark)
+    results = run_spark_benchmark(messages=40, size=10, spark=spark, warm_up=False)
     paths = ["source default", "source tuned", "sink default", "sink tuned"]
     assert [result["path"] for result in results] == paths
     assert all(result["rows"] == 40 for result in results)
