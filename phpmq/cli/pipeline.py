@@ -89,6 +89,10 @@ def bench(messages: int | None, size: int) -> None:
     """
     try:
         from ..bench.spark import run_spark_benchmark
+        from ..pipeline.session import SparkUnavailable
     except ImportError:
         fail(SPARK_MISSING)
-    run_spark_benchmark(messages=messages, size=size)
+    try:
+        run_spark_benchmark(messages=messages, size=size)
+    except SparkUnavailable as exc:
+        fail(str(exc))
