@@ -66,6 +66,8 @@ class Admin:
         self.server_stats: Callable[[], dict[str, Any]] | None = None
         #: A shard's forwarding and links (docs/cluster.md), for the stats command.
         self.cluster_stats: Callable[[], dict[str, Any]] | None = None
+        #: Refusals by right and what is enforced (broker/guard.py), for the stats command.
+        self.security_stats: Callable[[], dict[str, Any]] | None = None
         self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "stats": self._stats,
             "dlq-list": self._dlq_list,
@@ -155,6 +157,7 @@ class Admin:
             "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
             "server": self.server_stats() if self.server_stats else {},
             **({"cluster": self.cluster_stats()} if self.cluster_stats else {}),
+            **({"security": self.security_stats()} if self.security_stats else {}),
             "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
             "draining": ctx.draining,
         }
@@ -261,6 +264,8 @@ def _clients(peers: Iterable[Peer], now: int) -> list[dict[str, Any]]:
             "name": peer.name,
             "role": peer.role,
             "transport": peer.profile.transport,
+            "address": peer.principal.address if peer.principal is not None else "",
+            "key": peer.principal.key if peer.principal is not None else None,
             "hello": peer.hello,
             "windows": len(peer.windows),
             "held": sum(len(window.held) for window in peer.windows.values()),

@@ -333,8 +333,10 @@ class Peer:
         "last_sent",
         "name",
         "paused_on",
+        "principal",
         "profile",
         "refused",
+        "rights",
         "report",
         "role",
         "stalled",
@@ -377,6 +379,10 @@ class Peer:
         self.heartbeat_due = 0
         #: Messages of its refused (counted for stats).
         self.refused = 0
+        #: Who it is as its transport knows it (broker/guard.py), and what it may do (None:
+        #: everything, unchecked).
+        self.principal: Any = None
+        self.rights: Any = None
         #: A lease ran out while it said nothing at all: frozen or gone. It gets no new work
         #: until it speaks again (dispatch.py).
         self.stalled = False

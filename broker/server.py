@@ -22,6 +22,7 @@ from .config import BrokerConfig
 from .core import Core, Turn
 from .durable import DurableStore, StorageError
 from .journal import Journal, NullJournal
+from .security import Security, SecurityError
 from .transports import RouterTransport, TcpEndpoint
 from .transports.links import Links
 
@@ -99,10 +100,18 @@ class BrokerServer:
         self.config = config
         self.clock = clock or SystemClock()
         self._stop_requests = 0
+        self._reload_requested = False
         self._context = zmq.Context()
         try:
-            self.router = RouterTransport(self._context, config)
+            self.security = Security(config)
+        except SecurityError as exc:
+            self._context.term()
+            raise BrokerError(str(exc)) from None
+        self.security.start(self._context)  # before the bind: libzmq asks it from the start
+        try:
+            self.router = RouterTransport(self._context, config, self.security.keys)
         except zmq.ZMQError as exc:
+            self.security.stop()
             self._context.term()
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
         self.endpoint = self.router.endpoint
@@ -115,6 +124,7 @@ class BrokerServer:
                 raise BrokerError(str(exc)) from None
         journal = Journal() if self.store is not None else NullJournal()
         self.core = Core(config, self.clock, journal=journal)
+        self.security.apply(self.core)
         #: Journal operations a failed commit could not write; retried first next turn.
         self._unwritten: list[tuple] = []
         if self.store is not None:
@@ -127,6 +137,7 @@ class BrokerServer:
                     config.tcp_bind,
                     config.max_content_bytes,
                     ttl_form=config.tcp_dialect == "ttl",
+                    networks=config.tcp_networks(),
                 )
             except zmq.ZMQError as exc:
                 self._close_sockets()
@@ -141,7 +152,7 @@ class BrokerServer:
         self.links: Links | None = None
         self._polled_links: list[zmq.Socket] = []
         if self.core.forwarding is not None:
-            self.links = Links(self._context, config, self.core)
+            self.links = Links(self._context, config, self.core, self.security.keys)
             self._sources.append(self.links)
         self._budget_s = config.turn_budget_ms / 1000
         #: Whether the last turn left frames unread (its budget ran out).
@@ -158,6 +169,7 @@ class BrokerServer:
 
     def _close_sockets(self) -> None:
         self.router.close(0)
+        self.security.stop()
         self._context.term()
 
     def _recover(self, store: DurableStore) -> None:
@@ -244,6 +256,11 @@ class BrokerServer:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: self.request_stop())
+            signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+
+    def request_reload(self) -> None:
+        """Read the client keys and permissions again (SIGHUP), at the next turn."""
+        self._reload_requested = True
 
     # ------------------------------------------------------------------ loop
 
@@ -284,6 +301,9 @@ class BrokerServer:
                     self.core.in_flight == 0 or time.monotonic() >= drain_deadline
                 ):
                     break
+                if self._reload_requested:
+                    self._reload_requested = False
+                    self.security.reload(self.core)
                 self._turn(poller)
         finally:
             self._report_losses()
@@ -293,6 +313,7 @@ class BrokerServer:
             self.router.close(CLOSE_LINGER_MS)
             if self.tcp is not None:
                 self.tcp.shutdown()
+            self.security.stop()
             self._context.term()
 
     def _turn(self, poller: zmq.Poller) -> None:

@@ -10,8 +10,10 @@ its durable data; on SIGTERM/SIGINT it asks every shard to drain and stop, and w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import os
 import re
 import signal
 import socket
@@ -153,6 +155,7 @@ class ShardSupervisor:
         """Start the shards, keep them running until a signal, stop them; the exit status."""
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
+        signal.signal(signal.SIGHUP, self._pass_on)
         for slot in self._slots:
             self._start(slot)
         while not self._stopping:
@@ -167,6 +170,13 @@ class ShardSupervisor:
                 if slot.process is not None and slot.process.is_alive():
                     slot.process.kill()
         self._stopping = True
+
+    def _pass_on(self, signum: int, _frame: object) -> None:
+        """SIGHUP: every shard reads its keys and permissions again."""
+        for slot in self._slots:
+            if slot.process is not None and slot.process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.process.pid, signum)
 
     def _start(self, slot: _Slot) -> None:
         process = self._context.Process(

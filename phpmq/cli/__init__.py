@@ -20,6 +20,7 @@ from . import (
     broker,
     dlq,
     events,
+    keys,
     messages,
     pipeline,
     queue,
@@ -77,3 +78,4 @@ main.add_command(bridge.bridge)
 main.add_command(workers.workers)
 main.add_command(bench.bench)
 main.add_command(pipeline.pipeline)
+main.add_command(keys.keys)
