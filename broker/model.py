@@ -191,6 +191,13 @@ class Queue:
         "unused_due",
         "unused_ms",
         "windows",
+        # Totals for /metrics and `phpmq top` (docs/metrics.md): plain ints on the hot path.
+        "published",
+        "delivered",
+        "acked",
+        "requeued",
+        "expired",
+        "dead_lettered",
     )
 
     def __init__(
@@ -228,6 +235,8 @@ class Queue:
         self.unused_due = 0
         #: Deleted from the queue table: what still refers to it (a delay, a lease) lets go.
         self.deleted = False
+        self.published = self.delivered = self.acked = 0
+        self.requeued = self.expired = self.dead_lettered = 0
 
     @property
     def ready_count(self) -> int:
