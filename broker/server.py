@@ -167,6 +167,13 @@ class BrokerServer:
                 self.config.shard,
             )
         except OSError as exc:
+            # Everything opened so far closes, or the context's term() would wait for it.
+            if self.links is not None:
+                self.links.close()
+            if self.tcp is not None:
+                self.tcp.shutdown()
+            if self.store is not None:
+                self.store.close()
             self._close_sockets()
             raise BrokerError(
                 f"cannot serve metrics on {self.config.metrics_bind}: {exc}"

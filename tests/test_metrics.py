@@ -150,4 +150,7 @@ def test_a_taken_metrics_port_stops_the_broker_with_one_line(tmp_path: Path) -> 
         BrokerProcess(tmp_path / "first.log", "--metrics-bind", taken),
         pytest.raises(BrokerStartError, match=f"cannot serve metrics on {taken}: "),
     ):
-        BrokerProcess(tmp_path / "second.log", "--metrics-bind", taken)
+        # With the TCP endpoint and a store open too: all of it closes before the exit.
+        BrokerProcess(
+            tmp_path / "second.log", "--metrics-bind", taken, tcp=True, data_dir=tmp_path / "d"
+        )
