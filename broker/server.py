@@ -359,7 +359,7 @@ class BrokerServer:
         took, now = time.perf_counter() - started, time.monotonic()
         self._loop.turn_took(took, now)
         if self.metrics is not None:
-            self.metrics.turn_took(took, now)
+            self.metrics.turn_took(took)
 
     def _read(self) -> bool:
         """Read what is readable within the turn's budget: `batch_frames` per transport and
