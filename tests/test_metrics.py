@@ -4,6 +4,8 @@ HTTP shows exactly those counts."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import urllib.request
 from collections.abc import Callable
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import BrokerProcess
+from harness import REPO, BrokerProcess
 from phpmq.client import BrokerRefused
 from phpmq.testing import BrokerStartError, free_port, free_ports
 
@@ -67,6 +69,7 @@ def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> Non
                 taken.append(message)
                 if len(taken) == 3:
                     break
+            consumer.subscribe("orders", 0)  # no more dispatches: the counts stay exact
             taken[0].ack()
             taken[1].ack()
             taken[2].requeue()
@@ -123,6 +126,17 @@ def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> Non
     assert commits >= 7  # one commit at least per confirmed send
     assert samples[("phpmq_journal_commits_total", frozenset())] >= commits
     assert samples[("phpmq_storage_size_bytes", frozenset())] > 0
+
+    # The Grafana dashboard in deploy/ asks only for metrics the broker serves.
+    dashboard = (REPO / "deploy" / "grafana-dashboard.json").read_text()
+    exprs = [
+        target["expr"]
+        for panel in json.loads(dashboard)["panels"]
+        for target in panel.get("targets", [])
+    ]
+    wanted = {name for expr in exprs for name in re.findall(r"phpmq_\w+", expr)}
+    assert len(wanted) > 15
+    assert wanted <= {name for name, _ in samples}, wanted - {name for name, _ in samples}
 
 
 def test_each_shard_serves_its_own_metrics_with_its_name(tmp_path: Path) -> None:
