@@ -58,6 +58,7 @@ class Context:
         self.now = clock.monotonic_ns()
         self.started_ns = self.now
         self.new_id = new_id or IdSource()
+        self.stamp_ids()
         self.counters = Counters()
         self.schedule = Schedule()
         self.journal = journal
@@ -86,6 +87,12 @@ class Context:
         self._refusal: _Refusal | None = None
         #: Refusals by error code since start, for /metrics (docs/metrics.md).
         self.refusals: dict[int, int] = {}
+
+    def stamp_ids(self) -> None:
+        """New message IDs carry this turn's wall-clock time (their sent_at)."""
+        stamp = getattr(self.new_id, "stamp", None)
+        if stamp is not None:
+            stamp(int(self.clock.wall() * 1000))
 
     def wall_at(self, monotonic_ns: int) -> float:
         """A monotonic deadline as wall-clock seconds (for the store and for display)."""

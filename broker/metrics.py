@@ -50,6 +50,7 @@ QUEUE_GAUGES = (
     ("messages_delayed", "delayed", "Messages delayed (a delayed send or requeue)."),
     ("dead_letters", "dead_letters", "Dead letters kept in the queue's store."),
     ("consumers", "consumers", "Consumer windows open on the queue."),
+    ("messages_leased", "leased", "Messages held by batch leases."),
 )
 #: Per-queue counters: metric name (before _total), `stats` totals key, help.
 QUEUE_COUNTERS = (

@@ -35,6 +35,9 @@ def test_send_consume_and_stats(broker: BrokerProcess) -> None:
         "delayed": 0,
         "consumers": 0,
         "dead_letters": 0,
+        "leased": 0,
+        "leases": 0,
+        "oldest_sent_at": None,
         "refused": 0,
         "totals": {
             "published": 3,

@@ -397,6 +397,9 @@ def test_stats_reports_queues_and_counters(core: CoreHarness) -> None:
         "delayed": 0,
         "consumers": 1,
         "dead_letters": 0,
+        "leased": 0,
+        "leases": 0,
+        "oldest_sent_at": 1_800_000_000.0,
         "refused": 0,
         "totals": {
             "published": 2,

@@ -91,6 +91,7 @@ def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> Non
         "phpmq_queue_messages_delayed": 0,
         "phpmq_queue_dead_letters": 0,
         "phpmq_queue_consumers": 1,
+        "phpmq_queue_messages_leased": 0,
         "phpmq_queue_messages_published_total": 5,
         "phpmq_queue_messages_delivered_total": 4,
         "phpmq_queue_messages_acked_total": 2,

@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import select
 import sys
-import termios
 import time
-import tty
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -72,6 +70,9 @@ def _run(client: Client, address: str, interval: float) -> None:
 def _keys() -> Iterator[Callable[[float], str | None]]:
     """Single keys from the terminal without Enter (cbreak: Ctrl-C still interrupts); the
     terminal's settings come back on the way out."""
+    import termios  # POSIX only: loaded when top runs, so `phpmq` itself loads anywhere
+    import tty
+
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
 
