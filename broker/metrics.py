@@ -126,6 +126,11 @@ class MetricsExporter:
         self._server, self._thread = start_http_server(port, host or "0.0.0.0", self.registry)
         self.port = self._server.server_port
         log.info("Prometheus metrics on http://%s:%d/metrics", host or "0.0.0.0", self.port)
+        if not is_loopback(host):
+            log.warning(
+                "the metrics endpoint has no authentication: firewall port %d to your Prometheus",
+                self.port,
+            )
 
     def turn_took(self, seconds: float) -> None:
         """In the loop, after each turn: count it, and build a snapshot if a scrape waits."""
@@ -262,6 +267,10 @@ class SnapshotCollector(Collector):
         yield self._gauge(
             "phpmq_storage_wal_bytes", "The store's write-ahead log.", storage["wal_bytes"]
         )
+
+
+def is_loopback(host: str) -> bool:
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 def resident_bytes() -> int | None:
