@@ -121,6 +121,7 @@ class Admin:
                 "leases": len(queue.leases),
                 "oldest_sent_at": browse.oldest_sent_at(queue),
                 "refused": queue.refused,
+                "totals": _queue_totals(queue),
                 "paused_producers": len(queue.paused),
                 "bindings": bindings.patterns(name)[:LISTED_BINDINGS],
                 "binding_count": bindings.count(name),
@@ -152,6 +153,7 @@ class Admin:
                 "paused_producers": self._flow.paused_producers,
             },
             "counters": ctx.counters.as_dict(),
+            "refusals": {str(int(code)): count for code, count in sorted(ctx.refusals.items())},
             "bindings": len(bindings),
             "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
             "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
@@ -225,6 +227,18 @@ def _queue_name(options: dict[str, Any]) -> str:
     if not isinstance(name, str):
         raise CommandError("this command needs a 'queue' string")
     return name
+
+
+def _queue_totals(queue: Queue) -> dict[str, int]:
+    """What went through a queue since it was created (or the broker started)."""
+    return {
+        "published": queue.published,
+        "delivered": queue.delivered,
+        "acked": queue.acked,
+        "requeued": queue.requeued,
+        "expired": queue.expired,
+        "dead_lettered": queue.dead_lettered,
+    }
 
 
 def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:

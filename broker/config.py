@@ -73,6 +73,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tcp_bind: str = ""
     #: The form of 003 on that endpoint until a peer speaks the TTL form: the stock client's.
     tcp_dialect: str = "pre-ttl"
+    #: Where `/metrics` is served for Prometheus, "host:port" (e.g. "0.0.0.0:9464"); empty:
+    #: off (docs/metrics.md). With shards, shard i serves port + i.
+    metrics_bind: str = ""
     #: Largest packet content accepted (bytes); bigger sends get a 413 error.
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     #: Largest ZeroMQ frame accepted (bytes); libzmq drops the connection of a peer that sends
@@ -256,6 +259,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
         memory_limit(self.max_memory)  # raises ValueError for a bad size
         self.shard_count()  # raises ValueError for a bad count
+        if self.metrics_bind:
+            metrics_address(self.metrics_bind)  # raises ValueError for a bad address
         if bool(self.cluster_file) != bool(self.node):
             raise ValueError("cluster_file and node go together: give both or neither")
         if self.unrouted_queue and rules.queue_name_problem(self.unrouted_queue):
@@ -282,6 +287,20 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     @property
     def max_memory_bytes(self) -> int:
         return memory_limit(self.max_memory)
+
+
+def metrics_address(bind: str, index: int = 0) -> tuple[str, int]:
+    """`metrics_bind` ("host:port", "[::1]:port" or ":port" for every interface) as the
+    (host, port) to serve on; `index` is added to the port (shard i serves port + i).
+
+    Raises:
+        ValueError: not host:port with a port of 1-65535.
+    """
+    host, colon, port_text = bind.rpartition(":")
+    port = int(port_text) if colon and port_text.isdigit() else -1
+    if not 1 <= port + index <= 65535:
+        raise ValueError(f"metrics_bind must be host:port (e.g. 127.0.0.1:9464), not {bind!r}")
+    return host.strip("[]"), port + index
 
 
 _SIZE_UNITS = {

@@ -204,6 +204,13 @@ class Queue:
         "unused_due",
         "unused_ms",
         "windows",
+        # Totals for /metrics and `phpmq top` (docs/metrics.md): plain ints on the hot path.
+        "published",
+        "delivered",
+        "acked",
+        "requeued",
+        "expired",
+        "dead_lettered",
     )
 
     def __init__(
@@ -244,6 +251,8 @@ class Queue:
         #: Batch leases of its messages by name (broker/leases.py), and the messages in them.
         self.leases: dict[str, Any] = {}
         self.leased = 0
+        self.published = self.delivered = self.acked = 0
+        self.requeued = self.expired = self.dead_lettered = 0
 
     @property
     def ready_count(self) -> int:

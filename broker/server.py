@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -25,6 +26,9 @@ from .journal import Journal, NullJournal
 from .security import Security, SecurityError
 from .transports import RouterTransport, TcpEndpoint
 from .transports.links import Links
+
+if TYPE_CHECKING:
+    from .metrics import MetricsExporter
 
 log = logging.getLogger("phpmq.broker")
 
@@ -162,6 +166,29 @@ class BrokerServer:
         self.core.admin.server_stats = self.stats
         if self.links is not None:
             self.core.admin.cluster_stats = self._cluster_stats
+        self.metrics = self._serve_metrics() if config.metrics_bind else None
+
+    def _serve_metrics(self) -> MetricsExporter:
+        from .metrics import MetricsExporter  # prometheus-client loads only when asked for
+
+        try:
+            return MetricsExporter(
+                self.config.metrics_bind,
+                lambda: self.core.admin.run({"command": "stats"}),
+                self.config.shard,
+            )
+        except OSError as exc:
+            # Everything opened so far closes, or the context's term() would wait for it.
+            if self.links is not None:
+                self.links.close()
+            if self.tcp is not None:
+                self.tcp.shutdown()
+            if self.store is not None:
+                self.store.close()
+            self._close_sockets()
+            raise BrokerError(
+                f"cannot serve metrics on {self.config.metrics_bind}: {exc}"
+            ) from None
 
     def _cluster_stats(self) -> dict[str, object]:
         assert self.core.forwarding is not None and self.links is not None
@@ -240,6 +267,8 @@ class BrokerServer:
             core.set_storage_problem(f"storage unavailable: {exc}")
             self._unwritten = operations
             return False
+        if self.metrics is not None:
+            self.metrics.commit_took(self.store.last_commit_ms / 1000)
         if core.storage_problem is not None:
             log.warning("storage writes again (%d pending operations written)", len(operations))
             core.set_storage_problem(None)
@@ -307,6 +336,8 @@ class BrokerServer:
                 self._turn(poller)
         finally:
             self._report_losses()
+            if self.metrics is not None:
+                self.metrics.close()
             if self.links is not None:
                 self.links.close()
             # A moment for the last frames (DISCONNECTs, final acks' effects) to leave.
@@ -346,7 +377,10 @@ class BrokerServer:
             self.tcp.retry_closes()
         if links is not None:
             links.tick()
-        self._loop.turn_took(time.perf_counter() - started, time.monotonic())
+        took, now = time.perf_counter() - started, time.monotonic()
+        self._loop.turn_took(took, now)
+        if self.metrics is not None:
+            self.metrics.turn_took(took)
 
     def _read(self) -> bool:
         """Read what is readable within the turn's budget: `batch_frames` per transport and

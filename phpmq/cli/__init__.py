@@ -27,6 +27,7 @@ from . import (
     requests,
     schedule,
     stats,
+    top,
     workers,
 )
 from .shared import EXIT_INTERRUPTED
@@ -71,6 +72,7 @@ main.add_command(events.bind)
 main.add_command(events.unbind)
 main.add_command(events.rebind)
 main.add_command(stats.stats)
+main.add_command(top.top)
 main.add_command(dlq.dlq)
 main.add_command(queue.queue)
 main.add_command(schedule.schedule)

@@ -58,6 +58,11 @@ from .shared import fail
     " replay, schedules); prefer PHPMQ_ADMIN_SECRET. [default: none: only on a loopback bind]",
 )
 @click.option(
+    "--metrics-bind",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464); with"
+    " --shards, shard i serves PORT + i (docs/metrics.md). [default: off]",
+)
+@click.option(
     "--unrouted-queue",
     help="Keep published events that match no binding in this queue. [default: none: they"
     " are only counted]",
