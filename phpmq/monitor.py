@@ -28,6 +28,7 @@ PEER_COLUMNS = (
     ("peer", "name"),
     ("kind", "kind"),
     ("transport", "transport"),
+    ("address", "address"),
     ("windows", "windows"),
     ("held", "held"),
     ("refused", "refused"),
@@ -56,6 +57,8 @@ class PeerRow:
     #: Its HELLO role (worker, producer, ...) or "stock" for a peer that never said HELLO.
     kind: str
     transport: str
+    #: Where it connects from (and its CURVE key's name, if any): "" if unknown.
+    address: str
     windows: int
     held: int
     refused: int
@@ -89,7 +92,11 @@ class Monitor:
     """Feed it each `stats` answer (`update`) and the user's keys (`press`)."""
 
     queue_sort: Sort = field(default_factory=lambda: Sort(column=1))  # in/s, highest first
-    peer_sort: Sort = field(default_factory=lambda: Sort(column=6, descending=False))
+    peer_sort: Sort = field(
+        default_factory=lambda: Sort(
+            column=_column(PEER_COLUMNS, "silent_seconds"), descending=False
+        )
+    )
     _previous: tuple[float, dict[str, Any]] | None = None
     _interval: float | None = None
     _queues: list[QueueRow] = field(default_factory=list)
@@ -167,6 +174,7 @@ def peer_row(client: dict[str, Any]) -> PeerRow:
         name=client["name"] or client["id"],
         kind=client["role"] or ("hello" if client["hello"] else "stock"),
         transport=client["transport"],
+        address=_address(client),
         windows=client["windows"],
         held=client["held"],
         refused=client["refused"],
@@ -184,3 +192,13 @@ def sorted_rows(rows: list[Row], columns: tuple[tuple[str, str], ...], sort: Sor
     unknown = [row for row in by_name if getattr(row, attribute) is None]
     known.sort(key=lambda row: getattr(row, attribute), reverse=sort.descending)
     return known + unknown
+
+
+def _address(client: dict[str, Any]) -> str:
+    address = client.get("address") or ""
+    key = client.get("key")
+    return f"{key}@{address}" if key else address
+
+
+def _column(columns: tuple[tuple[str, str], ...], attribute: str) -> int:
+    return [name for _, name in columns].index(attribute)

@@ -84,7 +84,14 @@ def test_top_shows_the_queues_and_peers_sorts_on_a_key_and_quits_on_q(
             assert cells(screen, "orders")[4:] == ["3", "0", "0", "0"], text
             assert cells(screen, "emails")[4:] == ["0", "1", "1", "0"], text
             # peer, kind, transport, windows, held, refused, last heard
-            assert cells(screen, "mailer-7")[1:6] == ["client", "router", "1", "1", "0"], text
+            assert cells(screen, "mailer-7")[1:7] == [
+                "client",
+                "router",
+                "127.0.0.1",
+                "1",
+                "1",
+                "0",
+            ], text
             assert "in/s ▼" in text, text
 
             with broker.client() as producer:  # a rate appears from the next answer on
