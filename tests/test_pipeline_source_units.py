@@ -208,3 +208,113 @@ def test_dead_letters_carry_reason_and_dead_at() -> None:
     batch = record_batch("q", [_entry(reason="expired", dead_at=1_700_000_100.0)], dead=True)
     assert batch.schema.equals(DEAD_LETTER_ARROW_SCHEMA)
     assert batch.to_pylist()[0]["reason"] == "expired"
+
+
+# --------------------------------------------------------------------------- the runner's plans
+
+
+class ContractLeases:
+    """The broker's lease commands as docs/protocol.md's contract words them, in memory: the
+    runner's planning is checked here without a broker process (the Spark tests in
+    tests/test_pipeline_source.py run it against a real one)."""
+
+    def __init__(self, queues: dict[str, list[int]]) -> None:
+        self.ready = {name: list(sizes) for name, sizes in queues.items()}
+        self.leases: dict[tuple[str, str], list[int]] = {}
+        self.acked = 0
+
+    def call(self, command: str, **o: object) -> dict[str, object]:
+        if command == "stats":
+            return {
+                "queues": {
+                    q: {"ready": len(m), "leased": self._leased(q)} for q, m in self.ready.items()
+                }
+            }
+        if command == "lease-commit":
+            self.acked += len(self.leases.pop((o["queue"], o["lease"]), []))
+            return {"acked": 0}
+        assert command == "lease", command
+        key = (str(o["queue"]), str(o["lease"]))
+        held = self.leases.get(key)
+        if held is None:
+            held, ready, size = [], self.ready.get(key[0], []), 0
+            while (
+                ready
+                and len(held) < o["max_messages"]
+                and (not held or size + ready[0] <= o["max_bytes"])
+            ):
+                size += ready[0]
+                held.append(ready.pop(0))
+            if held:
+                self.leases[key] = held
+        return {"messages": len(held), "bytes": sum(held), "ready": len(self.ready.get(key[0], []))}
+
+    def _leased(self, queue: str) -> int:
+        return sum(len(m) for (q, _), m in self.leases.items() if q == queue)
+
+    def client(self) -> object:
+        return type("C", (), {"broker_info": {}})()
+
+    def stats_everywhere(self) -> dict[str, dict[str, int]]:
+        return self.call("stats")["queues"]  # type: ignore[return-value]
+
+
+def _reader(fake: ContractLeases, **options: str) -> object:
+    from phpmq.pipeline.source import PhpmqStreamReader
+
+    reader = PhpmqStreamReader(SourceOptions.parse({"queues": ",".join(fake.ready), **options}))
+    reader._link = reader._subscription._link = fake  # type: ignore[assignment]
+    return reader
+
+
+def test_batches_keep_to_the_row_and_byte_budgets_and_commit_when_spark_moves_on() -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    fake = ContractLeases({"a": [10] * 5, "b": [1_000] + [10] * 3})
+    reader = _reader(fake, maxRecordsPerTrigger="4", maxBytesPerTrigger="100")
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadMaxRows(4))
+    # lease 1 starts at queue b: its oversized head goes alone, and the budget is spent
+    assert first["queues"]["b"]["messages"] == 1 and "a" not in first["queues"]
+    assert reader.latestOffset(start, ReadMaxRows(4)) == first  # asked again: the same lease
+    second = reader.latestOffset(first, ReadMaxRows(4))
+    assert fake.acked == 1  # batch 1 committed when Spark planned batch 2
+    assert second["queues"]["a"]["messages"] == 4 and second["queues"]["a"]["total_messages"] == 4
+    parts = reader.partitions(first, second)
+    assert sum(p.count for p in parts) == 4 and {p.lease for p in parts} == {f"{first['reader']}/2"}
+    third = reader.latestOffset(second, ReadMaxRows(4))
+    fourth = reader.latestOffset(third, ReadMaxRows(4))
+    assert reader.latestOffset(fourth, ReadMaxRows(4)) == fourth  # nothing left: no batch
+    assert fake.acked == 9 and not fake.leases
+    assert reader.partitions(fourth, fourth) == []
+
+
+def test_a_restarted_runner_asks_for_the_same_lease_names() -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    fake = ContractLeases({"a": [1] * 10})
+    first_runner = _reader(fake, maxRecordsPerTrigger="3")
+    start = first_runner.initialOffset()
+    planned = first_runner.latestOffset(start, ReadMaxRows(3))  # then the runner dies
+    second_runner = _reader(fake, maxRecordsPerTrigger="3")
+    assert second_runner.latestOffset(start, ReadMaxRows(3)) == planned
+    assert fake.call("stats")["queues"]["a"] == {"ready": 7, "leased": 3}
+
+
+def test_available_now_stops_at_what_was_there() -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    fake = ContractLeases({"a": [1] * 5})
+    reader = _reader(fake, maxRecordsPerTrigger="2")
+    reader.prepareForTriggerAvailableNow()
+    offset = reader.initialOffset()
+    offset = reader.latestOffset(offset, ReadMaxRows(2))  # counts what is there: 5
+    sizes = [offset["queues"]["a"]["messages"]]
+    fake.ready["a"] += [1] * 3  # sent during the run: left for the next one
+    for _ in range(5):
+        end = reader.latestOffset(offset, ReadMaxRows(2))
+        if end == offset:
+            break
+        sizes.append(end["queues"]["a"]["messages"])
+        offset = end
+    assert sizes == [2, 2, 1] and len(fake.ready["a"]) == 3 and not fake.leases
