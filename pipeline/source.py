@@ -93,6 +93,7 @@ class PhpmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not taken:
             return start  # the same JSON: Spark sees no new data
         self._last = offset.next(taken)
+        self._subscription.forget_stats()
         return self._last.to_json()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802

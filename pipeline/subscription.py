@@ -17,6 +17,9 @@ from .options import SourceOptions
 
 #: `max_messages` of one lease when the broker does not say its max_window.
 DEFAULT_MAX_WINDOW = 100_000
+#: Stats this recent serve the pattern and the backlog: Spark polls an idle source many times
+#: a second, and each `stats` asks every shard.
+STATS_MAX_AGE_S = 1.0
 
 
 class Subscription:
@@ -25,13 +28,15 @@ class Subscription:
     def __init__(self, options: SourceOptions, link: BrokerLink) -> None:
         self._options = options
         self._link = link
+        self._stats: dict[str, dict[str, Any]] = {}
+        self._stats_at = float("-inf")
 
     def queues(self) -> list[str]:
         """The queues to read this trigger, in a stable order."""
         pattern = self._options.queue_pattern
         if pattern is None:
             return list(self._options.queues)
-        names = self._link.stats_everywhere()
+        names = self._recent_stats()
         return sorted(name for name in names if fnmatch.fnmatchcase(name, pattern))
 
     def lease(self, queue: str, name: str, messages: int, max_bytes: int) -> dict[str, Any]:
@@ -47,6 +52,16 @@ class Subscription:
             max_bytes=max(1, max_bytes),
             timeout_ms=self._options.lease_timeout_ms,
         )
+
+    def _recent_stats(self) -> dict[str, dict[str, Any]]:
+        if time.monotonic() - self._stats_at > STATS_MAX_AGE_S:
+            self._stats = self._link.stats_everywhere()
+            self._stats_at = time.monotonic()
+        return self._stats
+
+    def forget_stats(self) -> None:
+        """The next figures are fetched afresh (a batch was just leased)."""
+        self._stats_at = float("-inf")
 
     def available_now_target(self, queues: list[str], start: LeaseOffset) -> dict[str, int]:
         """What an availableNow run reads, per queue: the ready messages, and those of this
@@ -68,7 +83,7 @@ class Subscription:
     def backlog(self, last: LeaseOffset | None) -> dict[str, Any]:
         """Per queue and in all: ready messages, the oldest ready one's age, and messages in
         leases not committed yet (this query's and any other's)."""
-        stats = self._link.stats_everywhere()
+        stats = self._recent_stats()
         now = time.time()
         per_queue: dict[str, dict[str, Any]] = {}
         for name in self.queues():
