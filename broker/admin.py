@@ -10,19 +10,20 @@ through the schedules part.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..protocol import AdminReply, ErrorCode
+from . import browse
 from .context import Context
 from .deadletters import DeadLetters
 from .errors import CommandError
 from .events import Events, pattern_list
 from .flow import Flow
 from .intake import Intake
+from .leases import Leases
 from .lifecycle import Lifecycle
-from .model import READY, Peer, Queue
+from .model import Peer, Queue
 from .peers import Peers
 from .queues import Queues
 from .schedules import Schedules
@@ -49,6 +50,7 @@ class Admin:
         events: Events,
         lifecycle: Lifecycle,
         schedules: Schedules,
+        leases: Leases,
     ) -> None:
         self._ctx = ctx
         self._events = events
@@ -79,6 +81,7 @@ class Admin:
             "schedule-add": schedules.add,
             "schedule-remove": schedules.remove,
             "schedule-list": schedules.listing,
+            **leases.commands(),
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:
@@ -112,6 +115,9 @@ class Admin:
                 "delayed": queue.delayed,
                 "consumers": len(queue.windows),
                 "dead_letters": len(queue.dead),
+                "leased": queue.leased,
+                "leases": len(queue.leases),
+                "oldest_sent_at": browse.oldest_sent_at(queue),
                 "refused": queue.refused,
                 "paused_producers": len(queue.paused),
                 "bindings": bindings.patterns(name)[:LISTED_BINDINGS],
@@ -160,34 +166,7 @@ class Admin:
         return queue
 
     def _dlq_list(self, options: dict[str, Any]) -> dict[str, Any]:
-        queue = self._named_queue(options)
-        limit = options.get("limit", DEFAULT_LIST_LIMIT)
-        if type(limit) is not int or limit < 0:
-            raise ValueError("'limit' must be a non-negative integer")
-        # The reply is one packet: keep it under the broker's own packet limit (JSON carries
-        # the content as base64, 4/3 of its size), and say when the list was cut for that.
-        budget = self._ctx.config.max_content_bytes // 2
-        entries = []
-        for entry in itertools.islice(queue.dead, limit):
-            budget -= len(entry.content) * 4 // 3 + len(entry.reason) + ENTRY_OVERHEAD_BYTES
-            if budget < 0:
-                break
-            entries.append(
-                {
-                    "id": entry.id.decode(errors="replace"),
-                    "reason": entry.reason,
-                    "deliveries": entry.deliveries,
-                    "dead_at": entry.dead_at,
-                    "content": entry.content,
-                }
-            )
-        return {
-            "queue": queue.name,
-            "total": len(queue.dead),
-            "dropped": queue.dead_dropped,
-            "truncated": budget < 0,
-            "entries": entries,
-        }
+        return browse.dead_letters(self._named_queue(options), self._ctx.config, options)
 
     def _dlq_replay(self, options: dict[str, Any]) -> dict[str, Any]:
         """Put dead letters back at the tail of their queue, same ID, no TTL."""
@@ -205,36 +184,9 @@ class Admin:
         return {"queue": queue.name, "purged": self._dead.purge(queue)}
 
     def _queue_peek(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The first ready messages, left where they are."""
+        """Ready messages, left where they are."""
         queue = self._named_queue(options)
-        limit = options.get("limit", 10)
-        if type(limit) is not int or limit < 0:
-            raise ValueError("'limit' must be a non-negative integer")
-        budget = self._ctx.config.max_content_bytes // 2  # one packet, as for dlq-list
-        now = self._ctx.now
-        entries = []
-        for record in queue.ready:
-            if len(entries) >= limit:
-                break
-            if record.state != READY:
-                continue
-            budget -= len(record.content) * 4 // 3 + ENTRY_OVERHEAD_BYTES
-            if budget < 0:
-                break
-            entries.append(
-                {
-                    "id": record.id.decode(errors="replace"),
-                    "ttl": record.remaining_ttl(now),
-                    "deliveries": record.deliveries - 1,
-                    "content": record.content,
-                }
-            )
-        return {
-            "queue": queue.name,
-            "ready": queue.ready_count,
-            "truncated": budget < 0,
-            "entries": entries,
-        }
+        return browse.peek(queue, self._ctx.config, self._ctx.now, options)
 
     def _queue_purge(self, options: dict[str, Any]) -> dict[str, Any]:
         queue = self._named_queue(options)

@@ -154,6 +154,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     node: str = ""
     #: Named schedules the broker keeps (docs/protocol.md §6.7).
     max_schedules: int = 1_000
+    #: Batch leases held at once, across queues (docs/protocol.md §6.9).
+    max_leases: int = 10_000
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
     queues: dict[str, QueueSettings] = {}
     log_level: str = "INFO"
@@ -179,6 +181,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "max_bindings_per_queue",
             "max_bindings",
             "max_schedules",
+            "max_leases",
         )
         for name in positive:
             if getattr(self, name) <= 0:

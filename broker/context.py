@@ -57,6 +57,7 @@ class Context:
         self.now = clock.monotonic_ns()
         self.started_ns = self.now
         self.new_id = new_id or IdSource()
+        self.stamp_ids()
         self.counters = Counters()
         self.schedule = Schedule()
         self.journal = journal
@@ -83,6 +84,12 @@ class Context:
         #: The refusal being gathered: like refusals in a row from one peer leave as one ERROR
         #: with a count (see `refuse`).
         self._refusal: _Refusal | None = None
+
+    def stamp_ids(self) -> None:
+        """New message IDs carry this turn's wall-clock time (their sent_at)."""
+        stamp = getattr(self.new_id, "stamp", None)
+        if stamp is not None:
+            stamp(int(self.clock.wall() * 1000))
 
     def wall_at(self, monotonic_ns: int) -> float:
         """A monotonic deadline as wall-clock seconds (for the store and for display)."""

@@ -56,6 +56,7 @@ from .flow import Flow
 from .forwarding import QUEUE_ADDRESSED, Forwarding
 from .intake import Intake
 from .journal import Journal, NullJournal
+from .leases import Leases
 from .lifecycle import Lifecycle
 from .model import Counters, Peer, PeerProfile, Queue
 from .peers import Peers
@@ -68,6 +69,7 @@ from .schedule import (
     HEARTBEAT,
     KEY_EXPIRY,
     LEASE,
+    LEASE_TIMEOUT,
     PEER_EXPIRY,
     SCHEDULE_RUN,
     TTL,
@@ -130,6 +132,7 @@ class Core:
         self.lifecycle = lifecycle = Lifecycle(ctx, self._queues, self.dispatch, self.events)
         self.dispatch.unused = lifecycle.unused
         self.schedules = schedules = Schedules(ctx, self.intake, self.events)
+        self.leases = leases = Leases(ctx, self._queues, self.dead_letters, self.expiry)
         self.admin = AdminCommands(
             ctx,
             self._queues,
@@ -140,6 +143,7 @@ class Core:
             self.events,
             lifecycle,
             schedules,
+            leases,
         )
         peers = self._peers
         self.replies = Replies(ctx, self._queues, self.dispatch, self.intake, peers.by_id)
@@ -172,6 +176,7 @@ class Core:
             KEY_EXPIRY: self.intake.on_key_expiry,
             UNUSED_QUEUE: lifecycle.on_unused_due,
             SCHEDULE_RUN: schedules.on_run_due,
+            LEASE_TIMEOUT: leases.on_timeout_due,
         }
         self._is_live: dict[int, Callable[[int, Any], bool]] = {
             TTL: self.expiry.is_live,
@@ -182,6 +187,7 @@ class Core:
             KEY_EXPIRY: self.intake.is_key_expiry_live,
             UNUSED_QUEUE: lifecycle.is_unused_live,
             SCHEDULE_RUN: schedules.is_run_live,
+            LEASE_TIMEOUT: leases.is_timeout_live,
         }
 
     def _become_shard(self, config: BrokerConfig) -> None:
@@ -252,7 +258,9 @@ class Core:
     # ----------------------------------------------------------------- turn driving
 
     def begin_turn(self) -> None:
-        self.ctx.now = self.ctx.clock.monotonic_ns()
+        ctx = self.ctx
+        ctx.now = ctx.clock.monotonic_ns()
+        ctx.stamp_ids()
 
     def handle_frame(self, peer_id: bytes, data: bytes, profile: PeerProfile | None = None) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages."""
@@ -421,7 +429,13 @@ class Core:
         """Rebuild the queues from the durable store at start; returns (ready, were in
         flight, dead letters)."""
         return restore_messages(
-            self.ctx, self._queues, self.dead_letters, self.expiry, messages, dead_letters
+            self.ctx,
+            self._queues,
+            self.dead_letters,
+            self.expiry,
+            self.leases,
+            messages,
+            dead_letters,
         )
 
     def restore_bindings(

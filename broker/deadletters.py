@@ -25,7 +25,13 @@ class DeadLetters:
         ctx.held_bytes -= record_bytes(record)
         delivered = record.deliveries if in_flight else record.deliveries - 1
         entry = DeadLetterEntry(
-            record.id, record.content, reason, delivered, ctx.clock.wall(), record.headers
+            record.id,
+            record.content,
+            reason,
+            delivered,
+            ctx.clock.wall(),
+            record.headers,
+            record.message_key,
         )
         dead = queue.dead
         if len(dead) == dead.maxlen:
@@ -62,6 +68,7 @@ class DeadLetters:
                 entry.deliveries + 1,
                 entry.headers,
                 journal.durable,
+                message_key=entry.message_key,
             )
             self._queues.place(queue, record, to_head=False)
             self._ctx.held_bytes += record_bytes(record)

@@ -14,7 +14,7 @@ from ..protocol import Dispatch as DispatchMessage
 from .context import Context
 from .deadletters import DeadLetters
 from .expiry import Expiry
-from .flow import RECORD_OVERHEAD_BYTES, record_bytes
+from .flow import record_bytes
 from .model import (
     DELAYED,
     GONE,
@@ -39,8 +39,9 @@ DISPATCH_PER_TURN = 8_192
 
 
 def _routed_dispatch(queue_name: str, record: Record, now: int) -> bytes:
-    """The 003 of a published copy, a request or a reply, for an extension peer: with the
-    event, or the reply route and correlation id (docs/protocol.md §6.5, §6.6)."""
+    """The 003 of a published copy, a request, a reply or a keyed message, for an extension
+    peer: with the event, the reply route and correlation id, the message key
+    (docs/protocol.md §6.5, §6.6)."""
     return encode(
         DispatchMessage(
             queue_name,
@@ -52,6 +53,7 @@ def _routed_dispatch(queue_name: str, record: Record, now: int) -> bytes:
             record.event.decode() or None,
             record.reply_to,
             record.correlation,
+            record.message_key or None,
         )
     )
 
@@ -157,7 +159,7 @@ class Dispatch:
             return False
         record.state = GONE
         ctx = self._ctx
-        ctx.held_bytes -= len(record.data) - ID_BYTES + len(record.headers) + RECORD_OVERHEAD_BYTES
+        ctx.held_bytes -= record_bytes(record)
         ctx.counters.acked += 1
         ctx.journal.acked(message_id)
         return True

@@ -33,6 +33,8 @@ from .journal import (
     DROP,
     FLY,
     KEY,
+    LEASE_DONE,
+    LEASE_TAKEN,
     PURGE,
     PUT,
     RAN,
@@ -69,7 +71,9 @@ CREATE TABLE IF NOT EXISTS messages (
     event BLOB NOT NULL DEFAULT x'',
     reply_to TEXT,
     correlation TEXT,
-    visible_wall REAL NOT NULL DEFAULT 0
+    visible_wall REAL NOT NULL DEFAULT 0,
+    message_key BLOB NOT NULL DEFAULT x'',
+    lease TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_position ON messages (queue, seq);
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -80,7 +84,8 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     reason TEXT NOT NULL,
     deliveries INTEGER NOT NULL,
     dead_at REAL NOT NULL,
-    headers BLOB NOT NULL
+    headers BLOB NOT NULL,
+    message_key BLOB NOT NULL DEFAULT x''
 );
 CREATE TABLE IF NOT EXISTS keys (
     queue TEXT NOT NULL,
@@ -108,11 +113,16 @@ CREATE TABLE IF NOT EXISTS schedules (
 """
 
 _STATEMENTS = {
-    PUT: "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
+    PUT: "INSERT OR REPLACE INTO messages (id, queue, seq, content, headers, expires_wall,"
+    " deliveries, in_flight, event, reply_to, correlation, visible_wall, message_key)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
     FLY: "UPDATE messages SET in_flight = 1"
     " WHERE queue = ? AND seq BETWEEN ? AND ? AND in_flight = 0",
-    BACK: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 0"
-    " WHERE id = ?1",
+    BACK: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 0,"
+    " lease = NULL WHERE id = ?1",
+    LEASE_TAKEN: "UPDATE messages SET in_flight = 3, lease = ?"
+    " WHERE queue = ? AND seq BETWEEN ? AND ? AND in_flight = 0",
+    LEASE_DONE: "DELETE FROM messages WHERE queue = ? AND lease = ?",
     DELAY: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 2"
     " WHERE id = ?1",
     DROP: "DELETE FROM messages WHERE id = ?",
@@ -137,7 +147,11 @@ _ADDED_COLUMNS = (
     ("reply_to", "TEXT"),
     ("correlation", "TEXT"),
     ("visible_wall", "REAL NOT NULL DEFAULT 0"),
+    ("message_key", "BLOB NOT NULL DEFAULT x''"),
+    ("lease", "TEXT"),
 )
+#: The same for `dead_letters`.
+_ADDED_DEAD_COLUMNS = (("message_key", "BLOB NOT NULL DEFAULT x''"),)
 
 
 class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
@@ -148,7 +162,8 @@ class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
     headers: bytes
     expires_wall: float
     deliveries: int
-    #: 0 ready, 1 in flight (comes back with one more delivery), 2 delayed (counted).
+    #: 0 ready, 1 in flight (comes back with one more delivery), 2 delayed (counted), 3 in
+    #: the batch lease `lease`.
     in_flight: int
     #: The event of a published copy (b"": a send).
     event: bytes = b""
@@ -157,6 +172,8 @@ class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
     correlation: str | None = None
     #: A delayed send: wall-clock time it becomes visible (0: at once).
     visible_wall: float = 0.0
+    message_key: bytes = b""
+    lease: str | None = None
 
 
 class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
@@ -167,6 +184,7 @@ class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
     deliveries: int
     dead_at: float
     headers: bytes
+    message_key: bytes = b""
 
 
 class StoredKey(msgspec.Struct, frozen=True, array_like=True):
@@ -217,6 +235,11 @@ class DurableStore:
             db.executescript(_SCHEMA)
             self._ids_as_blobs()
             self._add_columns()
+            # Only leased rows are in it: a lease's commit finds them without a queue scan.
+            db.execute(
+                "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
+                " WHERE lease IS NOT NULL"
+            )
             self._incremental_vacuum_on()
             self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
         except (OSError, sqlite3.Error) as exc:
@@ -264,10 +287,11 @@ class DurableStore:
     def _add_columns(self) -> None:
         """A store written before events, requests or delayed sends lacks their columns: add
         them (empty: a plain send)."""
-        columns = [row[1] for row in self._db.execute("PRAGMA table_info(messages)")]
-        for name, declaration in _ADDED_COLUMNS:
-            if name not in columns:
-                self._db.execute(f"ALTER TABLE messages ADD COLUMN {name} {declaration}")
+        for table, added in (("messages", _ADDED_COLUMNS), ("dead_letters", _ADDED_DEAD_COLUMNS)):
+            columns = [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")]
+            for name, declaration in added:
+                if name not in columns:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
     def _ids_as_blobs(self) -> None:
         """Message IDs are bytes in the broker and BLOBs here; a store written when they were
@@ -286,13 +310,14 @@ class DurableStore:
             StoredMessage(*row)
             for row in self._db.execute(
                 "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight,"
-                " event, reply_to, correlation, visible_wall FROM messages ORDER BY queue, seq"
+                " event, reply_to, correlation, visible_wall, message_key, lease"
+                " FROM messages ORDER BY queue, seq"
             )
         ]
         dead = [
             StoredDeadLetter(*row)
             for row in self._db.execute(
-                "SELECT queue, id, content, reason, deliveries, dead_at, headers"
+                "SELECT queue, id, content, reason, deliveries, dead_at, headers, message_key"
                 " FROM dead_letters ORDER BY position"
             )
         ]
@@ -406,7 +431,7 @@ class DurableStore:
             db.execute("DELETE FROM messages WHERE id = ?", (operation[2],))
             db.execute(
                 "INSERT INTO dead_letters (queue, id, content, reason, deliveries, dead_at,"
-                " headers) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " headers, message_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 operation[1:],
             )
         elif kind == DELETE_QUEUE:

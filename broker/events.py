@@ -71,7 +71,13 @@ class Events:
             if queue.max_length:
                 intake.has_room(peer, queue, tag)  # a drop-oldest queue makes room
             message_id = intake.put(
-                peer, queue, message.content, message.ttl, message.headers, event_bytes
+                peer,
+                queue,
+                message.content,
+                message.ttl,
+                message.headers,
+                event_bytes,
+                message_key=message.message_key or b"",
             )
             first_id = first_id or message_id
         counters = ctx.counters
@@ -114,7 +120,13 @@ class Events:
             if queue is None or (queue.max_length and not intake.has_room(peer, queue, tag)):
                 return
             message_id = intake.put(
-                peer, queue, message.content, message.ttl, message.headers, message.event.encode()
+                peer,
+                queue,
+                message.content,
+                message.ttl,
+                message.headers,
+                message.event.encode(),
+                message_key=message.message_key or b"",
             )
         ctx.counters.published += 1
         ctx.counters.unrouted += 1

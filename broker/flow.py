@@ -31,7 +31,9 @@ RECORD_OVERHEAD_BYTES = 200
 
 def record_bytes(record: Record) -> int:
     """What a held message counts against the memory limit."""
-    return record.content_bytes + len(record.headers) + RECORD_OVERHEAD_BYTES
+    return (
+        record.content_bytes + len(record.headers) + len(record.message_key) + RECORD_OVERHEAD_BYTES
+    )
 
 
 class Flow:

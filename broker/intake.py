@@ -110,7 +110,7 @@ class Intake:
             and not self._make_room(peer, queue, tag)
         ):
             return
-        if correlation is None and not message.delay_ms:
+        if correlation is None and not message.delay_ms and message.message_key is None:
             message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
         else:
             message_id = self._put_request_or_delayed(peer, queue, message)
@@ -122,8 +122,8 @@ class Intake:
         # else a request whose reply comes back to its sender: that REPLY is its answer
 
     def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
-        """`put` for a request (its reply route kept with it, §6.6) or a delayed send (§6.7),
-        or both."""
+        """`put` for a request (its reply route kept with it, §6.6), a delayed send (§6.7) or
+        a keyed one."""
         reply_to = message.reply_to
         if message.correlation is not None:
             self._ctx.counters.requests += 1
@@ -139,6 +139,7 @@ class Intake:
             reply_peer=b"" if reply_to else peer.id,
             correlation=message.correlation,
             delay_ms=message.delay_ms or 0,
+            message_key=message.message_key or b"",
         )
 
     def refuses_now(self, peer: Peer, name: str, tag: int | None) -> bool:
@@ -171,17 +172,19 @@ class Intake:
         reply_peer: bytes = b"",
         correlation: str | None = None,
         delay_ms: int = 0,
+        message_key: bytes = b"",
     ) -> bytes:
         """A new message at the tail of `queue` (admitted already): placed, counted against
         memory, journaled, watched for its TTL; returns its ID. An `event` or a `correlation`
-        (a request's, with its reply route; or a reply's) makes it a RoutedRecord; a
+        (a request's, with its reply route; or a reply's) or a message key makes it a
+        RoutedRecord; a
         `delay_ms` keeps it invisible that long (its TTL counts from then)."""
         ctx = self._ctx
         ttl = ttl or 0
         message_id = ctx.new_id()  # ID_BYTES long: IdSource makes it so
         visible_at = ctx.now + delay_ms * NS_PER_MS
         expires_at = visible_at + ttl * NS_PER_SECOND if ttl else 0
-        if event or correlation is not None:
+        if event or correlation is not None or message_key:
             record: Record = self._routed_record(
                 message_id + content,
                 expires_at,
@@ -189,10 +192,11 @@ class Intake:
                 reply_to=reply_to,
                 reply_peer=reply_peer,
                 correlation=correlation,
+                message_key=message_key,
             )
         else:
             record = self._record(message_id + content, expires_at)
-        size = len(content) + RECORD_OVERHEAD_BYTES
+        size = len(content) + len(message_key) + RECORD_OVERHEAD_BYTES
         if headers:
             record.headers = headers  # passed on untouched, never parsed
             size += len(headers)

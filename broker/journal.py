@@ -23,12 +23,12 @@ from .model import DeadLetterEntry, Record
 
 # Operation kinds: each operation is a tuple whose first item is its kind.
 PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries, event, reply_to,
-#              correlation, visible_wall (0: visible at once; else a delayed send)
+#              correlation, visible_wall (0: visible at once; else a delayed send), message key
 FLY = "fly"  # queue, first seq, last seq: the ready messages in that range were dispatched
 BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
 DELAY = "delay"  # id, seq, expires_wall, deliveries: requeued with a delay (already counted)
 DROP = "drop"  # id: acked
-DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers
+DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers, message key
 UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evicted by its bound)
 PURGE = "purge"  # queue: dead letters deleted
 CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
@@ -41,6 +41,8 @@ UNUSED = "unused"  # queue, ms: the queue is deleted after that long without con
 SCHEDULE = "schedule"  # name, spec (JSON bytes): a schedule added or replaced
 UNSCHEDULE = "unschedule"  # name: removed
 RAN = "ran"  # name, last_run_wall, runs: a schedule ran
+LEASE_TAKEN = "lease"  # lease name, queue, first seq, last seq: those ready ones were leased
+LEASE_DONE = "unlease"  # queue, lease name: the lease was committed (its messages acked)
 
 Operation = tuple
 
@@ -102,6 +104,7 @@ class Journal:
                 record.reply_to,
                 record.correlation,
                 self._wall_at(visible_at) if visible_at else 0.0,
+                record.message_key,
             )
         )
 
@@ -125,6 +128,13 @@ class Journal:
     def acked(self, message_id: bytes) -> None:
         self._operations.append((DROP, message_id))
 
+    def leased(self, queue_name: str, lease_name: str, first_seq: int, last_seq: int) -> None:
+        """The queue's ready messages from seq first to last went into a batch lease."""
+        self._operations.append((LEASE_TAKEN, lease_name, queue_name, first_seq, last_seq))
+
+    def lease_committed(self, queue_name: str, lease_name: str) -> None:
+        self._operations.append((LEASE_DONE, queue_name, lease_name))
+
     def dead(self, queue_name: str, entry: DeadLetterEntry) -> None:
         self._operations.append(
             (
@@ -136,6 +146,7 @@ class Journal:
                 entry.deliveries,
                 entry.dead_at,
                 entry.headers,
+                entry.message_key,
             )
         )
 
@@ -214,6 +225,12 @@ class NullJournal:
         pass
 
     def acked(self, message_id: bytes) -> None:
+        pass
+
+    def leased(self, queue_name: str, lease_name: str, first_seq: int, last_seq: int) -> None:
+        pass
+
+    def lease_committed(self, queue_name: str, lease_name: str) -> None:
         pass
 
     def dead(self, queue_name: str, entry: DeadLetterEntry) -> None:

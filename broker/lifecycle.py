@@ -16,6 +16,7 @@ from .context import Context
 from .dispatch import NS_PER_MS, Dispatch
 from .events import Events
 from .flow import record_bytes
+from .leases import drop_leases
 from .model import GONE, Peer, Queue
 from .queues import Queues
 from .schedule import UNUSED_QUEUE
@@ -92,15 +93,17 @@ class Lifecycle:
         queue.windows.clear()
         queue.in_flight = 0
         delayed = queue.delayed  # each lets go when its delay ends (dispatch.on_delay_over)
+        leased = drop_leases(ctx, queue)
         bindings = self._events.bindings.count(queue.name)
         self._events.forget(queue.name)
         purged, dead = self._queues.delete(queue)
-        ctx.counters.deleted_messages += purged + in_flight + delayed + dead
+        ctx.counters.deleted_messages += purged + in_flight + delayed + dead + leased
         return {
             "queue": queue.name,
             "purged": purged,
             "in_flight": in_flight,
             "delayed": delayed,
+            "leased": leased,
             "dead_letters": dead,
             "consumers": consumers,
             "bindings": bindings,
@@ -132,5 +135,8 @@ class Lifecycle:
         queue.unused_due = 0
         if queue.windows:
             return  # a consumer came back in time
+        if queue.leases:  # a reader's batch is not done with it: wait again
+            self.unused(queue)
+            return
         self._remove(queue)
         self._ctx.counters.queues_unused_deleted += 1

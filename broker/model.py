@@ -4,7 +4,8 @@ Plain data with no behaviour beyond their own bookkeeping; the parts of the core
 (intake, dispatch, peers, deadletters, ...) move records between these places.
 
 Rule: a record is in exactly one place. READY records sit in their queue's `ready` deque;
-IN_FLIGHT records sit in one consumer window's `held` dict; GONE records (acked, dead-lettered
+IN_FLIGHT records sit in one consumer window's `held` dict; LEASED records in one batch
+lease's list (broker/leases.py); GONE records (acked, dead-lettered
 or expired) are referenced from nowhere that counts. An expired record may linger in `ready` as
 a tombstone (state GONE) until it is popped or compacted; `stale` counts those.
 """
@@ -23,8 +24,10 @@ READY = 0
 IN_FLIGHT = 1
 GONE = 2
 DELAYED = 3  # requeued with a delay: back in the queue when the delay is over
+LEASED = 4  # held by a batch lease (broker/leases.py) until it is committed or released
 
 NS_PER_SECOND = 1_000_000_000
+NS_PER_MS = 1_000_000
 #: Message IDs: 32 lowercase hex characters (IdSource).
 ID_BYTES = 32
 
@@ -58,6 +61,8 @@ class Record(msgspec.Struct, gc=False):
     reply_to: ClassVar[str | None] = None
     reply_peer: ClassVar[bytes] = b""
     correlation: ClassVar[str | None] = None
+    #: The producer's message key (packet 27): only RoutedRecords carry one.
+    message_key: ClassVar[bytes] = b""
 
     @property
     def id(self) -> bytes:
@@ -87,15 +92,16 @@ class DurableRecord(Record, gc=False):
 
 
 class RoutedRecord(Record, gc=False):
-    """A message that carries routing with it: a copy of a published event (broker/events.py)
-    or a request and its reply route (broker/replies.py). A subclass, so that a plain send's
-    record stays as small as it was."""
+    """A message that carries more with it: a copy of a published event (broker/events.py),
+    a request and its reply route (broker/replies.py), or a producer's message key. A
+    subclass, so that a plain send's record stays as small as it was."""
 
     routed: ClassVar[bool] = True
     event: bytes = b""
     reply_to: str | None = None
     reply_peer: bytes = b""
     correlation: str | None = None
+    message_key: bytes = b""  # type: ignore[misc]
 
 
 class DurableRoutedRecord(DurableRecord, gc=False):
@@ -104,6 +110,7 @@ class DurableRoutedRecord(DurableRecord, gc=False):
     reply_to: str | None = None
     reply_peer: bytes = b""
     correlation: str | None = None
+    message_key: bytes = b""  # type: ignore[misc]
 
 
 def new_record(
@@ -116,16 +123,18 @@ def new_record(
     event: bytes = b"",
     reply_to: str | None = None,
     correlation: str | None = None,
+    message_key: bytes = b"",
 ) -> Record:
     """A record (a DurableRecord if `durable`) for a message with this ID (ID_BYTES long);
-    with an `event`, a reply route or a correlation id, a RoutedRecord (DurableRoutedRecord).
+    with an `event`, a reply route, a correlation id or a message key, a RoutedRecord
+    (DurableRoutedRecord).
 
     Raises:
         ValueError: the ID is not ID_BYTES long.
     """
     if len(message_id) != ID_BYTES:
         raise ValueError(f"message IDs are {ID_BYTES} bytes, not {len(message_id)}")
-    if event or reply_to is not None or correlation is not None:
+    if event or reply_to is not None or correlation is not None or message_key:
         kind = DurableRoutedRecord if durable else RoutedRecord
         return kind(
             message_id + content,
@@ -135,6 +144,7 @@ def new_record(
             event=event,
             reply_to=reply_to,
             correlation=correlation,
+            message_key=message_key,
         )
     kind = DurableRecord if durable else Record
     return kind(message_id + content, expires_at, deliveries, headers=headers)
@@ -148,8 +158,9 @@ class DeadLetterEntry(msgspec.Struct, frozen=True, gc=False):
     reason: str
     deliveries: int
     dead_at: float  # wall-clock seconds
-    #: The producer's HEADERS packet, kept so that a replay restores it.
+    #: The producer's HEADERS packet and message key, kept so that a replay restores them.
     headers: bytes = b""
+    message_key: bytes = b""
 
 
 class Window:
@@ -178,6 +189,8 @@ class Queue:
         "delayed",
         "delayed_sends",
         "in_flight",
+        "leased",
+        "leases",
         "max_deliveries",
         "max_length",
         "name",
@@ -228,6 +241,9 @@ class Queue:
         self.unused_due = 0
         #: Deleted from the queue table: what still refers to it (a delay, a lease) lets go.
         self.deleted = False
+        #: Batch leases of its messages by name (broker/leases.py), and the messages in them.
+        self.leases: dict[str, Any] = {}
+        self.leased = 0
 
     @property
     def ready_count(self) -> int:
@@ -257,25 +273,32 @@ class Queue:
 
 
 class IdSource:
-    """Message IDs: 32 lowercase hex characters from 16 random bytes (as php-mq/server does),
-    as the bytes that go on the wire: encoded once, here.
-
-    Random bytes are read from the OS 4 KiB at a time: one syscall per 256 IDs.
+    """Message IDs: 32 lowercase hex characters, as the bytes that go on the wire, encoded
+    once, here. Time-ordered (docs/protocol.md §10): 12 hex digits of wall-clock milliseconds
+    at intake (the turn's, set by `stamp`), the version digit `7`, then 19 random hex digits
+    (76 bits) from the OS, read 4 KiB at a time: one syscall per 431 IDs.
     """
 
-    _IDS_PER_READ = 256
+    _RANDOM_DIGITS = 19
+    _READ_BYTES = 4096
 
     def __init__(self) -> None:
         self._hex = b""
         self._pos = 0
+        self._prefix = b"0000000000007"
+
+    def stamp(self, wall_ms: int) -> None:
+        """The wall-clock time the next IDs carry (the core stamps once per turn)."""
+        self._prefix = b"%012x7" % (wall_ms & 0xFFFF_FFFF_FFFF)
 
     def __call__(self) -> bytes:
-        if self._pos >= len(self._hex):
-            self._hex = os.urandom(16 * self._IDS_PER_READ).hex().encode()
-            self._pos = 0
         start = self._pos
-        self._pos = start + 32
-        return self._hex[start : start + 32]
+        end = start + self._RANDOM_DIGITS
+        if end > len(self._hex):
+            self._hex = os.urandom(self._READ_BYTES).hex().encode()
+            start, end = 0, self._RANDOM_DIGITS
+        self._pos = end
+        return self._prefix + self._hex[start:end]
 
 
 class PeerProfile(msgspec.Struct, frozen=True):
@@ -401,6 +424,10 @@ class Counters:
         "replied",
         "replies_dropped",
         "scheduled_runs",
+        "leased",
+        "lease_committed",
+        "lease_released",
+        "leases_timed_out",
     )
 
     def __init__(self) -> None:

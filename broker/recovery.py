@@ -3,7 +3,8 @@ store become the core's state again.
 
 Messages come back in their order, TTLs from their wall-clock deadlines (expired ones are
 dead-lettered at the first turn), those that were in flight as ready in their place with one
-more delivery, delayed sends whose visible time is still ahead delayed until then.
+more delivery, delayed sends whose visible time is still ahead delayed until then, leased
+ones in their batch lease again.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from .deadletters import DeadLetters
 from .expiry import Expiry
 from .flow import record_bytes
 from .intake import Intake
+from .leases import Leases
 from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record
 from .queues import Queues
 from .schedule import DELAY_OVER
 
 #: The store's in-flight mark of a dispatched message (2 marks a delayed one).
 IN_FLIGHT_ON_DISK = 1
+#: ... and of a message in a batch lease.
+LEASED_ON_DISK = 3
 
 
 def restore_messages(
@@ -29,6 +33,7 @@ def restore_messages(
     queues: Queues,
     dead_letters: DeadLetters,
     expiry: Expiry,
+    leases: Leases,
     messages: Iterable[Any],
     dead: Iterable[Any],
 ) -> tuple[int, int, int]:
@@ -50,10 +55,14 @@ def restore_messages(
             event=stored.event,
             reply_to=stored.reply_to,
             correlation=stored.correlation,
+            message_key=stored.message_key,
         )
         queues.restore_seq(stored.seq)
         record.seq = stored.seq  # type: ignore[attr-defined]
         ctx.held_bytes += record_bytes(record)
+        if stored.in_flight == LEASED_ON_DISK and stored.lease:
+            leases.restore(queue, stored.lease, record)
+            continue
         if stored.in_flight == IN_FLIGHT_ON_DISK:  # ready again, with one more delivery
             were_in_flight += 1
             if not dead_letters.count_delivery(queue, record):
@@ -77,6 +86,7 @@ def restore_messages(
                 stored.deliveries,
                 stored.dead_at,
                 stored.headers,
+                stored.message_key,
             )
         )
     dead_count = sum(len(queue.dead) for queue in queues.by_name.values())

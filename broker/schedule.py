@@ -25,6 +25,7 @@ HEARTBEAT = 4  # Peer: has the broker been silent towards it for an interval?
 KEY_EXPIRY = 5  # None: the oldest idempotency keys' window is over
 UNUSED_QUEUE = 6  # Queue: has it been without consumers for its delete-when-unused time?
 SCHEDULE_RUN = 7  # schedule entry (broker/schedules.py): a named schedule is due to run
+LEASE_TIMEOUT = 8  # Lease (broker/leases.py): untouched for its timeout?
 
 #: The heap is never compacted below this many entries (compacting is O(n)).
 COMPACT_MIN_ENTRIES = 65_536

@@ -15,6 +15,7 @@ from .errors import (
     RemoteProtocolError,
     TruncatedError,
 )
+from .ids import sent_at
 from .messages import (
     FORWARD_CONFIRM,
     FORWARD_EXTENSIONS,
@@ -120,4 +121,5 @@ __all__ = [
     "pattern_problem",
     "queue_name_problem",
     "queue_packet",
+    "sent_at",
 ]

@@ -77,6 +77,7 @@ class PacketType(IntEnum):
     CORRELATION = 24
     PEER = 25
     FLAGS = 26
+    MESSAGE_KEY = 27
 
 
 class ErrorCode(IntEnum):

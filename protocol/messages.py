@@ -37,6 +37,9 @@ class Send(msgspec.Struct, frozen=True, gc=False):
     correlation: str | None = None
     #: Extension packet: the message stays invisible this long first (a delayed job, §6.7).
     delay_ms: int | None = None
+    #: Extension packet: the producer's key for the message (Kafka's record key), kept with
+    #: it and passed on to extension consumers; the broker never reads it.
+    message_key: bytes | None = None
 
 
 class Consume(msgspec.Struct, frozen=True, gc=False):
@@ -74,6 +77,8 @@ class Dispatch(msgspec.Struct, frozen=True, gc=False):
     #: a reply put into a reply queue (§6.6).
     reply_to: str | None = None
     correlation: str | None = None
+    #: The producer's message key (extension peers only).
+    message_key: bytes | None = None
 
 
 class Ack(msgspec.Struct, frozen=True, gc=False):
@@ -155,7 +160,7 @@ class Resume(msgspec.Struct, frozen=True, gc=False):
 
 class Publish(msgspec.Struct, frozen=True, gc=False):
     """108 (extension): publish `content` as `event`: one copy into every queue bound to a
-    pattern that matches it. TTL, tag, key and headers work as in 001."""
+    pattern that matches it. TTL, tag, key, headers and message key work as in 001."""
 
     TYPE: ClassVar[MessageType] = MessageType.PUBLISH
     event: str
@@ -164,6 +169,7 @@ class Publish(msgspec.Struct, frozen=True, gc=False):
     tag: int | None = None
     key: str | None = None
     headers: bytes | None = None
+    message_key: bytes | None = None
 
 
 class Cancel(msgspec.Struct, frozen=True, gc=False):

@@ -65,6 +65,7 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.CORRELATION: "correlation",
     P.PEER: "peer",
     P.FLAGS: "flags",
+    P.MESSAGE_KEY: "message_key",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -75,14 +76,31 @@ SPECS: dict[MessageType, TypeSpec] = {
         TypeSpec(
             m.Send,
             (P.QUEUE, P.CONTENT),
-            (P.TTL, P.TAG, P.KEY, P.HEADERS, P.REPLY_TO, P.CORRELATION, P.DELAY_MS),
+            (
+                P.TTL,
+                P.TAG,
+                P.KEY,
+                P.HEADERS,
+                P.REPLY_TO,
+                P.CORRELATION,
+                P.DELAY_MS,
+                P.MESSAGE_KEY,
+            ),
         ),
         TypeSpec(m.Consume, (P.QUEUE, P.COUNT), (P.LEASE_MS, P.PATTERNS, P.UNUSED_MS)),
         # 003: 3 packets pre-TTL, 4 with TTL, 5 with the delivery-count extension.
         TypeSpec(
             m.Dispatch,
             (P.QUEUE, P.CONTENT, P.MESSAGE_ID),
-            (P.TTL, P.DELIVERY_COUNT, P.HEADERS, P.EVENT, P.REPLY_TO, P.CORRELATION),
+            (
+                P.TTL,
+                P.DELIVERY_COUNT,
+                P.HEADERS,
+                P.EVENT,
+                P.REPLY_TO,
+                P.CORRELATION,
+                P.MESSAGE_KEY,
+            ),
         ),
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
         TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
@@ -95,7 +113,7 @@ SPECS: dict[MessageType, TypeSpec] = {
         TypeSpec(m.Confirm, (P.MESSAGE_ID,), (P.TAG, P.COUNT)),
         TypeSpec(m.Pause, (P.ERROR_CODE, P.REASON), (P.QUEUE,)),
         TypeSpec(m.Resume, (), (P.QUEUE,)),
-        TypeSpec(m.Publish, (P.EVENT, P.CONTENT), (P.TTL, P.TAG, P.KEY, P.HEADERS)),
+        TypeSpec(m.Publish, (P.EVENT, P.CONTENT), (P.TTL, P.TAG, P.KEY, P.HEADERS, P.MESSAGE_KEY)),
         TypeSpec(m.Cancel, (P.QUEUE,), (P.REASON, P.COUNT)),
         TypeSpec(m.Hello, (), (P.OPTIONS,)),
         TypeSpec(m.Heartbeat, ()),
@@ -172,4 +190,5 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.CORRELATION: _text,
     P.PEER: None,
     P.FLAGS: _integer,
+    P.MESSAGE_KEY: None,
 }

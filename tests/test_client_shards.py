@@ -69,6 +69,18 @@ def test_sends_land_at_each_queues_owner(three_shards: str) -> None:
     assert_held_at_owners(three_shards, owned, ready=2)
 
 
+def test_admin_commands_about_a_queue_go_to_its_owner(three_shards: str) -> None:
+    with Client(three_shards) as client:
+        for queue in QUEUES:
+            client.send(queue, b"x", confirm=True)
+        for queue in QUEUES:
+            taken = client.admin("lease", queue=queue, lease="b/1", max_messages=5, max_bytes=999)
+            assert taken["messages"] == 1, (queue, taken)
+            assert client.admin("lease-commit", queue=queue, lease="b/1")["acked"] == 1
+        owned = owners(client, QUEUES)
+    assert_held_at_owners(three_shards, owned, ready=0)
+
+
 def test_one_receive_loop_gets_every_queue_once_and_acks_settle(three_shards: str) -> None:
     queues = QUEUES[:8]
     with Client(shard_address(three_shards, 1)) as producer:

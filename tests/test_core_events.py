@@ -204,6 +204,7 @@ def test_delete_at_once_tells_consumers_and_counts_what_went(core: CoreHarness) 
         "purged": 2,
         "in_flight": 2,
         "delayed": 0,
+        "leased": 0,
         "dead_letters": 0,
         "consumers": 2,
         "bindings": 1,

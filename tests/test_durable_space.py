@@ -16,7 +16,7 @@ MESSAGES = 50_000
 
 
 #: A PUT's columns after the content: headers, TTL, deliveries, event, reply route...
-REST = (b"", 0.0, 1, b"", None, None, 0.0)
+REST = (b"", 0.0, 1, b"", None, None, 0.0, b"")
 
 
 def data_size(directory: Path) -> int:
@@ -72,7 +72,7 @@ def test_a_store_without_incremental_vacuum_is_converted_at_open(tmp_path: Path)
         ids = [b"%016d" % i for i in range(5000)]
         store.commit(
             [
-                (PUT, i, "q", n, b"x" * 500, b"", 0.0, 1, b"", None, None, 0.0)
+                (PUT, i, "q", n, b"x" * 500, b"", 0.0, 1, b"", None, None, 0.0, b"")
                 for n, i in enumerate(ids)
             ]
         )

@@ -110,13 +110,21 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         confirm: bool = False,
         key: str | None = None,
         delay: Duration | None = None,
+        message_key: bytes | str | None = None,
     ) -> str | None:
         """Send one message; with `confirm=True` return its ID once the broker has it.
         As `Client.send`, with the same exceptions."""
         if self._routing is not None and (link := await self._link_for(queue)) is not None:
             # The hot path's one check, inline: a decorator's *args would cost more.
             return await link.send(
-                queue, content, ttl, headers, confirm=confirm, key=key, delay=delay
+                queue,
+                content,
+                ttl,
+                headers,
+                confirm=confirm,
+                key=key,
+                delay=delay,
+                message_key=message_key,
             )
         connection = self._connection
         if connection.refusals.sends:
@@ -124,7 +132,9 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         if confirm and not connection.knows_limits:
             await self._await_limits()
         tag = connection.next_tag() if confirm else None
-        frame = connection.send(queue, content, ttl, headers, tag, key, delay_ms(delay))
+        frame = connection.send(
+            queue, content, ttl, headers, tag, key, delay_ms(delay), message_key
+        )
         while True:
             await self._wait_while_paused(queue)
             await self._send_frame(frame, 1, () if tag is None else (tag,))
@@ -289,10 +299,17 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
     async def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
         """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
 
+        A command about one queue (a `queue` option) goes to its owning shard.
+
         Raises:
             BrokerRefused: the broker refused the command (bad command or options).
             ClientError: no answer within `timeout` seconds.
         """
+        queue = options.get("queue")
+        if self._routing is not None and isinstance(queue, str) and command != "stats":
+            link = await self._link_for(queue)
+            if link is not None:
+                return await link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
         await self._send_frame(connection.admin(command, options))

@@ -67,7 +67,7 @@ from .events import (
 )
 from .greeting import Greeting
 from .liveness import HEARTBEAT, Liveness
-from .message import ReceivedMessage, Settle, queue_packet
+from .message import ReceivedMessage, Settle, as_bytes, queue_packet
 from .outbox import Outbox
 from .pauses import Pauses
 from .refusals import Refusals
@@ -192,8 +192,9 @@ class Connection:
         tag: int | None = None,
         key: str | None = None,
         delay_ms: int = 0,
+        message_key: bytes | str | None = None,
     ) -> bytes:
-        """One 001 (with `delay_ms`, a delayed send: §6.7).
+        """One 001 (with `delay_ms`, a delayed send: §6.7; `message_key`: packet 27).
 
         Raises:
             InvalidArgument: the queue name or key breaks the protocol's rules.
@@ -203,9 +204,20 @@ class Connection:
             check_key(key)
         body = content.encode() if isinstance(content, str) else content
         self._check_size(queue, body)
-        if headers or delay_ms:
+        if headers or delay_ms or message_key is not None:
             encoded = _headers.encode(headers) if headers else None
-            return encode(Send(queue, body, ttl, tag, key, encoded, delay_ms=delay_ms or None))
+            return encode(
+                Send(
+                    queue,
+                    body,
+                    ttl,
+                    tag,
+                    key,
+                    encoded,
+                    delay_ms=delay_ms or None,
+                    message_key=as_bytes(message_key),
+                )
+            )
         return encode_send(packet, body, ttl, tag, key)
 
     def publish(
@@ -216,9 +228,12 @@ class Connection:
         headers: dict[str, Any] | None = None,
         tag: int | None = None,
         key: str | None = None,
+        message_key: bytes | str | None = None,
     ) -> bytes:
         """One 108 (InvalidArgument: a bad event name or key, content over the limit)."""
-        return encode_publish(event, content, ttl, headers, tag, key, self._broker_limit)
+        return encode_publish(
+            event, content, ttl, headers, tag, key, self._broker_limit, as_bytes(message_key)
+        )
 
     def publish_count(self, tag: int) -> int:
         """How many queues the confirmed publish tagged `tag` reached."""

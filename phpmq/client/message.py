@@ -26,6 +26,7 @@ from ..protocol import (
     encode,
     encode_ack,
     queue_name_problem,
+    sent_at,
 )
 from ..protocol import queue_packet as _encode_queue_packet
 from .errors import InvalidArgument
@@ -34,6 +35,11 @@ _headers = msgspec.json.Decoder(dict[str, Any])
 
 #: Where a settle frame goes: (frame, generation of the connection the message came on).
 Settle = Callable[[bytes, int], object]
+
+
+def as_bytes(value: bytes | str | None) -> bytes | None:
+    """A message key as the wire carries it (text as UTF-8)."""
+    return value.encode() if isinstance(value, str) else value
 
 
 @lru_cache(maxsize=4096)
@@ -61,6 +67,7 @@ class ReceivedMessage:
         "correlation",
         "delivery_count",
         "event",
+        "message_key",
         "queue",
         "reply_to",
         "ttl",
@@ -83,6 +90,8 @@ class ReceivedMessage:
         #: asked) and correlation id; a reply found in a reply queue has the correlation only.
         self.reply_to = dispatch.reply_to
         self.correlation = dispatch.correlation
+        #: The producer's message key (`send(..., message_key=...)`), None without one.
+        self.message_key = dispatch.message_key
         #: The HEADERS bytes as they came, then (once read) their decoded dict.
         self._headers: bytes | dict[str, Any] | None = dispatch.headers
 
@@ -90,6 +99,12 @@ class ReceivedMessage:
     def id(self) -> str:
         """The broker's message ID (32 hex characters)."""
         return self._id.decode(errors="replace")
+
+    @property
+    def sent_at(self) -> float | None:
+        """When the broker took the message in (wall-clock seconds, from its ID); None for
+        an ID that carries no time (an older broker's)."""
+        return sent_at(self._id)
 
     @property
     def headers(self) -> dict[str, Any]:

@@ -118,9 +118,11 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
         confirm: bool = False,
         key: str | None = None,
         delay: Duration | None = None,
+        message_key: bytes | str | None = None,
     ) -> str | None:
         """Send one message. `headers` (JSON-able) travel with it to consumers that speak the
-        extensions (e.g. `{"timeout": 30}` for a worker pool).
+        extensions (e.g. `{"timeout": 30}` for a worker pool), and so does a `message_key`
+        (Kafka's record key: the broker keeps it and never reads it).
 
         With `confirm=True` wait for the broker's answer and return the message ID: the
         message is queued (with a `--data-dir` broker: on disk). A `key` makes the send
@@ -145,14 +147,25 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
         """
         if self._routing is not None and (link := self._link_for(queue)) is not None:
             # The hot path's one check, inline: a decorator's *args would cost more.
-            return link.send(queue, content, ttl, headers, confirm=confirm, key=key, delay=delay)
+            return link.send(
+                queue,
+                content,
+                ttl,
+                headers,
+                confirm=confirm,
+                key=key,
+                delay=delay,
+                message_key=message_key,
+            )
         connection = self._connection
         if connection.refusals.sends:
             self._tell_refused_sends()
         if confirm and not connection.knows_limits:
             self._await_limits()
         tag = connection.next_tag() if confirm else None
-        frame = connection.send(queue, content, ttl, headers, tag, key, delay_ms(delay))
+        frame = connection.send(
+            queue, content, ttl, headers, tag, key, delay_ms(delay), message_key
+        )
         while True:
             self._wait_while_paused(queue)
             with self._lock:
@@ -335,10 +348,17 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
     def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
         """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
 
+        A command about one queue (a `queue` option) goes to its owning shard.
+
         Raises:
             BrokerRefused: the broker refused the command (bad command or options).
             ClientError: no answer within `timeout` seconds.
         """
+        queue = options.get("queue")
+        if self._routing is not None and isinstance(queue, str) and command != "stats":
+            link = self._link_for(queue)
+            if link is not None:
+                return link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
         with self._lock:

@@ -31,12 +31,13 @@ class SyncTopics:
         headers: dict[str, Any] | None = None,
         *,
         confirm: bool = True,
+        message_key: bytes | str | None = None,
     ) -> int | None:
         """Publish `content` as `event`: the broker puts one copy into every queue bound to
         a pattern that matches it. With `confirm` (the default) wait for the broker's answer
         and return how many queues got a copy (0: none is bound; also for a repeated `key`,
-        which copies nothing again); without, return None at once. `ttl`, `key` and
-        `headers` work as in `send`.
+        which copies nothing again); without, return None at once. `ttl`, `key`,
+        `headers` and `message_key` work as in `send`.
 
         Raises:
             InvalidArgument: (at once, nothing sent) a bad event name or key, content over
@@ -52,7 +53,7 @@ class SyncTopics:
         if confirm and not connection.knows_limits:
             self._await_limits()
         tag = connection.next_tag() if confirm else None
-        frame = connection.publish(event, content, ttl, headers, tag, key)
+        frame = connection.publish(event, content, ttl, headers, tag, key, message_key)
         paused_on: str | None = None
         while True:
             self._wait_while_paused(paused_on)  # type: ignore[arg-type]

@@ -87,6 +87,7 @@ def encode_publish(
     tag: int | None,
     key: str | None,
     limit: int,
+    message_key: bytes | None = None,
 ) -> bytes:
     """One 108, checked as a 001 is (the event name instead of the queue name).
 
@@ -100,7 +101,9 @@ def encode_publish(
     if len(body) > limit:
         raise too_large(event, len(body), limit)
     encoded = _headers.encode(headers) if headers else None
-    return encode(Publish(event, body, ttl, tag=tag, key=key, headers=encoded))
+    return encode(
+        Publish(event, body, ttl, tag=tag, key=key, headers=encoded, message_key=message_key)
+    )
 
 
 def rebind_options(
