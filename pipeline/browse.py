@@ -3,7 +3,7 @@
 It pages through the ready messages with `queue-peek` (or the dead letters with `dlq-list`
 when `deadLetters` is true), which change nothing at the broker: no delivery is counted and
 nothing leaves the queue. The driver counts what is there and splits the positions into
-`numPartitions` ranges; each task pages through its range with `offset`. It is a snapshot
+`numPartitions` ranges; each task pages through its range with `offset` and `end`. It is a snapshot
 taken while the tasks run: messages consumed or added meanwhile shift the positions, so a row
 may be missed or read twice by neighbouring tasks of a busy queue.
 """
@@ -109,21 +109,25 @@ class PhpmqBrowseReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BrowsePart)
         command = "dlq-list" if self._options.dead_letters else "queue-peek"
+        last = partition.first + partition.count
         with self._link() as link:
-            done = 0
-            while done < partition.count:
+            position = partition.first
+            while position < last:
                 reply = link.call(
                     command,
                     queue=partition.queue,
-                    offset=partition.first + done,
-                    limit=min(PAGE_ENTRIES, partition.count - done),
+                    offset=position,
+                    end=last,
+                    limit=PAGE_ENTRIES,
                     max_bytes=PAGE_BYTES,
                 )
                 entries = reply.get("entries") or []
-                if not entries:
+                if entries:
+                    yield record_batch(partition.queue, entries, dead=self._options.dead_letters)
+                following = int(reply.get("next_offset", position + len(entries)))
+                if following <= position:
                     return  # the queue shrank since the driver counted it
-                yield record_batch(partition.queue, entries, dead=self._options.dead_letters)
-                done += len(entries)
+                position = following
 
     def _count(self, link: BrokerLink, queue: str) -> int:
         command = "dlq-list" if self._options.dead_letters else "queue-peek"
@@ -133,7 +137,9 @@ class PhpmqBrowseReader(DataSourceReader):
             if refusal.error.code == 404:
                 return 0  # no such queue (yet): nothing to browse
             raise
-        return int(reply.get("total" if self._options.dead_letters else "ready", 0))
+        # Positions, not messages: a queue's positions include removed messages not yet
+        # compacted away (docs/protocol.md §9, "Pages").
+        return int(reply.get("total" if self._options.dead_letters else "positions", 0))
 
     def _link(self) -> BrokerLink:
         options = self._options
