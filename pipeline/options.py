@@ -15,7 +15,7 @@ from ..protocol import DEFAULT_ADDRESS, event_name_problem, queue_name_problem
 from .option_names import duration_ms, size_bytes, unknown_option_problem
 
 #: Rows per micro-batch when `maxRecordsPerTrigger` is not given.
-DEFAULT_MAX_RECORDS_PER_TRIGGER = 10_000
+DEFAULT_MAX_RECORDS_PER_TRIGGER = 50_000
 #: Bytes (contents and headers) per micro-batch when `maxBytesPerTrigger` is not given: a
 #: default driver (1 GiB) and executor handle it with room to spare, since the driver holds no
 #: contents and a task reads its share page by page.
