@@ -55,8 +55,10 @@ class BrokerLink:
         started = time.monotonic()
         logged = started
         while True:
+            left = self._timeout_s - (time.monotonic() - started)
+            attempt_s = min(ATTEMPT_TIMEOUT_S, max(RETRY_PAUSE_S, left))
             try:
-                return self.client().admin(command, timeout=ATTEMPT_TIMEOUT_S, **options)
+                return self.client().admin(command, timeout=attempt_s, **options)
             except BrokerRefused as refusal:
                 if refusal.error.code not in RETRIED_CODES:
                     raise
@@ -89,6 +91,7 @@ class BrokerLink:
                 name=f"{self._name} pid {os.getpid()}",
                 role="spark-source",
                 close_timeout=CLOSE_TIMEOUT_S,
+                send_timeout=min(ATTEMPT_TIMEOUT_S, max(RETRY_PAUSE_S, self._timeout_s / 2)),
             )
         return self._client
 

@@ -332,3 +332,45 @@ def test_batch_read_browses_ready_messages_and_dead_letters_without_consuming(
     assert len(dead) == 5 and {row.reason for row in dead} == {"not wanted"}
     assert all(row.dead_at is not None for row in dead)
     assert queue_stats(leasing, "events")["dead_letters"] == 5
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_a_broker_gone_longer_than_broker_timeout_fails_with_a_clear_error() -> None:
+    from phpmq.pipeline.broker_link import SourceError
+    from phpmq.pipeline.options import SourceOptions
+    from phpmq.pipeline.source import PhpmqStreamReader
+    from phpmq.testing import free_port
+
+    address = f"tcp://127.0.0.1:{free_port()}"  # nobody there
+    options = SourceOptions.parse({"broker": address, "queue": "q", "brokerTimeout": "1500ms"})
+    reader = PhpmqStreamReader(options)
+    began = time.monotonic()
+    with pytest.raises(
+        SourceError, match=r"did not answer 'lease' for \d s \(option brokerTimeout is 1.5 s\)"
+    ):
+        reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
+    assert time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_lease_that_is_gone_fails_the_task_unless_told_to_skip(
+    leasing: BrokerProcess, fail_on_data_loss: bool
+) -> None:
+    from phpmq.pipeline.broker_link import SourceError
+    from phpmq.pipeline.lease_read import LeasePart, read_lease
+
+    send(leasing, "events", 3)
+    with leasing.client() as client:
+        client.admin("lease", queue="events", lease="r/1", max_messages=3, max_bytes=1 << 20)
+        part = LeasePart(leasing.address, "events", "r/1", 0, 3, 5_000, fail_on_data_loss, "t")
+        assert sum(batch.num_rows for batch in read_lease(part)) == 3
+        client.admin("lease-commit", queue="events", lease="r/1")
+    if fail_on_data_loss:
+        with pytest.raises(
+            SourceError, match="lease r/1 of queue 'events' is gone from the broker"
+        ):
+            list(read_lease(part))
+    else:
+        assert list(read_lease(part)) == []
