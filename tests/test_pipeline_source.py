@@ -201,6 +201,29 @@ def test_trigger_once_acks_its_batch_in_the_same_run(
     assert_exactly_once(spark, out, sent)
 
 
+@pytest.mark.timeout(QUERY_TIMEOUT_S)
+def test_a_queue_pattern_picks_up_queues_created_while_the_query_runs(
+    spark: SparkSession, leasing: BrokerProcess, tmp_path: Path
+) -> None:
+    sent = send(leasing, "orders.eu", 50) + send(leasing, "orders.us", 30)
+    send(leasing, "returns.eu", 20)  # not matched
+    out = tmp_path / "out"
+    reader = spark.readStream.format("phpmq").option("broker", leasing.address)
+    frame = reader.option("queuePattern", "orders.*").load()
+    query = to_parquet(frame, out, tmp_path / "checkpoint", processingTime="100 milliseconds")
+    try:
+        query.processAllAvailable()
+        assert sum(output_ids(spark, out).values()) == 80
+        sent += send(leasing, "orders.asia", 10)  # a new queue
+        deadline = time.monotonic() + 30
+        while sum(output_ids(spark, out).values()) < 90 and time.monotonic() < deadline:
+            query.processAllAvailable()  # the pattern is matched against stats <= 1 s old
+    finally:
+        query.stop()
+    assert_exactly_once(spark, out, sent)
+    assert queue_stats(leasing, "returns.eu")["ready"] == 20
+
+
 def test_metrics_show_the_backlog_in_the_reported_latest_offset(
     spark: SparkSession, leasing: BrokerProcess, tmp_path: Path
 ) -> None:
