@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .broker_link import BrokerLink
-from .lease_offsets import Budget, LeaseOffset, queue_order, slices
+from .lease_offsets import Budget, LeaseOffset, lease_name, queue_order, slices
 from .lease_read import LeasePart, read_lease
 from .options import SourceOptions
 from .subscription import Subscription
@@ -72,9 +72,21 @@ class PhpmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queues = self._subscription.queues()
         if self._available_now and self._left is None:
             self._left = self._subscription.available_now_target(queues, offset)
+        taken = self._lease_next(offset, queues, self._row_cap(limit))
+        if not taken:
+            return start  # the same JSON: Spark sees no new data
+        self._last = offset.next(taken)
+        self._subscription.forget_stats()
+        return self._last.to_json()
+
+    def _lease_next(
+        self, offset: LeaseOffset, queues: list[str], rows: int
+    ) -> dict[str, tuple[int, int, int]]:
+        """Lease batch `offset.lease + 1` from `queues` within the trigger's budget; returns
+        (messages, bytes, ready after) per queue that gave any."""
         number = offset.lease + 1
-        name = f"{offset.reader}/{number}"
-        budget = Budget(self._row_cap(limit), self._options.max_bytes_per_trigger)
+        name = lease_name(offset.reader, number)
+        budget = Budget(rows, self._options.max_bytes_per_trigger)
         taken: dict[str, tuple[int, int, int]] = {}
         for queue in queue_order(queues, number):
             cap = (
@@ -85,16 +97,13 @@ class PhpmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if budget.spent or cap <= 0:
                 continue
             reply = self._subscription.lease(queue, name, cap, budget.bytes)
-            if reply["messages"]:
-                taken[queue] = (reply["messages"], reply["bytes"], reply.get("ready", 0))
-                budget.spend(reply["messages"], reply["bytes"])
+            messages = reply["messages"]
+            if messages:
+                taken[queue] = (messages, reply["bytes"], reply.get("ready", 0))
+                budget.spend(messages, reply["bytes"])
                 if self._left is not None:
-                    self._left[queue] = self._left.get(queue, 0) - reply["messages"]
-        if not taken:
-            return start  # the same JSON: Spark sees no new data
-        self._last = offset.next(taken)
-        self._subscription.forget_stats()
-        return self._last.to_json()
+                    self._left[queue] = self._left.get(queue, 0) - messages
+        return taken
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
         """What Spark shows as the source's `latestOffset` in each progress report: the backlog
