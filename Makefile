@@ -23,11 +23,14 @@ broker: $(VENV)/.core
 	$(BIN)/phpmq broker $(ARGS)
 
 test: $(VENV)/.test
-	@# php-cli for the stock-client end-to-end test; in CI a missing php fails that test.
-	@if [ -n "$$CI" ] && ! command -v php >/dev/null 2>&1; then \
-	  apt-get install -y -q php-cli >/dev/null 2>&1 \
-	  || { apt-get update -q >/dev/null && apt-get install -y -q php-cli >/dev/null; }; \
-	fi
+	@# php-cli for the stock-client end-to-end test, tmux for the `phpmq top` test; in CI a
+	@# missing one fails its test.
+	@for tool in php:php-cli tmux:tmux; do \
+	  if [ -n "$$CI" ] && ! command -v $${tool%%:*} >/dev/null 2>&1; then \
+	    apt-get install -y -q $${tool#*:} >/dev/null 2>&1 \
+	    || { apt-get update -q >/dev/null && apt-get install -y -q $${tool#*:} >/dev/null; }; \
+	  fi; \
+	done
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status

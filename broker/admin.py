@@ -66,6 +66,8 @@ class Admin:
         self.server_stats: Callable[[], dict[str, Any]] | None = None
         #: A shard's forwarding and links (docs/cluster.md), for the stats command.
         self.cluster_stats: Callable[[], dict[str, Any]] | None = None
+        #: Refusals by right and what is enforced (broker/guard.py), for the stats command.
+        self.security_stats: Callable[[], dict[str, Any]] | None = None
         self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "stats": self._stats,
             "dlq-list": self._dlq_list,
@@ -119,6 +121,7 @@ class Admin:
                 "leases": len(queue.leases),
                 "oldest_sent_at": browse.oldest_sent_at(queue),
                 "refused": queue.refused,
+                "totals": _queue_totals(queue),
                 "paused_producers": len(queue.paused),
                 "bindings": bindings.patterns(name)[:LISTED_BINDINGS],
                 "binding_count": bindings.count(name),
@@ -150,11 +153,13 @@ class Admin:
                 "paused_producers": self._flow.paused_producers,
             },
             "counters": ctx.counters.as_dict(),
+            "refusals": {str(int(code)): count for code, count in sorted(ctx.refusals.items())},
             "bindings": len(bindings),
             "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
             "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
             "server": self.server_stats() if self.server_stats else {},
             **({"cluster": self.cluster_stats()} if self.cluster_stats else {}),
+            **({"security": self.security_stats()} if self.security_stats else {}),
             "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
             "draining": ctx.draining,
         }
@@ -224,6 +229,18 @@ def _queue_name(options: dict[str, Any]) -> str:
     return name
 
 
+def _queue_totals(queue: Queue) -> dict[str, int]:
+    """What went through a queue since it was created (or the broker started)."""
+    return {
+        "published": queue.published,
+        "delivered": queue.delivered,
+        "acked": queue.acked,
+        "requeued": queue.requeued,
+        "expired": queue.expired,
+        "dead_lettered": queue.dead_lettered,
+    }
+
+
 def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:
     """A bridge (or any client) states its counters; `stats` lists them under `bridges`."""
     counters = options.get("counters")
@@ -261,6 +278,8 @@ def _clients(peers: Iterable[Peer], now: int) -> list[dict[str, Any]]:
             "name": peer.name,
             "role": peer.role,
             "transport": peer.profile.transport,
+            "address": peer.principal.address if peer.principal is not None else "",
+            "key": peer.principal.key if peer.principal is not None else None,
             "hello": peer.hello,
             "windows": len(peer.windows),
             "held": sum(len(window.held) for window in peer.windows.values()),

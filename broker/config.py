@@ -3,6 +3,7 @@ optional TOML file, PHPMQ_* environment variables, and command-line flags."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -15,6 +16,24 @@ from ..protocol import DEFAULT_MAX_CONTENT_BYTES, rules
 
 ENV_PREFIX = "PHPMQ_"
 DIALECTS = ("ttl", "pre-ttl")
+
+
+#: Networks the raw TCP endpoint serves when `tcp_allow` is empty.
+LOOPBACK = ("127.0.0.0/8", "::1/128")
+
+
+def endpoint_is_local(endpoint: str) -> bool:
+    """`tcp://127.0.0.1:5555`, `tcp://localhost:…`, `tcp://[::1]:…`, `ipc://`, `inproc://`."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = rest.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name or `*`: reachable from elsewhere
 
 
 class ConfigError(Exception):
@@ -54,6 +73,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tcp_bind: str = ""
     #: The form of 003 on that endpoint until a peer speaks the TTL form: the stock client's.
     tcp_dialect: str = "pre-ttl"
+    #: Where `/metrics` is served for Prometheus, "host:port" (e.g. "0.0.0.0:9464"); empty:
+    #: off (docs/metrics.md). With shards, shard i serves port + i.
+    metrics_bind: str = ""
     #: Largest packet content accepted (bytes); bigger sends get a 413 error.
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     #: Largest ZeroMQ frame accepted (bytes); libzmq drops the connection of a peer that sends
@@ -156,9 +178,38 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_schedules: int = 1_000
     #: Batch leases held at once, across queues (docs/protocol.md §6.9).
     max_leases: int = 10_000
+    #: Security (docs/security.md). CURVE on the ZeroMQ endpoint: the broker's secret key
+    #: file, and a directory or file of the client public keys allowed in; re-read on SIGHUP.
+    curve_secret: str = ""
+    curve_clients: str = ""
+    #: Rights per client key, and for peers without one (TOML); re-read on SIGHUP.
+    permissions: str = ""
+    #: Without CURVE: a HELLO carrying this secret gets the admin right. A broker bound to
+    #: a non-loopback address without CURVE runs no admin command of a peer without it.
+    admin_secret: str = ""
+    #: The raw TCP endpoint serves only these client networks: CIDRs separated by commas
+    #: (empty: loopback only).
+    tcp_allow: str = ""
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
     queues: dict[str, QueueSettings] = {}
     log_level: str = "INFO"
+
+    def binds_loopback(self) -> bool:
+        """Whether the ZeroMQ endpoint is reachable from this host only (loopback, ipc,
+        inproc): then peers without a key may run admin commands."""
+        return endpoint_is_local(self.bind)
+
+    def tcp_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """The client networks the raw TCP endpoint serves (`tcp_allow`; loopback if none).
+
+        Raises:
+            ValueError: an entry that is not a network (CIDR) or an address.
+        """
+        entries = [entry.strip() for entry in self.tcp_allow.split(",") if entry.strip()]
+        try:
+            return [ipaddress.ip_network(entry, strict=False) for entry in entries or LOOPBACK]
+        except ValueError as exc:
+            raise ValueError(f"tcp_allow: {exc}") from None
 
     def __post_init__(self) -> None:
         positive = (
@@ -186,6 +237,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        self.tcp_networks()  # raises on a bad CIDR
         if self.dialect not in DIALECTS or self.tcp_dialect not in DIALECTS:
             raise ValueError(f"dialect and tcp_dialect must be one of {', '.join(DIALECTS)}")
         for name in ("lease_ms", "max_in_flight_ms", "max_deliveries", "max_queue_length"):
@@ -207,6 +259,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
         memory_limit(self.max_memory)  # raises ValueError for a bad size
         self.shard_count()  # raises ValueError for a bad count
+        if self.metrics_bind:
+            metrics_address(self.metrics_bind)  # raises ValueError for a bad address
         if bool(self.cluster_file) != bool(self.node):
             raise ValueError("cluster_file and node go together: give both or neither")
         if self.unrouted_queue and rules.queue_name_problem(self.unrouted_queue):
@@ -233,6 +287,20 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     @property
     def max_memory_bytes(self) -> int:
         return memory_limit(self.max_memory)
+
+
+def metrics_address(bind: str, index: int = 0) -> tuple[str, int]:
+    """`metrics_bind` ("host:port", "[::1]:port" or ":port" for every interface) as the
+    (host, port) to serve on; `index` is added to the port (shard i serves port + i).
+
+    Raises:
+        ValueError: not host:port with a port of 1-65535.
+    """
+    host, colon, port_text = bind.rpartition(":")
+    port = int(port_text) if colon and port_text.isdigit() else -1
+    if not 1 <= port + index <= 65535:
+        raise ValueError(f"metrics_bind must be host:port (e.g. 127.0.0.1:9464), not {bind!r}")
+    return host.strip("[]"), port + index
 
 
 _SIZE_UNITS = {

@@ -38,6 +38,7 @@ class Context:
         "new_id",
         "now",
         "outbox",
+        "refusals",
         "schedule",
         "started_ns",
         "storage_problem",
@@ -84,6 +85,8 @@ class Context:
         #: The refusal being gathered: like refusals in a row from one peer leave as one ERROR
         #: with a count (see `refuse`).
         self._refusal: _Refusal | None = None
+        #: Refusals by error code since start, for /metrics (docs/metrics.md).
+        self.refusals: dict[int, int] = {}
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""
@@ -127,6 +130,7 @@ class Context:
         sends to a full queue costs its sender one reply, not 256 (docs/protocol.md §6.1).
         """
         self.counters.errors += 1
+        self.refusals[code] = self.refusals.get(code, 0) + 1
         peer.refused += 1
         if not peer.extensions:
             self.log_limited(f"refused from {peer.id.hex()}: {code} {reason}", str(int(code)))

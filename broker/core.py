@@ -54,12 +54,14 @@ from .events import Events
 from .expiry import Expiry
 from .flow import Flow
 from .forwarding import QUEUE_ADDRESSED, Forwarding
+from .guard import Guard, Principal
 from .intake import Intake
 from .journal import Journal, NullJournal
 from .leases import Leases
 from .lifecycle import Lifecycle
 from .model import Counters, Peer, PeerProfile, Queue
 from .peers import Peers
+from .permissions import Permissions
 from .queues import Queues
 from .recovery import restore_keys, restore_messages
 from .relayed import LINK_ROLE, RelayedPeers, is_relayed
@@ -133,6 +135,7 @@ class Core:
         self.dispatch.unused = lifecycle.unused
         self.schedules = schedules = Schedules(ctx, self.intake, self.events)
         self.leases = leases = Leases(ctx, self._queues, self.dead_letters, self.expiry)
+        self.guard = Guard(ctx, Permissions(), config.binds_loopback())
         self.admin = AdminCommands(
             ctx,
             self._queues,
@@ -160,7 +163,7 @@ class Core:
             Heartbeat: peers.on_heartbeat,
             Disconnect: peers.on_disconnect,
             Kbai: peers.on_kbai,
-            Admin: self.admin.on_admin,
+            Admin: self._on_admin,
         }
         #: A shard: messages for other shards' queues go there; theirs come here relayed.
         self.forwarding: Forwarding | None = None
@@ -262,10 +265,17 @@ class Core:
         ctx.now = ctx.clock.monotonic_ns()
         ctx.stamp_ids()
 
-    def handle_frame(self, peer_id: bytes, data: bytes, profile: PeerProfile | None = None) -> None:
-        """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages."""
+    def handle_frame(
+        self,
+        peer_id: bytes,
+        data: bytes,
+        profile: PeerProfile | None = None,
+        principal: Principal | None = None,
+    ) -> None:
+        """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages.
+        `principal`: who the peer is, as its transport knows it (broker/guard.py)."""
         messages, error = decode_frame(data, self.config.max_content_bytes)
-        self.handle_messages(peer_id, messages, error, profile, data)
+        self.handle_messages(peer_id, messages, error, profile, data, principal)
 
     def handle_messages(
         self,
@@ -274,6 +284,7 @@ class Core:
         error: ProtocolError | None = None,
         profile: PeerProfile | None = None,
         frame: bytes | None = None,
+        principal: Principal | None = None,
     ) -> None:
         """Process messages decoded from one peer (and the error that ended its input, if any);
         for transports that decode themselves. `frame`, the bytes they came in, lets a shard
@@ -283,6 +294,8 @@ class Core:
         peer = peers.get(peer_id, profile)
         ctx = self.ctx
         peer.last_seen = ctx.now  # any message counts as a heartbeat
+        if principal is not None and peer.principal is not principal:
+            self.guard.identify(peer, principal)
         if peer.stalled:
             self._speaks_again(peer)
         handlers = self._handlers
@@ -292,6 +305,7 @@ class Core:
             forwarding is not None
             and frame is not None
             and error is None
+            and peer.rights is None
             and forwarding.take_whole(peer, messages, frame)
         ):
             peers.after_input(peer)
@@ -304,6 +318,8 @@ class Core:
                 peer.opt_in()
             elif kind in TTL_DIALECT_ONLY_TYPES:
                 peer.ttl_form = True
+            if peer.rights is not None and not self.guard.allows(peer, message):
+                continue
             if forwarding is not None and self._forwarded(forwarding, peer, message):
                 continue
             handler = handlers.get(type(message))
@@ -320,6 +336,15 @@ class Core:
             ctx.refuse(peer, error.code, error.reason)
         ctx.flush_refusals()
         peers.after_input(peer)
+
+    def _on_admin(self, peer: Peer, message: Admin) -> None:
+        self.guard.audit(peer, message.options)
+        self.admin.on_admin(peer, message)
+
+    def set_permissions(self, permissions: Permissions) -> None:
+        """Rights from the permissions file (at start, and again on SIGHUP): every peer
+        known is re-checked, none is disconnected."""
+        self.guard.reload(permissions, list(self._peers.by_id.values()))
 
     @staticmethod
     def _forwarded(forwarding: Forwarding, peer: Peer, message: Message) -> bool:

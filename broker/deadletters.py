@@ -38,6 +38,7 @@ class DeadLetters:
             ctx.journal.undead(queue.name, dead[0].id)  # evicted by the bound
         queue.add_dead(entry)
         ctx.journal.dead(queue.name, entry)
+        queue.dead_lettered += 1
         ctx.counters.dead_lettered += 1
 
     def count_delivery(self, queue: Queue, record: Record) -> bool:

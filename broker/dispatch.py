@@ -161,6 +161,9 @@ class Dispatch:
         ctx = self._ctx
         ctx.held_bytes -= record_bytes(record)
         ctx.counters.acked += 1
+        queue = self._queues.by_name.get(queue_name)
+        if queue is not None:
+            queue.acked += 1
         ctx.journal.acked(message_id)
         return True
 
@@ -175,6 +178,7 @@ class Dispatch:
             self._delay(queue, record, message.delay_ms)
         else:
             self.give_back(queue, record, to_head=False)
+        queue.requeued += 1
         ctx.counters.requeued += 1
 
     def on_dead_letter(self, peer: Peer, message: DeadLetter) -> None:
@@ -454,5 +458,6 @@ class Dispatch:
         if dispatched:
             journal.dispatched(queue.name, first_seq, last_seq)
         queue.in_flight += dispatched
+        queue.delivered += dispatched
         ctx.counters.dispatched += dispatched
         return dispatched

@@ -37,4 +37,5 @@ class Expiry:
 
     def expire(self, queue: Queue, record: Record) -> None:
         self._dead.bury(queue, record, "expired")
+        queue.expired += 1
         self._ctx.counters.expired += 1

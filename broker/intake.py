@@ -201,6 +201,7 @@ class Intake:
             record.headers = headers  # passed on untouched, never parsed
             size += len(headers)
         ctx.held_bytes += size
+        queue.published += 1
         if delay_ms:
             self._keep_delayed(queue, record, message_id, content, visible_at)
         else:

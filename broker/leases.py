@@ -129,6 +129,7 @@ class Leases:
         ctx.journal.lease_committed(name, lease_name)
         ctx.counters.acked += acked
         ctx.counters.lease_committed += acked
+        queue.acked += acked
         self._forget(lease)
         return {"queue": name, "lease": lease_name, "acked": acked}
 

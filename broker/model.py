@@ -204,6 +204,13 @@ class Queue:
         "unused_due",
         "unused_ms",
         "windows",
+        # Totals for /metrics and `phpmq top` (docs/metrics.md): plain ints on the hot path.
+        "published",
+        "delivered",
+        "acked",
+        "requeued",
+        "expired",
+        "dead_lettered",
     )
 
     def __init__(
@@ -244,6 +251,8 @@ class Queue:
         #: Batch leases of its messages by name (broker/leases.py), and the messages in them.
         self.leases: dict[str, Any] = {}
         self.leased = 0
+        self.published = self.delivered = self.acked = 0
+        self.requeued = self.expired = self.dead_lettered = 0
 
     @property
     def ready_count(self) -> int:
@@ -333,8 +342,10 @@ class Peer:
         "last_sent",
         "name",
         "paused_on",
+        "principal",
         "profile",
         "refused",
+        "rights",
         "report",
         "role",
         "stalled",
@@ -377,6 +388,10 @@ class Peer:
         self.heartbeat_due = 0
         #: Messages of its refused (counted for stats).
         self.refused = 0
+        #: Who it is as its transport knows it (broker/guard.py), and what it may do (None:
+        #: everything, unchecked).
+        self.principal: Any = None
+        self.rights: Any = None
         #: A lease ran out while it said nothing at all: frozen or gone. It gets no new work
         #: until it speaks again (dispatch.py).
         self.stalled = False

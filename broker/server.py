@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -22,8 +23,12 @@ from .config import BrokerConfig
 from .core import Core, Turn
 from .durable import DurableStore, StorageError
 from .journal import Journal, NullJournal
+from .security import Security, SecurityError
 from .transports import RouterTransport, TcpEndpoint
 from .transports.links import Links
+
+if TYPE_CHECKING:
+    from .metrics import MetricsExporter
 
 log = logging.getLogger("phpmq.broker")
 
@@ -99,10 +104,18 @@ class BrokerServer:
         self.config = config
         self.clock = clock or SystemClock()
         self._stop_requests = 0
+        self._reload_requested = False
         self._context = zmq.Context()
         try:
-            self.router = RouterTransport(self._context, config)
+            self.security = Security(config)
+        except SecurityError as exc:
+            self._context.term()
+            raise BrokerError(str(exc)) from None
+        self.security.start(self._context)  # before the bind: libzmq asks it from the start
+        try:
+            self.router = RouterTransport(self._context, config, self.security.keys)
         except zmq.ZMQError as exc:
+            self.security.stop()
             self._context.term()
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
         self.endpoint = self.router.endpoint
@@ -115,6 +128,7 @@ class BrokerServer:
                 raise BrokerError(str(exc)) from None
         journal = Journal() if self.store is not None else NullJournal()
         self.core = Core(config, self.clock, journal=journal)
+        self.security.apply(self.core)
         #: Journal operations a failed commit could not write; retried first next turn.
         self._unwritten: list[tuple] = []
         if self.store is not None:
@@ -127,6 +141,7 @@ class BrokerServer:
                     config.tcp_bind,
                     config.max_content_bytes,
                     ttl_form=config.tcp_dialect == "ttl",
+                    networks=config.tcp_networks(),
                 )
             except zmq.ZMQError as exc:
                 self._close_sockets()
@@ -141,7 +156,7 @@ class BrokerServer:
         self.links: Links | None = None
         self._polled_links: list[zmq.Socket] = []
         if self.core.forwarding is not None:
-            self.links = Links(self._context, config, self.core)
+            self.links = Links(self._context, config, self.core, self.security.keys)
             self._sources.append(self.links)
         self._budget_s = config.turn_budget_ms / 1000
         #: Whether the last turn left frames unread (its budget ran out).
@@ -151,6 +166,29 @@ class BrokerServer:
         self.core.admin.server_stats = self.stats
         if self.links is not None:
             self.core.admin.cluster_stats = self._cluster_stats
+        self.metrics = self._serve_metrics() if config.metrics_bind else None
+
+    def _serve_metrics(self) -> MetricsExporter:
+        from .metrics import MetricsExporter  # prometheus-client loads only when asked for
+
+        try:
+            return MetricsExporter(
+                self.config.metrics_bind,
+                lambda: self.core.admin.run({"command": "stats"}),
+                self.config.shard,
+            )
+        except OSError as exc:
+            # Everything opened so far closes, or the context's term() would wait for it.
+            if self.links is not None:
+                self.links.close()
+            if self.tcp is not None:
+                self.tcp.shutdown()
+            if self.store is not None:
+                self.store.close()
+            self._close_sockets()
+            raise BrokerError(
+                f"cannot serve metrics on {self.config.metrics_bind}: {exc}"
+            ) from None
 
     def _cluster_stats(self) -> dict[str, object]:
         assert self.core.forwarding is not None and self.links is not None
@@ -158,6 +196,7 @@ class BrokerServer:
 
     def _close_sockets(self) -> None:
         self.router.close(0)
+        self.security.stop()
         self._context.term()
 
     def _recover(self, store: DurableStore) -> None:
@@ -228,6 +267,8 @@ class BrokerServer:
             core.set_storage_problem(f"storage unavailable: {exc}")
             self._unwritten = operations
             return False
+        if self.metrics is not None:
+            self.metrics.commit_took(self.store.last_commit_ms / 1000)
         if core.storage_problem is not None:
             log.warning("storage writes again (%d pending operations written)", len(operations))
             core.set_storage_problem(None)
@@ -244,6 +285,11 @@ class BrokerServer:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: self.request_stop())
+            signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+
+    def request_reload(self) -> None:
+        """Read the client keys and permissions again (SIGHUP), at the next turn."""
+        self._reload_requested = True
 
     # ------------------------------------------------------------------ loop
 
@@ -284,15 +330,21 @@ class BrokerServer:
                     self.core.in_flight == 0 or time.monotonic() >= drain_deadline
                 ):
                     break
+                if self._reload_requested:
+                    self._reload_requested = False
+                    self.security.reload(self.core)
                 self._turn(poller)
         finally:
             self._report_losses()
+            if self.metrics is not None:
+                self.metrics.close()
             if self.links is not None:
                 self.links.close()
             # A moment for the last frames (DISCONNECTs, final acks' effects) to leave.
             self.router.close(CLOSE_LINGER_MS)
             if self.tcp is not None:
                 self.tcp.shutdown()
+            self.security.stop()
             self._context.term()
 
     def _turn(self, poller: zmq.Poller) -> None:
@@ -325,7 +377,10 @@ class BrokerServer:
             self.tcp.retry_closes()
         if links is not None:
             links.tick()
-        self._loop.turn_took(time.perf_counter() - started, time.monotonic())
+        took, now = time.perf_counter() - started, time.monotonic()
+        self._loop.turn_took(took, now)
+        if self.metrics is not None:
+            self.metrics.turn_took(took)
 
     def _read(self) -> bool:
         """Read what is readable within the turn's budget: `batch_frames` per transport and

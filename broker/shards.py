@@ -3,15 +3,18 @@ processes, each a whole broker (core, store in its own sub-directory of --data-d
 the queues the cluster map gives it (protocol/cluster.py).
 
 Shard i binds the --bind address with its port + i, so shard 0 answers at the address users
-give. Every shard knows the map and tells HELLO peers (they go to the owner themselves). The
-supervisor restarts a shard that dies, after a pause that doubles while it keeps dying, with
-its durable data; on SIGTERM/SIGINT it asks every shard to drain and stop, and waits.
+give; with --metrics-bind, shard i serves its own /metrics at that port + i. Every shard
+knows the map and tells HELLO peers (they go to the owner themselves). The supervisor restarts
+a shard that dies, after a pause that doubles while it keeps dying, with its durable data; on
+SIGTERM/SIGINT it asks every shard to drain and stop, and waits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import os
 import re
 import signal
 import socket
@@ -24,7 +27,7 @@ import msgspec
 
 from ..protocol.cluster import ClusterMap, Shard, encode_map
 from .cluster_file import read_cluster_file
-from .config import BrokerConfig
+from .config import BrokerConfig, metrics_address
 
 log = logging.getLogger("phpmq.shards")
 
@@ -57,6 +60,18 @@ def shard_address(bind: str, index: int) -> str:
         raise ValueError(f"--shards needs a tcp://host:port --bind address, not {bind!r}")
     host = parts.hostname or ""
     return f"tcp://{host}:{parts.port + index}"
+
+
+def shard_metrics_bind(bind: str, index: int) -> str:
+    """Where shard `index` serves /metrics: the --metrics-bind port + index ("": off).
+
+    Raises:
+        ValueError: the port + index is past 65535.
+    """
+    if not bind:
+        return ""
+    host, port = metrics_address(bind, index)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def advertised(address: str) -> str:
@@ -101,6 +116,7 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
             bind=shard_address(bind, index),
             data_dir=str(Path(config.data_dir) / f"shard-{index}") if config.data_dir else "",
             tcp_bind=config.tcp_bind if index == 0 else "",
+            metrics_bind=shard_metrics_bind(config.metrics_bind, index),
             shards=1,
             cluster=encoded,
             shard=f"{prefix}{index}",
@@ -153,6 +169,7 @@ class ShardSupervisor:
         """Start the shards, keep them running until a signal, stop them; the exit status."""
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
+        signal.signal(signal.SIGHUP, self._pass_on)
         for slot in self._slots:
             self._start(slot)
         while not self._stopping:
@@ -167,6 +184,13 @@ class ShardSupervisor:
                 if slot.process is not None and slot.process.is_alive():
                     slot.process.kill()
         self._stopping = True
+
+    def _pass_on(self, signum: int, _frame: object) -> None:
+        """SIGHUP: every shard reads its keys and permissions again."""
+        for slot in self._slots:
+            if slot.process is not None and slot.process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.process.pid, signum)
 
     def _start(self, slot: _Slot) -> None:
         process = self._context.Process(

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .client import Client, ClientError
+from .client import Client, ClientError, Curve
 
 __all__ = ["BrokerProcess", "BrokerStartError", "free_port"]
 
@@ -72,6 +72,8 @@ class BrokerProcess:
             see `tcp_port` and `tcp_address`.
         data_dir: keep messages in this directory (`--data-dir`); default: in memory.
         start_timeout: seconds the broker has to answer a stats request.
+        curve: keys for a broker started with `--curve-secret` (its readiness check and
+            `client()` use them).
         stop_timeout: seconds `stop()` waits after SIGTERM before it kills.
 
     Raises:
@@ -88,8 +90,10 @@ class BrokerProcess:
         data_dir: str | Path | None = None,
         start_timeout: float = 20.0,
         stop_timeout: float = 10.0,
+        curve: Curve | None = None,
     ) -> None:
         self.address = address or f"tcp://127.0.0.1:{free_port()}"
+        self.curve = curve
         self.tcp_port = free_port() if tcp else None
         self.tcp_address = f"tcp://127.0.0.1:{self.tcp_port}" if tcp else None
         self.stop_timeout = stop_timeout
@@ -128,7 +132,11 @@ class BrokerProcess:
                     f"the broker did not answer within {timeout}s; its log:\n{self.log()}"
                 )
             with Client(
-                self.address, name="phpmq-testing", send_timeout=1, close_timeout=0.2
+                self.address,
+                name="phpmq-testing",
+                send_timeout=1,
+                close_timeout=0.2,
+                curve=self.curve,
             ) as client:
                 try:
                     client.admin("stats", timeout=0.5)
@@ -139,7 +147,7 @@ class BrokerProcess:
 
     def client(self, **options: Any) -> Client:
         """A new client of this broker; `options` are Client's keyword arguments."""
-        return Client(self.address, **options)
+        return Client(self.address, **{"curve": self.curve, **options})
 
     def stats(self) -> dict[str, Any]:
         """The broker's `stats` answer, through a client opened for this call."""

@@ -1,4 +1,4 @@
-"""The `phpmq` format: one Python data source class for the streaming source and both sinks.
+"""The `phpmq` format: one Python data source class for the source, the batch read and the sinks.
 
 Register it in each SparkSession (`pipeline.register(spark)`); its module must be importable
 by Spark's Python workers, which `pip install .[spark]` takes care of.
@@ -10,9 +10,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from .browse import BrowseOptions, PhpmqBrowseReader
+from .listener import LeaseCommitter
 from .options import OptionError, SinkOptions, SourceOptions
+from .rows import DEAD_LETTER_SCHEMA, SOURCE_SCHEMA
 from .sink import PhpmqBatchWriter, PhpmqStreamWriter, SinkColumns
-from .source import SOURCE_SCHEMA, PhpmqStreamReader
+from .source import PhpmqStreamReader
 
 FORMAT = "phpmq"
 
@@ -25,15 +28,17 @@ class PhpmqDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return SOURCE_SCHEMA
+        dead = str(self.options.get("deadLetters", "")).strip().lower() == "true"
+        return DEAD_LETTER_SCHEMA if dead else SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> PhpmqStreamReader:  # noqa: N802
-        if schema != SOURCE_SCHEMA:
-            raise OptionError(
-                f"the phpmq source has a fixed schema ({SOURCE_SCHEMA.simpleString()}); do not"
-                " pass .schema(...) to readStream, select or cast columns afterwards"
-            )
+        _check_schema(schema, SOURCE_SCHEMA, "readStream")
         return PhpmqStreamReader(SourceOptions.parse(self.options))
+
+    def reader(self, schema: StructType) -> PhpmqBrowseReader:
+        options = BrowseOptions.parse(self.options)
+        _check_schema(schema, DEAD_LETTER_SCHEMA if options.dead_letters else SOURCE_SCHEMA, "read")
+        return PhpmqBrowseReader(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> PhpmqStreamWriter:  # noqa: N802
         options = SinkOptions.parse(self.options)
@@ -46,6 +51,19 @@ class PhpmqDataSource(DataSource):
         return PhpmqBatchWriter(options, SinkColumns.of(schema, options))
 
 
+def _check_schema(schema: StructType, expected: StructType, how: str) -> None:
+    if schema != expected:
+        raise OptionError(
+            f"the phpmq source has a fixed schema ({expected.simpleString()}); do not"
+            f" pass .schema(...) to {how}, select or cast columns afterwards"
+        )
+
+
 def register(spark: SparkSession) -> None:
-    """Make `format("phpmq")` known to `spark` (needed once per session)."""
+    """Make `format("phpmq")` known to `spark` (needed once per session), and add the listener
+    that acks each finished batch's leases at once (pipeline.listener)."""
     spark.dataSource.register(PhpmqDataSource)
+    if not getattr(spark, "_phpmq_lease_committer", None):
+        committer = LeaseCommitter()
+        spark.streams.addListener(committer)
+        spark._phpmq_lease_committer = committer  # type: ignore[attr-defined]

@@ -11,21 +11,44 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..protocol import DEFAULT_ADDRESS, event_name_problem, queue_name_problem, rules
+from ..protocol import DEFAULT_ADDRESS, event_name_problem, queue_name_problem
+from .option_names import duration_ms, size_bytes, unknown_option_problem
 
-#: Rows per micro-batch when `maxRecordsPerBatch` is not given.
-DEFAULT_MAX_RECORDS_PER_BATCH = 1_000
+#: Rows per micro-batch when `maxRecordsPerTrigger` is not given.
+DEFAULT_MAX_RECORDS_PER_TRIGGER = 50_000
+#: Bytes (contents and headers) per micro-batch when `maxBytesPerTrigger` is not given: a
+#: default driver (1 GiB) and executor handle it with room to spare, since the driver holds no
+#: contents and a task reads its share page by page.
+DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
 #: Spark tasks (InputPartitions) a micro-batch is split into when `numPartitions` is not given.
 DEFAULT_NUM_PARTITIONS = 2
-#: The source's heartbeat: a runner killed by Spark is declared dead, and its unacked messages
-#: go back to their queues, after heartbeatMs x liveness (1.5 s by default).
-DEFAULT_HEARTBEAT_MS = 500
+#: How long the source waits for a broker that does not answer before the query fails.
+DEFAULT_BROKER_TIMEOUT_MS = 300_000
+#: How long the broker keeps an untouched lease before its messages go back to the queue: a
+#: batch Spark has not finished within this is read again by someone else.
+DEFAULT_LEASE_TIMEOUT_MS = 3_600_000
+LEASE_TIMEOUT_RANGE_MS = (1_000, 604_800_000)
 #: Room left in a 255-byte idempotency key for `/<partition>/<row>`.
 MAX_KEY_SCOPE_BYTES = 200
-DEFAULT_LIVENESS = rules.DEFAULT_LIVENESS
-#: The broker clamps heartbeats and liveness to these ranges (docs/protocol.md §6.2).
-HEARTBEAT_RANGE_MS = (rules.MIN_HEARTBEAT_MS, rules.MAX_HEARTBEAT_MS)
-LIVENESS_RANGE = (rules.MIN_LIVENESS, rules.MAX_LIVENESS)
+#: What a queue name may not contain for it to be a name and not a pattern.
+GLOB_CHARACTERS = frozenset("*?[")
+
+#: Every option of the streaming source (the names users write).
+SOURCE_OPTION_NAMES = (
+    "broker",
+    "queue",
+    "queues",
+    "queuePattern",
+    "maxRecordsPerTrigger",
+    "maxRecordsPerBatch",
+    "maxBytesPerTrigger",
+    "numPartitions",
+    "minPartitions",
+    "brokerTimeout",
+    "failOnDataLoss",
+    "leaseTimeout",
+    "clientName",
+)
 
 
 class OptionError(ValueError):
@@ -37,16 +60,16 @@ class SourceOptions:
     """What `spark.readStream.format("phpmq")` was asked to do."""
 
     broker: str
+    #: The queues named by `queue` / `queues`; empty when `queue_pattern` chooses them.
     queues: tuple[str, ...]
-    max_records_per_batch: int
-    #: Unacked messages the broker may dispatch to the source per queue (the 002 count).
-    window: int
+    #: A glob over queue names (fnmatch: `*`, `?`, `[...]`), resolved at every trigger.
+    queue_pattern: str | None
+    max_records_per_trigger: int
+    max_bytes_per_trigger: int
     num_partitions: int
-    heartbeat_ms: int
-    liveness: int
-    #: How long an availableNow run waits for messages it counted at the start (ready, or in
-    #: flight with a consumer that may be dead) before it ends without them, in milliseconds.
-    available_now_wait_ms: int
+    broker_timeout_ms: int
+    fail_on_data_loss: bool
+    lease_timeout_ms: int
     client_name: str
 
     @classmethod
@@ -54,32 +77,106 @@ class SourceOptions:
         """Read and check the source options.
 
         Raises:
-            OptionError: an option is missing, malformed, or inconsistent with another.
+            OptionError: an option is unknown, missing, malformed, or inconsistent.
         """
         options = _lower_keys(options)
-        batch = _int(options, "maxRecordsPerBatch", DEFAULT_MAX_RECORDS_PER_BATCH)
-        window = _int(options, "window", 2 * batch + 1)
-        if window <= 2 * batch:
-            raise OptionError(
-                f"option window ({window}) must be more than 2 x maxRecordsPerBatch"
-                f" ({2 * batch}): Spark settles a batch only when it builds the next one, so the"
-                f" source may hold two batches at once; use window >= {2 * batch + 1} or a"
-                " smaller maxRecordsPerBatch"
-            )
-        heartbeat_ms = _int(options, "heartbeatMs", DEFAULT_HEARTBEAT_MS, *HEARTBEAT_RANGE_MS)
-        liveness = _int(options, "liveness", DEFAULT_LIVENESS, *LIVENESS_RANGE)
-        wait_default = 2 * heartbeat_ms * liveness + 1_000
+        _refuse_unknown(options, SOURCE_OPTION_NAMES)
+        queues, pattern = _queues_or_pattern(options)
         return cls(
             broker=_broker(options),
-            queues=_queues(options),
-            max_records_per_batch=batch,
-            window=window,
-            num_partitions=_int(options, "numPartitions", DEFAULT_NUM_PARTITIONS),
-            heartbeat_ms=heartbeat_ms,
-            liveness=liveness,
-            available_now_wait_ms=_int(options, "availableNowWaitMs", wait_default, low=0),
+            queues=queues,
+            queue_pattern=pattern,
+            max_records_per_trigger=_records_per_trigger(options),
+            max_bytes_per_trigger=_size(
+                options, "maxBytesPerTrigger", DEFAULT_MAX_BYTES_PER_TRIGGER
+            ),
+            num_partitions=_partitions(options),
+            broker_timeout_ms=broker_timeout_ms(options),
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            lease_timeout_ms=_duration(
+                options, "leaseTimeout", DEFAULT_LEASE_TIMEOUT_MS, *LEASE_TIMEOUT_RANGE_MS
+            ),
             client_name=options.get("clientname") or "spark-source",
         )
+
+    def describe(self) -> str:
+        """The queues this source reads, as a user would name them."""
+        if self.queue_pattern is not None:
+            return f"queuePattern {self.queue_pattern!r}"
+        return ", ".join(self.queues)
+
+
+def _refuse_unknown(options: Mapping[str, str], known: tuple[str, ...]) -> None:
+    problem = unknown_option_problem(options, known)
+    if problem is not None:
+        raise OptionError(problem)
+
+
+def _records_per_trigger(options: Mapping[str, str]) -> int:
+    if "maxrecordspertrigger" in options and "maxrecordsperbatch" in options:
+        raise OptionError("give maxRecordsPerTrigger or its old name maxRecordsPerBatch, not both")
+    name = "maxRecordsPerBatch" if "maxrecordsperbatch" in options else "maxRecordsPerTrigger"
+    return _int(options, name, DEFAULT_MAX_RECORDS_PER_TRIGGER)
+
+
+def _partitions(options: Mapping[str, str]) -> int:
+    if "numpartitions" in options and "minpartitions" in options:
+        raise OptionError("give numPartitions or minPartitions (the same thing), not both")
+    name = "minPartitions" if "minpartitions" in options else "numPartitions"
+    return _int(options, name, DEFAULT_NUM_PARTITIONS)
+
+
+def broker_timeout_ms(options: Mapping[str, str]) -> int:
+    """The `brokerTimeout` option (lower-cased keys), in milliseconds."""
+    return _duration(options, "brokerTimeout", DEFAULT_BROKER_TIMEOUT_MS, 1, None)
+
+
+def _duration(
+    options: Mapping[str, str], key: str, default: int, low: int, high: int | None
+) -> int:
+    text = options.get(key.lower())
+    if text is None or str(text).strip() == "":
+        return default
+    value = duration_ms(str(text))
+    if value is None:
+        raise OptionError(
+            f"option {key} must be milliseconds or a duration like 30s, 5m, 1h: {text!r}"
+        )
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high} ms" if high is not None else f"at least {low} ms"
+        raise OptionError(f"option {key} must be {bounds}: {text!r}")
+    return value
+
+
+def _size(options: Mapping[str, str], key: str, default: int) -> int:
+    text = options.get(key.lower())
+    if text is None or str(text).strip() == "":
+        return default
+    value = size_bytes(str(text))
+    if value is None or value < 1:
+        raise OptionError(
+            f"option {key} must be a positive size in bytes, like 1048576 or 64m: {text!r}"
+        )
+    return value
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    text = options.get(key.lower())
+    if text is None or str(text).strip() == "":
+        return default
+    lowered = str(text).strip().lower()
+    if lowered not in ("true", "false"):
+        raise OptionError(f"option {key} must be true or false: {text!r}")
+    return lowered == "true"
+
+
+def _queues_or_pattern(options: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    pattern = options.get("queuepattern") or None
+    if pattern is None:
+        return _queues(options), None
+    if options.get("queue") or options.get("queues"):
+        raise OptionError("give one of the options queue, queues or queuePattern")
+    return (), pattern
 
 
 @dataclass(frozen=True)
@@ -156,7 +253,9 @@ def _queues(options: Mapping[str, str]) -> tuple[str, ...]:
     names that contain commas)."""
     single, several = options.get("queue"), options.get("queues")
     if bool(single) == bool(several):
-        raise OptionError("give exactly one of the options queue (one name) or queues (a list)")
+        raise OptionError(
+            "give exactly one of the options queue (one name), queues (a list) or queuePattern"
+        )
     if single:
         names: list[str] = [single]
     elif several.lstrip().startswith("["):
@@ -168,7 +267,13 @@ def _queues(options: Mapping[str, str]) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise OptionError(f"option queues names a queue twice: {names}")
     for name in names:
-        _check_queue_name(name, "queue" if single else "queues")
+        option = "queue" if single else "queues"
+        if GLOB_CHARACTERS & set(name):
+            raise OptionError(
+                f"option {option}: {name!r} is a pattern, not a queue name: use"
+                f' .option("queuePattern", {name!r}) to read every queue it matches'
+            )
+        _check_queue_name(name, option)
     return tuple(names)
 
 

@@ -1,162 +1,105 @@
-"""The source's one broker connection, owned by Spark's long-lived source runner on the driver.
+"""Which queues the source reads, the leases it takes of them, and their backlog.
 
-It opens on first use (never while Spark builds or pickles the reader), consumes every queue
-of the source with one window each, hands out deliveries, and acks them in bulk. Acks are
-followed by a round trip to the broker, so when a settle returns the broker has read them:
-Spark kills the runner without warning when a query ends, and acks still in a socket buffer
-would be lost (their messages redelivered).
-
-If the runner dies, its heartbeats stop, and the broker puts every message it still held back
-at the head of its queue after heartbeat_ms x liveness (docs/protocol.md §12.4).
+`queue` / `queues` name the queues; `queuePattern` is a glob (Python's fnmatch: `*`, `?`,
+`[...]`) matched at every trigger against the queues the broker has (every shard of a sharded
+broker), so queues created later are read from the next trigger on.
 """
 
 from __future__ import annotations
 
-import os
+import fnmatch
 import time
-from collections.abc import Iterable
 from typing import Any
 
-from ..client import Client
-from .ledger import Delivery, Held
+from .broker_link import BrokerLink
+from .lease_offsets import LeaseOffset
 from .options import SourceOptions
 
-#: How long taking more messages may poll the socket once the inbox runs dry, in seconds.
-DRAIN_POLL_S = 0.002
-#: How long the first take after subscribing waits for messages the broker said were ready.
-FIRST_DISPATCH_WAIT_S = 2.0
-#: Longest a round trip to the broker (stats, the settle barrier) may take, in seconds.
-ROUND_TRIP_TIMEOUT_S = 10.0
-
-
-class SourceError(RuntimeError):
-    """Raised when the broker will not serve the source as configured."""
+#: `max_messages` of one lease when the broker does not say its max_window.
+DEFAULT_MAX_WINDOW = 100_000
+#: Stats this recent serve the pattern and the backlog: Spark polls an idle source many times
+#: a second, and each `stats` asks every shard.
+STATS_MAX_AGE_S = 1.0
 
 
 class Subscription:
-    """Consumes the source's queues; connects lazily."""
+    """The source's queues at the broker, through the runner's BrokerLink."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, link: BrokerLink) -> None:
         self._options = options
-        self._client: Client | None = None
-        self._subscribed = False
-        self._window = options.window
-        #: How long the next take may wait for its first message at least, in seconds.
-        self._first_wait_s = 0.0
+        self._link = link
+        self._stats: dict[str, dict[str, Any]] = {}
+        self._stats_at = float("-inf")
 
-    def pending(self) -> int:
-        """Messages of the source's queues that are ready or in flight with any consumer (one
-        that died among them): what an availableNow run sets out to read. The window shrinks
-        to that count, so the run does not prefetch what arrives later; each message
-        prefetched and given back counts as a delivery."""
-        queues = self._queue_figures()
-        total = sum(
-            queues[name]["ready"] + queues[name]["in_flight"]
-            for name in self._options.queues
-            if name in queues
+    def queues(self) -> list[str]:
+        """The queues to read this trigger, in a stable order."""
+        pattern = self._options.queue_pattern
+        if pattern is None:
+            return list(self._options.queues)
+        names = self._recent_stats()
+        return sorted(name for name in names if fnmatch.fnmatchcase(name, pattern))
+
+    def lease(self, queue: str, name: str, messages: int, max_bytes: int) -> dict[str, Any]:
+        """Lease up to `messages` / `max_bytes` of `queue` (at least one if it has any); an
+        existing lease of that name comes back as it is."""
+        window = self._link.client().broker_info.get("max_window")
+        cap = window if type(window) is int and window > 0 else DEFAULT_MAX_WINDOW
+        return self._link.call(
+            "lease",
+            queue=queue,
+            lease=name,
+            max_messages=max(1, min(messages, cap)),
+            max_bytes=max(1, max_bytes),
+            timeout_ms=self._options.lease_timeout_ms,
         )
-        self._window = max(1, min(self._window, total))
-        return total
 
-    def take(self, count: int, wait_s: float) -> list[Held]:
-        """Up to `count` deliveries: waits up to `wait_s` for the first, then takes what has
-        arrived without waiting further."""
-        client = self._consuming()
-        taken: list[Held] = []
-        timeout = max(wait_s, self._first_wait_s)
-        self._first_wait_s = 0.0
-        while len(taken) < count:
-            message = client.receive(timeout)
-            if message is None:
-                break
-            taken.append(Held(message, time.time_ns() // 1_000))
-            timeout = DRAIN_POLL_S
-        return taken
+    def _recent_stats(self) -> dict[str, dict[str, Any]]:
+        if time.monotonic() - self._stats_at > STATS_MAX_AGE_S:
+            self._stats = self._link.stats_everywhere()
+            self._stats_at = time.monotonic()
+        return self._stats
 
-    def settle(self, messages: Iterable[Delivery]) -> None:
-        """Ack `messages`, and return once the broker has read the acks.
+    def forget_stats(self) -> None:
+        """The next figures are fetched afresh (a batch was just leased)."""
+        self._stats_at = float("-inf")
 
-        Raises:
-            ClientError: the broker did not answer within ROUND_TRIP_TIMEOUT_S.
-        """
-        for message in messages:
-            message.ack()
-        self._stats()
+    def available_now_target(self, queues: list[str], start: LeaseOffset) -> dict[str, int]:
+        """What an availableNow run reads, per queue: the ready messages, and those of this
+        reader's leases after `start` (taken by a run that died before Spark recorded them,
+        which the run will be given again)."""
+        stats = self._link.stats_everywhere()
+        target = {name: int(stats.get(name, {}).get("ready", 0)) for name in queues}
+        prefix = f"{start.reader}/"
+        for queue in queues:
+            if not stats.get(queue, {}).get("leased"):
+                continue
+            for lease in self._link.call("leases", queue=queue).get("leases", []):
+                name = str(lease.get("lease", ""))
+                number = name[len(prefix) :] if name.startswith(prefix) else ""
+                if number.isdigit() and int(number) > start.lease:
+                    target[queue] += int(lease.get("messages", 0))
+        return target
 
-    def close(self) -> None:
-        """Leave cleanly: the broker puts what this connection still holds (prefetched, not
-        yet numbered) back at the head of its queue at once."""
-        if self._client is not None:
-            client, self._client, self._subscribed = self._client, None, False
-            client.close()
-
-    def _consuming(self) -> Client:
-        client = self._connected()
-        if not self._subscribed:
-            for queue in self._options.queues:
-                client.subscribe(queue, self._window)
-            self._subscribed = True
-            # The broker's refusal of a 002, if any, arrives before this answer.
-            queues = self._stats()["queues"]
-            self._raise_refusals(client)
-            if any(queues.get(name, {}).get("ready") for name in self._options.queues):
-                # Messages were waiting: the first take waits for their dispatch, so the first
-                # trigger does not report an empty queue (processAllAvailable would stop there).
-                self._first_wait_s = FIRST_DISPATCH_WAIT_S
-        return client
-
-    def _connected(self) -> Client:
-        if self._client is None:
-            options = self._options
-            client = Client(
-                options.broker,
-                name=f"{options.client_name} pid {os.getpid()}",
-                role="spark-source",
-                heartbeat_ms=options.heartbeat_ms,
-                liveness=options.liveness,
-            )
-            self._client = client
-            self._stats()  # learns the broker's limits from its HELLO answer
-            self._check_window(client.broker_info)
-        return self._client
-
-    def _queue_figures(self) -> dict[str, Any]:
-        """Each queue's figures from its owner: a sharded broker's shard answers `stats` for
-        its own queues only (docs/cluster.md)."""
-        client = self._connected()
-        queues = dict(self._stats()["queues"])
-        mapping = client.cluster_map
-        if mapping is None or len(mapping.shards) < 2:
-            return queues
-        home = client.broker_info.get("shard")
-        owners = {mapping.owner(name) for name in self._options.queues}
-        for shard in sorted(owners, key=lambda s: s.name):
-            if shard.name != home:
-                with Client(shard.address, name="phpmq-spark-stats") as other:
-                    queues.update(other.admin("stats", timeout=ROUND_TRIP_TIMEOUT_S)["queues"])
-        return queues
-
-    def _stats(self) -> dict[str, Any]:
-        client = self._connected()
-        client.flush()
-        return client.admin("stats", timeout=ROUND_TRIP_TIMEOUT_S)
-
-    def _check_window(self, broker_info: dict[str, Any]) -> None:
-        limit = broker_info.get("max_window")
-        window = self._options.window
-        if type(limit) is int and window > limit:
-            self.close()
-            raise SourceError(
-                f"option window ({window}) is above the broker's max_window ({limit}): use"
-                f" maxRecordsPerBatch <= {(limit - 1) // 2} (the window must exceed twice the"
-                f" batch), or start the broker with --max-window {window}"
-            )
-
-    def _raise_refusals(self, client: Client) -> None:
-        refusals = [error for error in client.errors if error.queue in self._options.queues]
-        if refusals:
-            first = refusals[0]
-            self.close()
-            raise SourceError(
-                f"the broker refused to serve queue {first.queue!r}: {first.code} {first.reason}"
-            )
+    def backlog(self, last: LeaseOffset | None) -> dict[str, Any]:
+        """Per queue and in all: ready messages, the oldest ready one's age, and messages in
+        leases not committed yet (this query's and any other's)."""
+        stats = self._recent_stats()
+        now = time.time()
+        per_queue: dict[str, dict[str, Any]] = {}
+        for name in self.queues():
+            figures = stats.get(name, {})
+            oldest = figures.get("oldest_sent_at")
+            per_queue[name] = {
+                "ready": int(figures.get("ready", 0)),
+                "leased": int(figures.get("leased", 0)),
+                "oldest_ready_age_s": None if oldest is None else round(now - oldest, 3),
+            }
+        ages = [q["oldest_ready_age_s"] for q in per_queue.values() if q["oldest_ready_age_s"]]
+        return {
+            "reader": None if last is None else last.reader,
+            "lease": None if last is None else last.lease,
+            "ready": sum(q["ready"] for q in per_queue.values()),
+            "leased": sum(q["leased"] for q in per_queue.values()),
+            "oldest_ready_age_s": max(ages, default=None),
+            "queues": per_queue,
+        }

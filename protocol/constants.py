@@ -84,6 +84,7 @@ class ErrorCode(IntEnum):
     """Codes carried by the ERROR extension message; HTTP-like so they read at a glance."""
 
     MALFORMED = 400  # bytes that are not a valid PHPMQ message
+    FORBIDDEN = 403  # the peer's key (or endpoint) lacks the right this needs
     UNKNOWN_MESSAGE = 404  # ack/requeue/dead-letter of an ID this peer does not hold
     #: The same code: an admin command names a queue that does not exist.
     NOT_FOUND = 404

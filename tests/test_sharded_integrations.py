@@ -24,6 +24,8 @@ try:  # Spark is an optional extra: without it only the Spark tests are skipped
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
+    from pipeline_harness import run_available_now
+
     SPARK_MISSING = None
     spark = test_pipeline.spark  # the module-scoped Spark fixture of tests/test_pipeline.py
 except pytest.skip.Exception as missing:
@@ -81,7 +83,8 @@ def at_owner(broker: BrokerProcess, queue: str) -> dict[str, int]:
 
 def empty_at_owner(broker: BrokerProcess, queue: str) -> bool:
     stats = at_owner(broker, queue)
-    return stats["ready"] == stats["in_flight"] == stats["delayed"] == stats["dead_letters"] == 0
+    figures = ("ready", "in_flight", "delayed", "dead_letters", "leased")
+    return all(stats.get(name, 0) == 0 for name in figures)
 
 
 def wait_for(check: Callable[[], object], what: str, timeout: float = 20.0) -> None:
@@ -198,13 +201,8 @@ def test_spark_source_reads_queues_on_both_shards_to_parquet(
             client.send_many(queue, contents)
     assert at_owner(sharded, a)["ready"] == 600 and at_owner(sharded, b)["ready"] == 400
     reader = spark.readStream.format("phpmq").option("broker", sharded.address)
-    frame = (
-        reader.option("queues", f"{a},{b}")
-        .option("maxRecordsPerBatch", 250)
-        .options(**test_pipeline.FAST_LIVENESS)
-        .load()
-    )
-    test_pipeline.run_available_now(
+    frame = reader.option("queues", f"{a},{b}").option("maxRecordsPerTrigger", 250).load()
+    run_available_now(
         frame,
         tmp_path / "checkpoint",
         lambda w: w.format("parquet").option("path", str(tmp_path / "out")),

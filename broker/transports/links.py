@@ -30,6 +30,7 @@ from ...protocol import (
 from ...protocol.cluster import ClusterMap, Shard
 from ..config import BrokerConfig
 from ..core import Core
+from ..keyring import KeyPair
 from ..relayed import LINK_ROLE
 
 log = logging.getLogger("phpmq.links")
@@ -71,10 +72,15 @@ class _Link:
 
 
 class Links:
-    def __init__(self, context: zmq.Context, config: BrokerConfig, core: Core) -> None:
+    def __init__(
+        self, context: zmq.Context, config: BrokerConfig, core: Core, curve: KeyPair | None = None
+    ) -> None:
+        """`curve`: the broker's key pair, which every shard of a CURVE cluster shares; the
+        links connect with it."""
         forwarding = core.forwarding
         assert forwarding is not None
         self._context = context
+        self._curve = curve
         self._config = config
         self._core = core
         self._forwarding = forwarding
@@ -113,6 +119,10 @@ class Links:
         sock.linger = 0
         sock.sndhwm = self._config.send_hwm
         sock.setsockopt(zmq.MAXMSGSIZE, self._config.max_frame_bytes)
+        if self._curve is not None:
+            sock.curve_publickey = self._curve.public
+            sock.curve_secretkey = self._curve.secret
+            sock.curve_serverkey = self._curve.public
         sock.connect(link.shard.address)
         link.socket = sock
         link.answered = False

@@ -11,6 +11,13 @@ import zmq
 from ...protocol import RemoteProtocolError
 from ..config import BrokerConfig
 from ..core import Core, default_profile
+from ..guard import Principal
+from ..keyring import KeyPair
+from .auth import frame_address, frame_user_id, make_curve_server
+
+#: Connections whose identity the router remembers; past it, it starts over (and reads each
+#: connection's identity from its next frame again).
+MAX_KNOWN_PEERS = 65_536
 
 MULTIPART_ERROR = RemoteProtocolError(
     "multipart ZeroMQ message: PHPMQ travels in single-part frames (a REQ socket adds an"
@@ -19,8 +26,10 @@ MULTIPART_ERROR = RemoteProtocolError(
 
 
 class RouterTransport:
-    def __init__(self, context: zmq.Context, config: BrokerConfig) -> None:
-        """Bind the ROUTER socket.
+    def __init__(
+        self, context: zmq.Context, config: BrokerConfig, curve: KeyPair | None = None
+    ) -> None:
+        """Bind the ROUTER socket (a CURVE server with these keys, if given).
 
         Raises:
             zmq.ZMQError: the address cannot be bound (the socket is closed again).
@@ -32,6 +41,10 @@ class RouterTransport:
         socket.sndhwm = config.send_hwm
         socket.rcvhwm = config.receive_hwm
         socket.setsockopt(zmq.MAXMSGSIZE, config.max_frame_bytes)
+        if curve is not None:
+            make_curve_server(socket, curve)
+        #: Who each connection is (CURVE key name, address), read from its first frame.
+        self._known: dict[bytes, Principal] = {}
         try:
             socket.bind(config.bind)
         except zmq.ZMQError:
@@ -43,25 +56,43 @@ class RouterTransport:
         """Read up to `limit` frames and hand them to the core, stopping once
         `time.perf_counter()` reaches `deadline`. Returns (frames read, whether the socket
         had nothing more to read)."""
-        recv = self.socket.recv_multipart
+        socket = self.socket
+        recv = socket.recv
+        known = self._known
         handle_frame = core.handle_frame
         profile = self.profile
         clock = time.perf_counter
         read = 0
         while read < limit:
             try:
-                frames = recv(zmq.NOBLOCK)
+                peer_id = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return read, True
             read += 1
-            if len(frames) == 2:
-                handle_frame(frames[0], frames[1], profile)
+            principal = known.get(peer_id)
+            if principal is None:
+                frame = recv(copy=False)
+                principal = self._identify(peer_id, frame)
+                data = frame.bytes
             else:
+                data = recv()
+            if socket.rcvmore:
                 # A REQ socket's empty delimiter or extra frames: not our framing.
-                core.handle_messages(frames[0], [], MULTIPART_ERROR, profile)
+                while socket.rcvmore:
+                    recv()
+                core.handle_messages(peer_id, [], MULTIPART_ERROR, profile, None, principal)
+            else:
+                handle_frame(peer_id, data, profile, principal)
             if clock() >= deadline:
                 break
         return read, False
+
+    def _identify(self, peer_id: bytes, frame: zmq.Frame) -> Principal:
+        known = self._known
+        if len(known) >= MAX_KNOWN_PEERS:
+            known.clear()
+        principal = known[peer_id] = Principal(frame_user_id(frame), frame_address(frame))
+        return principal
 
     def has_input(self) -> bool:
         """Whether a frame is waiting to be read (libzmq's own answer, no system call)."""

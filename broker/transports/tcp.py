@@ -12,14 +12,19 @@ nothing else is affected.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
+from collections.abc import Sequence
 
 import zmq
 
 from ...protocol import ProtocolError, StreamDecoder
 from ..core import Core
+from ..guard import Principal
 from ..model import PeerProfile
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 log = logging.getLogger("phpmq.broker")
 
@@ -31,7 +36,12 @@ TCP_PEER_PREFIX = b"\x00\x00tcp:"
 
 class TcpEndpoint:
     def __init__(
-        self, context: zmq.Context, address: str, max_content_bytes: int, ttl_form: bool
+        self,
+        context: zmq.Context,
+        address: str,
+        max_content_bytes: int,
+        ttl_form: bool,
+        networks: Sequence[IPNetwork] = (),
     ) -> None:
         #: Stock clients speak the pre-TTL form unless configured otherwise; the broker
         #: closes the connection of a peer it gives up on.
@@ -45,8 +55,12 @@ class TcpEndpoint:
             self.socket.close()
             raise
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        #: routing id -> (decoder, remote address) for each open connection.
-        self._connections: dict[bytes, tuple[StreamDecoder, str]] = {}
+        #: The client networks served (docs/security.md); other connections are closed.
+        self.networks = list(networks)
+        #: Connections closed because their address is not in `networks`.
+        self.refused_connections = 0
+        #: routing id -> (decoder, who) for each open connection.
+        self._connections: dict[bytes, tuple[StreamDecoder, Principal]] = {}
         self._pending_closes: set[bytes] = set()
 
     @staticmethod
@@ -80,17 +94,14 @@ class TcpEndpoint:
         connection = self._connections.get(routing_id)
         if connection is None:
             if not data:  # a new connection
-                self._connections[routing_id] = (
-                    StreamDecoder(self.max_content_bytes),
-                    _peer_address(chunk),
-                )
+                self._accept(routing_id, _peer_address(chunk))
             return
         peer_id = TCP_PEER_PREFIX + routing_id
         if not data:  # the client closed the connection: a consumer's death
             del self._connections[routing_id]
             core.peer_gone(peer_id)
             return
-        decoder, address = connection
+        decoder, principal = connection
         decoder.receive_data(data)
         messages = []
         error: ProtocolError | None = None
@@ -100,11 +111,33 @@ class TcpEndpoint:
         except ProtocolError as exc:
             error = exc
         if messages:
-            core.handle_messages(peer_id, messages, None, self.profile)
+            core.handle_messages(peer_id, messages, None, self.profile, None, principal)
         if error is not None:
-            log.warning("closing TCP connection from %s: %s", address, error.reason)
+            log.warning("closing TCP connection from %s: %s", principal.address, error.reason)
             self.close(routing_id)
             core.peer_gone(peer_id)
+
+    def _accept(self, routing_id: bytes, address: str) -> None:
+        """A new connection: served if its address is in an allowed network, else closed."""
+        if not self._allowed(address):
+            self.refused_connections += 1
+            if self.refused_connections <= 10 or self.refused_connections % 1000 == 0:
+                log.warning(
+                    "closing TCP connection from %s: not in tcp_allow (%d refused so far)",
+                    address,
+                    self.refused_connections,
+                )
+            self.close(routing_id)
+            return
+        decoder = StreamDecoder(self.max_content_bytes)
+        self._connections[routing_id] = (decoder, Principal(None, address))
+
+    def _allowed(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self.networks)
 
     def send(self, peer_id: bytes, frame: bytes, flags: int = 0) -> None:
         """Write a frame (every message in it whole) to a connection.

@@ -20,12 +20,14 @@ from . import (
     broker,
     dlq,
     events,
+    keys,
     messages,
     pipeline,
     queue,
     requests,
     schedule,
     stats,
+    top,
     workers,
 )
 from .shared import EXIT_INTERRUPTED
@@ -70,6 +72,7 @@ main.add_command(events.bind)
 main.add_command(events.unbind)
 main.add_command(events.rebind)
 main.add_command(stats.stats)
+main.add_command(top.top)
 main.add_command(dlq.dlq)
 main.add_command(queue.queue)
 main.add_command(schedule.schedule)
@@ -77,3 +80,4 @@ main.add_command(bridge.bridge)
 main.add_command(workers.workers)
 main.add_command(bench.bench)
 main.add_command(pipeline.pipeline)
+main.add_command(keys.keys)

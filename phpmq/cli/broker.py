@@ -30,6 +30,39 @@ from .shared import fail
     " [default: off]",
 )
 @click.option(
+    "--tcp-allow",
+    help="Client networks the raw TCP endpoint serves: CIDRs separated by commas (e.g."
+    " 10.0.0.0/8,192.168.1.0/24); other connections are closed. [default: loopback only]",
+)
+@click.option(
+    "--curve-secret",
+    type=click.Path(dir_okay=False),
+    help="Encrypt and authenticate the ZeroMQ endpoint with CURVE: the broker's NAME.key_secret"
+    " file (phpmq keys generate). Needs --curve-clients. [default: off]",
+)
+@click.option(
+    "--curve-clients",
+    type=click.Path(),
+    help="The client public keys let in: a directory of NAME.key files, or a file of `NAME KEY`"
+    " lines. Re-read on SIGHUP. [default: none]",
+)
+@click.option(
+    "--permissions",
+    type=click.Path(dir_okay=False),
+    help="Rights per client key, and for peers without one (TOML, docs/security.md)."
+    " Re-read on SIGHUP. [default: every allowed key may do everything]",
+)
+@click.option(
+    "--admin-secret",
+    help="Without CURVE: a HELLO carrying this secret may run admin commands (purge, delete,"
+    " replay, schedules); prefer PHPMQ_ADMIN_SECRET. [default: none: only on a loopback bind]",
+)
+@click.option(
+    "--metrics-bind",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464); with"
+    " --shards, shard i serves PORT + i (docs/metrics.md). [default: off]",
+)
+@click.option(
     "--unrouted-queue",
     help="Keep published events that match no binding in this queue. [default: none: they"
     " are only counted]",

@@ -6,6 +6,7 @@ decided by the sans-IO `Connection` (connection.py) they share (docs/client.md).
 """
 
 from .aio import AsyncClient
+from .curve import Curve, curve_keys
 from .dealer import check_address
 from .errors import (
     BrokerRefused,
@@ -35,6 +36,7 @@ __all__ = [
     "BrokerRefused",
     "Client",
     "ClientError",
+    "Curve",
     "InvalidArgument",
     "PartialSend",
     "Paused",
@@ -45,4 +47,5 @@ __all__ = [
     "RequestTimeout",
     "Unconfirmed",
     "check_address",
+    "curve_keys",
 ]

@@ -32,6 +32,7 @@ from .aio_schedules import AsyncSchedules
 from .aio_shards import AsyncShards
 from .aio_topics import AsyncTopics
 from .connection import Connection
+from .curve import Curve, admin_secret_from
 from .dealer import SEND_HWM
 from .driver import RECONNECT_LINGER_S, Driver
 from .errors import BrokerRefused, ClientError
@@ -62,6 +63,8 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         heartbeat_ms: int = 1000,
         liveness: int = 3,
         on_event: Callable[[str, str], None] | None = None,
+        curve: Curve | None = None,
+        admin_secret: str | None = None,
         _routed_by: Driver | None = None,
     ) -> None:
         """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
@@ -70,7 +73,7 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         self._link_settings: dict[str, Any] = dict(
             name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
             confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
-            on_event=on_event,
+            on_event=on_event, curve=curve, admin_secret=admin_secret,
         )  # fmt: skip
         super().__init__(
             address,
@@ -81,12 +84,14 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
                 liveness=liveness,
                 settle=self._settle,
                 message_type=AsyncReceivedMessage,
+                admin_secret=admin_secret_from(admin_secret),
             ),
             send_timeout=send_timeout,
             close_timeout=close_timeout,
             confirm_timeout=confirm_timeout,
             on_event=on_event,
             routed_by=_routed_by,
+            curve=curve,
         )
         #: One sender at a time, so the greeting goes first on a new socket and a reconnect
         #: gives up exactly the tags that went out on the old one.
@@ -386,6 +391,8 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         sock.sndtimeo = int(self.send_timeout * 1000)
         sock.sndhwm = SEND_HWM
         sock.immediate = True  # as the sync Dealer: queue only to a live connection
+        if self.curve is not None:
+            self.curve.apply(sock)
         try:
             sock.connect(self.address)
         except zmq.ZMQError as exc:

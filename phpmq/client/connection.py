@@ -92,13 +92,14 @@ class Connection:
         liveness: int = 3,
         settle: Settle | None = None,
         message_type: type[ReceivedMessage] = ReceivedMessage,
+        admin_secret: str = "",
     ) -> None:
         """`heartbeat_ms` and `liveness` are asked for in HELLO (0: no heartbeats); until the
         broker answers, they count as the broker will clamp them. `settle` is where received
         messages hand their settle frames (default: `buffer_settle`); `message_type` is what
         dispatched messages are made as (the asyncio driver's settle methods are awaitable)."""
         #: HELLO and the consumes, owed to each new transport.
-        self._greeting = Greeting(name, role, heartbeat_ms, liveness)
+        self._greeting = Greeting(name, role, heartbeat_ms, liveness, admin_secret)
         self._liveness = Liveness(heartbeat_ms, liveness)
         self._settle = settle or self.buffer_settle
         self._message_type = message_type

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import zmq
 
+from .curve import Curve
 from .errors import ClientError
 
 #: Frames the socket queues for the broker before a send blocks (then times out).
@@ -16,7 +17,7 @@ SEND_HWM = 10_000
 class Dealer:
     """A fresh DEALER per connection: a reconnect closes this one and makes another."""
 
-    def __init__(self, address: str, send_timeout: float) -> None:
+    def __init__(self, address: str, send_timeout: float, curve: Curve | None = None) -> None:
         """Raises ClientError if ZeroMQ cannot use `address`."""
         self.address = address
         self.send_timeout = send_timeout
@@ -27,6 +28,8 @@ class Dealer:
         # Queue only to a live connection: with no broker, send() blocks for send_timeout and
         # raises instead of parking messages in a socket that may never connect.
         sock.immediate = True
+        if curve is not None:
+            curve.apply(sock)
         try:
             sock.connect(address)
         except zmq.ZMQError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from ..protocol import Error, ErrorCode, MessageType, Pause
 from ..protocol.cluster import ClusterMap, Shard
 from .connection import Connection
+from .curve import Curve, curve_from_environment
 from .errors import BrokerRefused, Paused, QueueDeleted, Unconfirmed
 from .events import (
     BROKER_LEAVING,
@@ -60,10 +61,13 @@ class Driver:
         confirm_timeout: float,
         on_event: Callable[[str, str], None] | None,
         routed_by: Driver | None = None,
+        curve: Curve | None = None,
     ) -> None:
         """`routed_by`: the routing client this one is a link of, a connection to one more
         shard (it routes nothing itself and tells that client the maps it hears)."""
         self.address = address
+        #: CURVE keys (docs/security.md): given, or from PHPMQ_CURVE_SECRET/_SERVER.
+        self.curve = curve if curve is not None else curve_from_environment()
         self.send_timeout = send_timeout
         self.close_timeout = close_timeout
         #: How long a confirmed send waits for the broker's answer (per message for send,

@@ -16,8 +16,12 @@ VERSION = "phpmq-zmq-python/0.1"
 class Greeting:
     __slots__ = ("_framed", "_hello", "owed")
 
-    def __init__(self, name: str, role: str, heartbeat_ms: int, liveness: int) -> None:
-        options = {"name": name, "role": role, "heartbeat_ms": heartbeat_ms}
+    def __init__(
+        self, name: str, role: str, heartbeat_ms: int, liveness: int, admin_secret: str = ""
+    ) -> None:
+        options: dict[str, object] = {"name": name, "role": role, "heartbeat_ms": heartbeat_ms}
+        if admin_secret:  # the broker's admin right without CURVE (docs/security.md)
+            options["admin_secret"] = admin_secret
         self._hello = encode(Hello({**options, "liveness": liveness, "version": VERSION}))
         #: What goes in front of the next frame (None: it went out on this transport).
         self.owed: bytes | None = None

@@ -34,6 +34,7 @@ import zmq
 
 from ..protocol import DEFAULT_ADDRESS, Error
 from .connection import Connection
+from .curve import Curve, admin_secret_from
 from .dealer import Dealer
 from .driver import RECONNECT_LINGER_S, Driver
 from .errors import BrokerRefused, ClientError
@@ -73,13 +74,15 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
         heartbeat_ms: int = 1000,
         liveness: int = 3,
         on_event: Callable[[str, str], None] | None = None,
+        curve: Curve | None = None,
+        admin_secret: str | None = None,
         _routed_by: Driver | None = None,
     ) -> None:
         """`_routed_by` is internal: the routing client this one is a link of."""
         self._link_settings: dict[str, Any] = dict(
             name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
             confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
-            on_event=on_event,
+            on_event=on_event, curve=curve, admin_secret=admin_secret,
         )  # fmt: skip
         super().__init__(
             address,
@@ -89,12 +92,14 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
                 heartbeat_ms=heartbeat_ms,
                 liveness=liveness,
                 settle=self._settle,
+                admin_secret=admin_secret_from(admin_secret),
             ),
             send_timeout=send_timeout,
             close_timeout=close_timeout,
             confirm_timeout=confirm_timeout,
             on_event=on_event,
             routed_by=_routed_by,
+            curve=curve,
         )
         self._lock = threading.RLock()
         self._dealer = self._connect()
@@ -438,7 +443,7 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
 
     def _connect(self) -> Dealer:
         """A fresh socket whose first frame will be HELLO and a consume per subscription."""
-        dealer = Dealer(self.address, self.send_timeout)
+        dealer = Dealer(self.address, self.send_timeout, self.curve)
         self._connection.start(time.monotonic())
         return dealer
 

@@ -1,0 +1,66 @@
+"""Acks a batch's leases right after Spark has committed it, in the driver's own process.
+
+The source runner acks a batch when Spark plans the next one (`latestOffset(start)`), which
+never comes for `trigger(once=True)`. Spark posts a query's progress after the batch's commit
+log is written, so `pipeline.register(spark)` adds this listener: on each progress report it
+commits the leases named in the phpmq sources' `endOffset`. Committing is idempotent, so the
+runner committing the same leases later changes nothing. Errors are logged, never raised: the
+runner commits the leases anyway when the query next plans a batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from ..client import ClientError
+from .broker_link import BrokerLink, SourceError
+from .lease_offsets import LeaseOffset
+
+log = logging.getLogger("phpmq.pipeline")
+
+#: How long the listener waits for the broker, in milliseconds (the runner waits longer).
+LISTENER_TIMEOUT_MS = 10_000
+
+
+class LeaseCommitter(StreamingQueryListener):
+    """Commits the leases of every phpmq batch a query finished."""
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        progress = event.progress
+        if not progress.numInputRows:
+            return
+        for source in progress.sources:
+            commit_finished(source.endOffset)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        pass
+
+
+def commit_finished(end_offset: str | None) -> int:
+    """Commit the leases of a finished batch, given its end offset as Spark reports it;
+    returns how many leases were committed (0 for another source's offset)."""
+    try:
+        offset = LeaseOffset.from_json(json.loads(end_offset or "null"))
+    except (ValueError, TypeError):
+        return 0
+    leased = offset.leased()
+    if not leased or not offset.broker:
+        return 0
+    try:
+        with BrokerLink(offset.broker, "spark-listener", LISTENER_TIMEOUT_MS) as link:
+            for queue in leased:
+                link.call("lease-commit", queue=queue, lease=offset.lease_name)
+    except (ClientError, SourceError) as exc:
+        log.warning("phpmq: could not commit lease %s yet: %s", offset.lease_name, exc)
+        return 0
+    return len(leased)

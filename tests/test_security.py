@@ -1,0 +1,285 @@
+"""Security against real broker processes (docs/security.md): CURVE lets in exactly the
+allowed keys, rights allow exactly what they say, SIGHUP changes both live, bad key files stop
+the broker with the file and line named, the raw TCP endpoint serves only its networks, and
+admin actions are audited."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import zmq
+
+import phpmq.protocol as p
+from harness import BrokerProcess, free_port, phpmq, recv_messages
+from phpmq.broker.config import endpoint_is_local
+from phpmq.broker.shards import shard_address
+from phpmq.client import BrokerRefused, Client, ClientError, curve_keys
+from phpmq.testing import free_ports
+
+FAST = {"send_timeout": 1.0, "confirm_timeout": 2.0, "close_timeout": 1.0}
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """broker, alice, bob and mallory key pairs; alice and bob are allowed in."""
+    folder = tmp_path_factory.mktemp("keys")
+    for name in ("broker", "alice", "bob", "mallory"):
+        result = phpmq("keys", "generate", name, "--dir", str(folder))
+        assert result.returncode == 0, result.stderr
+    allowed = folder / "clients"
+    allowed.mkdir()
+    for name in ("alice", "bob"):
+        (allowed / f"{name}.key").write_text((folder / f"{name}.key").read_text())
+    return folder
+
+
+def client_of(address: str, keys: Path, name: str, **options: object) -> Client:
+    curve = curve_keys(keys / f"{name}.key_secret", keys / "broker.key")
+    return Client(address, curve=curve, name=name, **{**FAST, **options})  # type: ignore[arg-type]
+
+
+def curve_broker(
+    tmp_path: Path, keys: Path, *flags: str, clients: Path | None = None
+) -> BrokerProcess:
+    return BrokerProcess(
+        tmp_path / "broker.log",
+        "--curve-secret",
+        str(keys / "broker.key_secret"),
+        "--curve-clients",
+        str(clients or keys / "clients"),
+        *flags,
+        curve=curve_keys(keys / "alice.key_secret", keys / "broker.key"),
+    )
+
+
+def test_only_allowed_keys_complete_the_handshake(tmp_path: Path, keys: Path) -> None:
+    broker = curve_broker(tmp_path, keys)
+    try:
+        with client_of(broker.address, keys, "alice") as alice:
+            assert alice.send("q", b"secret", confirm=True)
+            stats = alice.admin("stats")
+        [peer] = [c for c in stats["clients"] if c["name"] == "alice"]
+        assert peer["key"] == "alice" and peer["address"] == "127.0.0.1"
+        for name in ("mallory", None):  # a key not allowed, and no key at all
+            if name is None:
+                intruder = Client(broker.address, **FAST)  # type: ignore[arg-type]
+            else:
+                intruder = client_of(broker.address, keys, name)
+            with pytest.raises(ClientError):
+                intruder.send("q", b"let me in", confirm=True)
+            intruder.close()
+        assert broker.stats()["security"]["handshakes_denied"] >= 1
+    finally:
+        broker.stop()
+    assert "refused a CURVE handshake" in broker.log()
+
+
+def test_rights_allow_exactly_what_they_say(tmp_path: Path, keys: Path) -> None:
+    permissions = tmp_path / "permissions.toml"
+    permissions.write_text(
+        '[keys.alice]\nsend = ["orders.*"]\nconsume = ["orders.eu"]\nbind = ["orders.eu"]\n'
+        "[keys.bob]\nadmin = true\n"
+    )
+    broker = curve_broker(tmp_path, keys, "--permissions", str(permissions))
+    try:
+        with client_of(broker.address, keys, "alice") as alice:
+            assert alice.send("orders.eu", b"ok", confirm=True)
+            refused = _refusal(lambda: alice.send("billing", b"no", confirm=True))
+            assert (
+                refused.error.code == 403 and "no send right on 'billing'" in refused.error.reason
+            )
+            got = next(alice.consume("orders.eu", window=1, timeout=2))
+            got.ack()
+            peek = _refusal(lambda: alice.admin("queue-peek", queue="orders.us"))
+            assert peek.error.code == 403 and "consume" in peek.error.reason
+            assert alice.admin("queue-bind", queue="orders.eu", patterns=["o.#"])["added"] == 1
+            purge = _refusal(lambda: alice.admin("queue-purge", queue="orders.eu"))
+            assert purge.error.code == 403 and "no admin right" in purge.error.reason
+        with client_of(broker.address, keys, "bob") as bob:
+            assert bob.admin("queue-purge", queue="orders.eu")["purged"] == 0
+            assert _refusal(lambda: bob.send("orders.eu", b"x", confirm=True)).error.code == 403
+            security = bob.admin("stats")["security"]
+        assert security["refused"] == {"send": 2, "consume": 1, "admin": 1}
+    finally:
+        broker.stop()
+    log = broker.log()
+    assert "key 'alice' (127.0.0.1) has no send right on 'billing'" in log
+    assert "admin queue-purge by key 'bob'" in log  # the audit line
+
+
+def test_sighup_adds_and_removes_keys_and_rights_live(tmp_path: Path, keys: Path) -> None:
+    clients = tmp_path / "allowed.txt"
+    clients.write_text(f"alice {_public(keys, 'alice')}\n")
+    broker = curve_broker(tmp_path, keys, clients=clients)
+    try:
+        alice = client_of(broker.address, keys, "alice")
+        assert alice.send("q", b"1", confirm=True)
+        mallory = client_of(broker.address, keys, "mallory")
+        with pytest.raises(ClientError):
+            mallory.send("q", b"no", confirm=True)
+        mallory.close()
+        # mallory in, alice out: alice stays connected (nobody is dropped) but new
+        # handshakes with her key fail.
+        clients.write_text(f"# rotated\nmallory {_public(keys, 'mallory')}\n")
+        broker.signal(signal.SIGHUP)
+        _wait_for(lambda: "SIGHUP: 1 client keys allowed" in broker.log())
+        with client_of(broker.address, keys, "mallory") as mallory_again:
+            assert mallory_again.send("q", b"2", confirm=True)
+        assert alice.send("q", b"3", confirm=True)  # still connected
+        alice.close()
+        with pytest.raises(ClientError), client_of(broker.address, keys, "alice") as again:
+            again.send("q", b"4", confirm=True)
+    finally:
+        broker.stop()
+
+
+def test_a_malformed_key_file_stops_the_broker_naming_file_and_line(
+    tmp_path: Path, keys: Path
+) -> None:
+    bad = tmp_path / "clients.txt"
+    bad.write_text(f"alice {_public(keys, 'alice')}\nbob not-a-key\n")
+    result = phpmq(
+        "broker",
+        "--bind",
+        f"tcp://127.0.0.1:{free_port()}",
+        "--curve-secret",
+        str(keys / "broker.key_secret"),
+        "--curve-clients",
+        str(bad),
+    )
+    assert result.returncode == 1
+    assert f"{bad}:2: a key is 40 Z85 characters" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_tcp_endpoint_serves_only_its_networks(tmp_path: Path) -> None:
+    tcp_port = free_port()
+    broker = BrokerProcess(
+        tmp_path / "broker.log",
+        "--tcp-bind",
+        f"tcp://127.0.0.1:{tcp_port}",
+        "--tcp-allow",
+        "127.0.0.2/32",
+    )
+    try:
+        served = socket.create_connection(("127.0.0.1", tcp_port), source_address=("127.0.0.2", 0))
+        served.sendall(p.encode(p.Send("legacy", b"hello")))
+        refused = socket.create_connection(("127.0.0.1", tcp_port))
+        refused.settimeout(5)
+        assert refused.recv(100) == b""  # closed at once
+        _wait_for(lambda: _ready(broker, "legacy") == 1)
+        served.close()
+        refused.close()
+    finally:
+        broker.stop()
+    assert "not in tcp_allow" in broker.log()
+
+
+def test_without_curve_an_admin_secret_gates_admin_commands(tmp_path: Path) -> None:
+    permissions = tmp_path / "permissions.toml"
+    permissions.write_text('[anonymous]\nsend = ["#"]\nconsume = ["#"]\nadmin = false\n')
+    broker = BrokerProcess(
+        tmp_path / "broker.log",
+        "--permissions",
+        str(permissions),
+        "--admin-secret",
+        "s3cret",
+    )
+    try:
+        with Client(broker.address, **FAST) as nobody:  # type: ignore[arg-type]
+            nobody.send("q", b"x", confirm=True)
+            assert _refusal(lambda: nobody.admin("queue-purge", queue="q")).error.code == 403
+        with Client(broker.address, admin_secret="wrong", **FAST) as guesser:  # type: ignore[arg-type]
+            assert _refusal(lambda: guesser.admin("queue-purge", queue="q")).error.code == 403
+        with Client(broker.address, admin_secret="s3cret", **FAST) as ops:  # type: ignore[arg-type]
+            assert ops.admin("queue-purge", queue="q")["purged"] == 1
+    finally:
+        broker.stop()
+    assert "gave a wrong admin secret" in broker.log()
+
+
+def test_which_endpoints_are_local() -> None:
+    assert endpoint_is_local("tcp://127.0.0.1:5555")
+    assert endpoint_is_local("tcp://localhost:5555")
+    assert endpoint_is_local("tcp://[::1]:5555")
+    assert endpoint_is_local("ipc:///tmp/phpmq")
+    assert not endpoint_is_local("tcp://0.0.0.0:5555")
+    assert not endpoint_is_local("tcp://*:5555")
+    assert not endpoint_is_local("tcp://10.1.2.3:5555")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _refusal(action: Callable[[], object]) -> BrokerRefused:
+    with pytest.raises(BrokerRefused) as info:
+        action()
+    return info.value
+
+
+def _public(keys: Path, name: str) -> str:
+    for line in (keys / f"{name}.key").read_text().splitlines():
+        if "public-key" in line:
+            return line.split('"')[1]
+    raise AssertionError(f"no public key in {name}.key")
+
+
+def _ready(broker: BrokerProcess, queue: str) -> int:
+    with Client(broker.address, **FAST) as client:  # type: ignore[arg-type]
+        return client.admin("stats")["queues"].get(queue, {}).get("ready", 0)
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def test_a_sharded_curve_broker_forwards_over_curve_links_and_checks_rights_at_entry(
+    tmp_path: Path, keys: Path
+) -> None:
+    permissions = tmp_path / "permissions.toml"
+    permissions.write_text('[keys.alice]\nsend = ["ok.#"]\n[keys.bob]\nadmin = true\n')
+    address = free_ports(2)
+    broker = BrokerProcess(
+        tmp_path / "broker.log",
+        "--shards",
+        "2",
+        "--curve-secret",
+        str(keys / "broker.key_secret"),
+        "--curve-clients",
+        str(keys / "clients"),
+        "--permissions",
+        str(permissions),
+        address=address,
+        curve=curve_keys(keys / "bob.key_secret", keys / "broker.key"),
+    )
+    alice = curve_keys(keys / "alice.key_secret", keys / "broker.key")
+    try:
+        queues = [f"ok.{i}" for i in range(8)]
+        # A hand-made DEALER at shard 0 does not route: shard 0 forwards the queues of shard 1.
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        alice.apply(sock)
+        sock.connect(shard_address(address, 0))
+        sends = [p.Send(queue, b"x", 0, tag=i) for i, queue in enumerate(queues)]
+        sock.send(p.encode_all([p.Hello({"name": "raw-alice"}), *sends, p.Send("no.1", b"x", 0)]))
+        answers: list = []
+        while len([m for m in answers if not isinstance(m, p.Hello)]) < len(queues) + 1:
+            answers += recv_messages(sock)
+        sock.close()
+        confirms = [m for m in answers if isinstance(m, p.Confirm)]
+        [refused] = [m for m in answers if isinstance(m, p.Error)]
+        assert len(confirms) == len(queues) and refused.code == 403
+        with broker.client() as bob:
+            ready = sum(bob.admin("queue-peek", queue=q)["ready"] for q in queues)
+            owners = {bob.shard_of(queue) for queue in queues}
+        assert owners == {"local/0", "local/1"} and ready == len(queues)
+    finally:
+        broker.stop()
