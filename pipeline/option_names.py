@@ -1,4 +1,4 @@
-"""Which option names the `phpmq` source knows, and what to say about the others.
+"""Which option names the `phpmq` source and sink know, and what to say about the others.
 
 Spark passes a data source every `.option(...)` the user gave, lower-cased, and nothing of its
 own for `readStream.format(...).load()` / `read.format(...).load()` (checked in pyspark 4.3:
@@ -12,7 +12,7 @@ pipeline.options raises it as an OptionError.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 #: Options of Spark's Kafka source (lower-cased) -> what to use with phpmq instead.
 KAFKA_HINTS = {
@@ -41,23 +41,37 @@ RETIRED_HINTS = {
     "availablenowwaitms": "not needed any more: availableNow reads the ready messages",
 }
 
+SOURCE_HINTS = {**KAFKA_HINTS, **RETIRED_HINTS}
+#: Options of Spark's Kafka sink (lower-cased) -> what to use with the phpmq sink instead.
+KAFKA_SINK_HINTS = {
+    "topic": "use queue (or a column `queue`, or event to publish)",
+    "kafka.bootstrap.servers": KAFKA_HINTS["kafka.bootstrap.servers"],
+    "includeheaders": "not needed: a column `headers` (map<string,string>) is sent as headers",
+}
+
 _DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h)?\s*", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 
 
-def unknown_option_problem(given: Iterable[str], known: Iterable[str]) -> str | None:
+def unknown_option_problem(
+    given: Iterable[str],
+    known: Iterable[str],
+    what: str = "source",
+    hints: Mapping[str, str] | None = None,
+) -> str | None:
     """None if every name in `given` is one of `known` (case-insensitive); otherwise what is
-    wrong with the first unknown one, with a hint when there is one."""
+    wrong with the first unknown one, with a hint when `hints` (lower-cased names; default:
+    the source's) has one. `what` names the side that refuses it ("source", "sink")."""
     by_lower = {name.lower(): name for name in known}
     for name in sorted(given):
         lower = name.lower()
         if lower in by_lower:
             continue
-        hint = KAFKA_HINTS.get(lower) or RETIRED_HINTS.get(lower)
+        hint = (SOURCE_HINTS if hints is None else hints).get(lower)
         if hint is not None:
             return f"option {name} is not a phpmq option: {hint}"
         names = ", ".join(sorted(by_lower.values(), key=str.lower))
-        return f"unknown option {name}; the phpmq source knows: {names}"
+        return f"unknown option {name}; the phpmq {what} knows: {names}"
     return None
 
 

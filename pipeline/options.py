@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..protocol import DEFAULT_ADDRESS, event_name_problem, queue_name_problem
-from .option_names import duration_ms, size_bytes, unknown_option_problem
+from .option_names import KAFKA_SINK_HINTS, duration_ms, size_bytes, unknown_option_problem
 
 #: Rows per micro-batch when `maxRecordsPerTrigger` is not given.
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 50_000
@@ -106,8 +106,13 @@ class SourceOptions:
         return ", ".join(self.queues)
 
 
-def _refuse_unknown(options: Mapping[str, str], known: tuple[str, ...]) -> None:
-    problem = unknown_option_problem(options, known)
+def _refuse_unknown(
+    options: Mapping[str, str],
+    known: tuple[str, ...],
+    what: str = "source",
+    hints: Mapping[str, str] | None = None,
+) -> None:
+    problem = unknown_option_problem(options, known, what, hints)
     if problem is not None:
         raise OptionError(problem)
 
@@ -204,7 +209,7 @@ class SinkOptions:
             OptionError: an option is unknown or malformed.
         """
         options = _lower_keys(options)
-        refuse_unknown_options(options, SINK_OPTION_NAMES, "sink", SINK_OPTION_HINTS)
+        _refuse_unknown(options, SINK_OPTION_NAMES, "sink", KAFKA_SINK_HINTS)
         queue = options.get("queue") or None
         if queue is not None:
             _check_queue_name(queue, "queue")
@@ -309,8 +314,7 @@ def _int(
     return value
 
 
-# --------------------------------------------------------------------------- unknown options
-# Shared by the source and the sink: each passes the names it knows.
+# --------------------------------------------------------------------------- the sink's names
 
 #: The sink's options (Spark adds checkpointLocation to a streaming write's options).
 SINK_OPTION_NAMES = (
@@ -322,29 +326,3 @@ SINK_OPTION_NAMES = (
     "keyScope",
     "checkpointLocation",
 )
-#: Options of Spark's Kafka sink (lower-cased) -> what to use with the phpmq sink instead.
-SINK_OPTION_HINTS = {
-    "topic": "use queue (or a column `queue`, or event to publish)",
-    "kafka.bootstrap.servers": "use broker (a ZeroMQ address such as tcp://127.0.0.1:5555)",
-    "includeheaders": "not needed: a column `headers` (map<string,string>) is sent as headers",
-}
-
-
-def refuse_unknown_options(
-    options: Mapping[str, str], known: tuple[str, ...], what: str, hints: Mapping[str, str]
-) -> None:
-    """Raise OptionError for the first option (in name order) that is not one of `known`
-    (case-insensitive), naming the known ones, or with the hint `hints` has for it.
-
-    Raises:
-        OptionError: an option is unknown.
-    """
-    by_lower = {name.lower(): name for name in known}
-    for name in sorted(options):
-        lower = str(name).lower()
-        if lower in by_lower:
-            continue
-        if lower in hints:
-            raise OptionError(f"option {name} is not a phpmq {what} option: {hints[lower]}")
-        names = ", ".join(sorted(known, key=str.lower))
-        raise OptionError(f"unknown option {name}; the phpmq {what} knows: {names}")

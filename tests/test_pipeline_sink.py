@@ -84,7 +84,7 @@ def test_unknown_sink_options_are_refused_naming_the_known_ones() -> None:
     known = "broker, checkpointLocation, clientName, event, keyScope, queue, ttl"
     with pytest.raises(OptionError, match=f"unknown option qeueu; the phpmq sink knows: {known}$"):
         SinkOptions.parse({"qeueu": "results"})
-    with pytest.raises(OptionError, match="option topic is not a phpmq sink option: use queue"):
+    with pytest.raises(OptionError, match="option topic is not a phpmq option: use queue"):
         SinkOptions.parse({"topic": "results"})
     spark_given = {"Queue": "results", "checkpointlocation": "/tmp/x", "KEYSCOPE": "s"}
     assert SinkOptions.parse(spark_given).queue == "results"
