@@ -40,8 +40,8 @@ from ..testing import BrokerProcess
 from .measure import MB, RssSampler, pss_bytes, rss_bytes
 
 #: Tuned source batches: this many rows at most, and at most this many bytes of content.
-TUNED_RECORDS = 25_000
-TUNED_BYTES = 64 * MB
+TUNED_RECORDS = 100_000
+TUNED_BYTES = 256 * MB
 #: Tasks of the tuned sink write.
 TUNED_SINK_TASKS = 4
 #: Messages per path when not given: 100 000, or fewer so that they hold at most this much.
@@ -69,7 +69,7 @@ def run_spark_benchmark(
     from ..pipeline.session import local_session
 
     messages = messages or default_messages(size)
-    console = Console(width=max(Console().width, 130))
+    console = Console(width=max(Console().width, 140))
     tuned = tuned_source_options(TUNED_RECORDS, TUNED_BYTES, size)
     console.print(
         f"spark: {messages:,} messages of {size:,} bytes per path, local[2], loopback broker;"
@@ -134,8 +134,13 @@ def _source_knows(name: str, one: str, other: str) -> bool:
     return first != second
 
 
-def _describe(options: dict[str, str]) -> str:
-    return ", ".join(f"{name} {int(value):,}" for name, value in options.items()) or "defaults"
+def _describe(options: dict[str, str], between: str = ", ") -> str:
+    described = (f"{name} {_amount(name, value)}" for name, value in sorted(options.items()))
+    return between.join(described) or "defaults"
+
+
+def _amount(name: str, value: str) -> str:
+    return f"{int(value) // MB:,} MB" if "bytes" in name.lower() else f"{int(value):,}"
 
 
 class _SourcePath:
@@ -170,7 +175,7 @@ class _SourcePath:
         wall = time.monotonic() - started
         batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
         rows = self._spark.read.parquet(str(target)).count()
-        return _result(_describe(options), rows, batches, wall, len(self._pad))
+        return _result(_describe(options, "\n"), rows, batches, wall, len(self._pad))
 
 
 def _sink(spark: SparkSession, address: str, messages: int, size: int, tasks: int | None) -> dict:
@@ -293,7 +298,8 @@ def _table(results: list[dict], size: int) -> Table:
     table = Table(title=f"{size:,}-byte messages")
     columns = ("path", "settings", "rows", "batches", "wall s", "rows/s", "MB/s", "vs default")
     for column in (*columns, "JVM RSS", "all PSS"):
-        table.add_column(column, justify="left" if column in ("path", "settings") else "right")
+        justify = "left" if column in ("path", "settings") else "right"
+        table.add_column(column, justify=justify, no_wrap=True)
     for result in results:
         ratio = result["vs_default"]
         table.add_row(
