@@ -1,9 +1,10 @@
 """The sink's input: which columns it reads, and each Arrow batch of a task as runs of messages
 (pipeline.publish.Run), checked against the broker's packet limit before any is sent.
 
-Columns: `content` (binary or string) is required; `queue` (string), `event` (string) and `ttl`
-(integer, seconds, 0 = never expires) are optional and fall back to the options of the same
-name when absent or null; `headers` (map<string,string>) becomes the message's HEADERS JSON and
+Columns: `content` (binary or string) is required; `queue` (string) and `event` (string) are
+used where the option of the same name is not given (an option overrides its column, as in
+Kafka's sink); `ttl` (integer, seconds, 0 = never expires) falls back to the option where it is
+absent or null; `headers` (map<string,string>) becomes the message's HEADERS JSON and
 `key` (binary or string) its message key. A row with an event is published as that event
 (docs/protocol.md §6.5) instead of sent to its queue; a row with neither fails the task.
 Other columns are ignored.
@@ -153,8 +154,8 @@ class SinkRows:
 
     def _targets(self, batch: pa.RecordBatch) -> list[Target]:
         columns, options = self._columns, self._options
-        events = _column_or(batch, "event", columns.has_event, options.event)
-        queues = _column_or(batch, "queue", columns.has_queue, options.queue)
+        events = _option_or_column(batch, "event", columns.has_event, options.event)
+        queues = _option_or_column(batch, "queue", columns.has_queue, options.queue)
         targets: list[Target] = []
         for event, queue in zip(events, queues, strict=True):
             if event is not None:
@@ -194,10 +195,12 @@ def _run_key(row: tuple) -> tuple[Target, int, bool]:
     return target, ttl, headers is not None or message_key is not None
 
 
-def _column_or(
-    batch: pa.RecordBatch, name: str, present: bool, default: str | None
+def _option_or_column(
+    batch: pa.RecordBatch, name: str, present: bool, option: str | None
 ) -> list[str | None]:
-    """Column `name`'s values, `default` where it is absent or null."""
-    if not present:
-        return [default] * batch.num_rows
-    return [default if value is None else value for value in batch.column(name).to_pylist()]
+    """The option's value for every row when it is given (as Kafka's `topic` option overrides
+    the column: a phpmq source's `queue` column must not send rows back where they came from);
+    else column `name`'s values (None where it is absent or null)."""
+    if option is not None or not present:
+        return [option] * batch.num_rows
+    return batch.column(name).to_pylist()

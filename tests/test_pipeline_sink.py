@@ -242,8 +242,10 @@ def test_headers_and_key_columns_arrive_with_the_messages(
         headers.alias("headers"),
         key.cast("binary").alias("key"),
         F.when(F.col("id") >= 10, F.lit("sensor.reading")).alias("event"),
+        F.lit("elsewhere").alias("queue"),  # the option overrides it, as Kafka's topic does
     )
     write_to(frame, broker, queue="keyed")
+    assert "elsewhere" not in broker.stats()["queues"]
     received = drain(broker, "keyed") + drain(broker, "keyed-events")
     assert sorted(int(m.content) for m in received) == list(range(20))
     for message in received:
