@@ -23,7 +23,7 @@ from pyspark.sql.datasource import (
 
 from .options import SinkOptions
 from .publish import Publisher, PublishError, open_publisher
-from .sink_rows import RowTooLarge, SinkColumns, SinkRows
+from .sink_rows import RowRefused, SinkColumns, SinkRows
 
 __all__ = ["PhpmqBatchWriter", "PhpmqStreamWriter", "Published", "SinkColumns"]
 
@@ -83,8 +83,8 @@ def _publish(
             ):
                 _send(publisher, rows, batch, first_row)
                 sent = first_row + batch.num_rows
-        except RowTooLarge as exc:
-            raise _too_large(exc, partition, scope, sent) from None
+        except RowRefused as exc:
+            raise _row_refused(exc, partition, scope, sent) from None
         receipt = publisher.finish()
     finally:
         publisher.close()
@@ -101,11 +101,11 @@ def _send(publisher: Publisher, rows: SinkRows, batch: pa.RecordBatch, first_row
         publisher.publish(run)
 
 
-def _too_large(exc: RowTooLarge, partition: int, scope: str, sent: int) -> PublishError:
+def _row_refused(exc: RowRefused, partition: int, scope: str, sent: int) -> PublishError:
     done = "nothing of this task was sent" if not sent else f"its rows 0-{sent - 1} were sent"
     return PublishError(
-        f"413 row {exc.row} of task partition {partition} (key {scope}/{partition}/{exc.row})"
-        f" cannot be sent: {exc}; {done}"
+        f"{exc.code} row {exc.row} of task partition {partition} (key"
+        f" {scope}/{partition}/{exc.row}) cannot be sent: {exc}; {done}"
     )
 
 

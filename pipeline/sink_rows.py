@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegralType, MapType, StringType, StructType
 
+from ..protocol import ErrorCode, event_name_problem, queue_name_problem
 from .options import OptionError, SinkOptions
 from .publish import Run
 
@@ -91,13 +92,20 @@ def _is_string_map(column: object) -> bool:
 Target = tuple[bool, str]
 
 
-class RowTooLarge(ValueError):
-    """A row has a packet over the broker's `max_content_bytes` (the broker would answer 413
-    and drop the rest of the frame unanswered)."""
+class RowRefused(ValueError):
+    """A row the broker would refuse with `code`: a packet over its `max_content_bytes` (413;
+    the broker would also drop the rest of the frame unanswered), a bad queue or event name
+    (422). The message says why."""
 
-    def __init__(self, row: int, part: str, size: int, limit: int) -> None:
-        super().__init__(f"its {part} is {size} bytes, over the broker's max_content_bytes {limit}")
+    def __init__(self, code: int, row: int, problem: str) -> None:
+        super().__init__(problem)
+        self.code = code
         self.row = row
+
+
+def _too_large(row: int, part: str, size: int, limit: int) -> RowRefused:
+    problem = f"its {part} is {size} bytes, over the broker's max_content_bytes {limit}"
+    return RowRefused(ErrorCode.TOO_LARGE, row, problem)
 
 
 class SinkRows:
@@ -110,17 +118,22 @@ class SinkRows:
         self._options = options
 
     def check(self, batch: pa.RecordBatch, first_row: int, limit: int) -> None:
-        """Raise RowTooLarge for the first row of `batch` (row `first_row` of the task) with a
-        content, headers or key longer than `limit` bytes."""
+        """Raise RowRefused for the first row of `batch` (row `first_row` of the task) the
+        broker would refuse: a content, headers or key longer than `limit` bytes, or a queue or
+        event name it does not take."""
         for name in ("content", "key") if self._columns.has_key else ("content",):
             lengths = pc.binary_length(batch.column(name).cast(pa.binary()))
             if (pc.max(lengths).as_py() or 0) > limit:
                 index = pc.index(pc.greater(lengths, limit), True).as_py()
-                raise RowTooLarge(first_row + index, name, lengths[index].as_py(), limit)
+                raise _too_large(first_row + index, name, lengths[index].as_py(), limit)
         for index, headers in enumerate(self._headers(batch)):
             size = len(_HEADERS_JSON.encode(headers)) if headers else 0
             if size > limit:
-                raise RowTooLarge(first_row + index, "headers (as JSON)", size, limit)
+                raise _too_large(first_row + index, "headers (as JSON)", size, limit)
+        for index, (is_event, name) in _first_of_each(self._targets(batch)):
+            problem = event_name_problem(name) if is_event else queue_name_problem(name)
+            if problem is not None:
+                raise RowRefused(ErrorCode.INVALID_VALUE, first_row + index, f"{problem}: {name!r}")
 
     def runs(self, batch: pa.RecordBatch, first_row: int) -> Iterator[Run]:
         """The runs of `batch`, whose first row is row `first_row` of the task."""
@@ -188,6 +201,14 @@ class SinkRows:
             return [None] * batch.num_rows
         keys = batch.column("key").to_pylist()
         return [key.encode() if isinstance(key, str) else key for key in keys]
+
+
+def _first_of_each(targets: list[Target]) -> list[tuple[int, Target]]:
+    """(index, target) of the first row of each distinct target."""
+    first: dict[Target, int] = {}
+    for index, target in enumerate(targets):
+        first.setdefault(target, index)
+    return [(index, target) for target, index in first.items()]
 
 
 def _run_key(row: tuple) -> tuple[Target, int, bool]:

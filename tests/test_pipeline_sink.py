@@ -31,7 +31,7 @@ try:
     from phpmq.pipeline import sink
     from phpmq.pipeline.datasource import PhpmqDataSource
     from phpmq.pipeline.options import OptionError, SinkOptions
-    from phpmq.pipeline.sink_rows import RowTooLarge, SinkColumns, SinkRows
+    from phpmq.pipeline.sink_rows import RowRefused, SinkColumns, SinkRows
 except ModuleNotFoundError as missing:
     skip_without_spark(missing)
 
@@ -103,13 +103,13 @@ def test_a_row_too_large_for_the_broker_is_named_before_anything_is_given_out(
     ]
     given = []
     with pytest.raises(
-        RowTooLarge, match="its key is 6 bytes, over the broker's max_content_bytes 5"
+        RowRefused, match="its key is 6 bytes, over the broker's max_content_bytes 5"
     ) as caught:
         for _, first_row in sink.checked_ahead(iter(batches), lambda b, r: rows.check(b, r, 5)):
             given.append(first_row)
     assert caught.value.row == 3 and given == []
     monkeypatch.setattr(sink, "CHECK_AHEAD_BYTES", 1)  # past this, checked batches go out
-    with pytest.raises(RowTooLarge):
+    with pytest.raises(RowRefused):
         for _, first_row in sink.checked_ahead(iter(batches), lambda b, r: rows.check(b, r, 5)):
             given.append(first_row)
     assert given == [0]
@@ -168,31 +168,38 @@ def test_a_streaming_batch_run_again_queues_no_row_twice(
     assert broker.stats()["counters"]["deduplicated"] == 500
 
 
-@pytest.mark.parametrize("too_large", ["content", "headers"])
-def test_an_oversized_row_fails_its_task_at_once_with_413_and_nothing_is_queued(
-    spark: SparkSession, tmp_path: Path, too_large: str
+@pytest.mark.parametrize(
+    ("bad", "code", "problem"),
+    [
+        ("content", 413, "its content is 2000 bytes, over the broker's max_content_bytes 1000"),
+        ("headers", 413, "its headers (as JSON) is 2008 bytes"),
+        ("queue", 422, "queue name contains whitespace or control characters: 'has space'"),
+    ],
+)
+def test_a_row_the_broker_would_refuse_fails_its_task_at_once_and_nothing_is_queued(
+    spark: SparkSession, tmp_path: Path, bad: str, code: int, problem: str
 ) -> None:
     small = BrokerProcess(tmp_path / "broker.log", "--max-content-bytes", "1000")
     try:
-        big = F.col("id") == 57
-        content = F.when(big & F.lit(too_large == "content"), F.repeat(F.lit("x"), 2_000))
+        row_57 = F.col("id") == 57
+        content = F.when(row_57 & F.lit(bad == "content"), F.repeat(F.lit("x"), 2_000))
         headers = F.when(
-            big & F.lit(too_large == "headers"),
-            F.create_map(F.lit("h"), F.repeat(F.lit("y"), 2_000)),
+            row_57 & F.lit(bad == "headers"), F.create_map(F.lit("h"), F.repeat(F.lit("y"), 2_000))
         )
+        queue = F.when(row_57 & F.lit(bad == "queue"), F.lit("has space"))
         frame = spark.range(100).select(
             content.otherwise(F.col("id").cast("string")).alias("content"),
             headers.otherwise(F.create_map(F.lit("h"), F.lit("small"))).alias("headers"),
+            queue.otherwise(F.lit("big")).alias("queue"),
         )
         started = time.monotonic()
         with pytest.raises(
-            Exception, match=r"413 row 57 of task partition 0 .* cannot be sent"
+            Exception, match=rf"{code} row 57 of task partition 0 .* cannot be sent"
         ) as caught:
-            write_to(frame.coalesce(1), small, queue="big", keyScope="oversized")
+            write_to(frame.coalesce(1), small, keyScope="refused")
         elapsed = time.monotonic() - started
-        print(f"\n  oversized {too_large}: failed after {elapsed:.1f}s")
-        part = "content is 2000 bytes" if too_large == "content" else "headers (as JSON) is"
-        assert part in str(caught.value) and "nothing of this task was sent" in str(caught.value)
+        print(f"\n  {bad} refused: failed after {elapsed:.1f}s")
+        assert problem in str(caught.value) and "nothing of this task was sent" in str(caught.value)
         assert "big" not in small.stats()["queues"]  # not one row of the task was sent
     finally:
         small.stop()
