@@ -5,6 +5,7 @@ admin actions are audited."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -283,3 +284,18 @@ def test_a_sharded_curve_broker_forwards_over_curve_links_and_checks_rights_at_e
         assert owners == {"local/0", "local/1"} and ready == len(queues)
     finally:
         broker.stop()
+
+
+def test_unusable_client_keys_fail_a_command_with_one_line(tmp_path: Path, keys: Path) -> None:
+    cases = (
+        ({"PHPMQ_CURVE_SECRET": str(tmp_path / "missing")}, "needs both"),
+        (
+            {"PHPMQ_CURVE_SECRET": str(tmp_path / "missing"), "PHPMQ_CURVE_SERVER": "x"},
+            "not a usable CURVE key file",
+        ),
+    )
+    for env, message in cases:
+        for command in (("stats",), ("workers", "json:loads", "-q", "jobs")):
+            result = phpmq(*command, env={**os.environ, **env}, timeout=20)
+            assert result.returncode == 1, (command, result.stderr)
+            assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
