@@ -12,7 +12,6 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from .config import BrokerConfig
 from .core import Core, Turn
 from .durable import DurableStore, StorageError
 from .journal import Journal, NullJournal
+from .loop_stats import Backlog, LoopStats
 from .security import Security, SecurityError
 from .transports import RouterTransport, TcpEndpoint
 from .transports.links import Links
@@ -42,57 +42,6 @@ BACKLOG_RETRY_MS = 5
 RECLAIM_POLL_MS = 5
 #: Frames a transport reads before the other gets its turn: neither endpoint starves the other.
 READ_SLICE = 32
-#: The "recent" longest turn covers the last one to two of these periods (seconds).
-RECENT_TURN_PERIOD_S = 10.0
-
-
-class _Backlog:
-    """Frames libzmq would not take yet for one peer, and their size."""
-
-    __slots__ = ("bytes", "frames")
-
-    def __init__(self, frame: bytes) -> None:
-        self.frames = deque([frame])
-        self.bytes = len(frame)
-
-
-class _LoopStats:
-    """What the loop counts about itself, for `stats` (under "server")."""
-
-    __slots__ = (
-        "backlog_frames_dropped",
-        "longest_turn_ms",
-        "peers_unreadable",
-        "period_longest_ms",
-        "period_started",
-        "previous_longest_ms",
-        "turns",
-        "turns_cut",
-    )
-
-    def __init__(self) -> None:
-        self.turns = 0
-        self.turns_cut = 0
-        self.longest_turn_ms = 0.0
-        self.period_started = time.monotonic()
-        self.period_longest_ms = 0.0
-        self.previous_longest_ms = 0.0
-        self.backlog_frames_dropped = 0
-        self.peers_unreadable = 0
-
-    def turn_took(self, seconds: float, now: float) -> None:
-        self.turns += 1
-        ms = seconds * 1000
-        if now - self.period_started >= RECENT_TURN_PERIOD_S:
-            # A period with no turn at all leaves nothing recent to remember.
-            recent = now - self.period_started < 2 * RECENT_TURN_PERIOD_S
-            self.previous_longest_ms = self.period_longest_ms if recent else 0.0
-            self.period_longest_ms = 0.0
-            self.period_started = now
-        if ms > self.period_longest_ms:
-            self.period_longest_ms = ms
-            if ms > self.longest_turn_ms:
-                self.longest_turn_ms = ms
 
 
 class BrokerError(Exception):
@@ -147,7 +96,7 @@ class BrokerServer:
                 self._close_sockets()
                 raise BrokerError(f"cannot bind {config.tcp_bind}: {exc}") from None
         #: Frames libzmq would not take yet, per peer, sent in order before anything newer.
-        self._backlog: dict[bytes, _Backlog] = {}
+        self._backlog: dict[bytes, Backlog] = {}
         #: The transports, read in this order in alternating slices.
         self._sources: list[RouterTransport | TcpEndpoint | Links] = [self.router]
         if self.tcp is not None:
@@ -161,7 +110,7 @@ class BrokerServer:
         self._budget_s = config.turn_budget_ms / 1000
         #: Whether the last turn left frames unread (its budget ran out).
         self._input_pending = False
-        self._loop = _LoopStats()
+        self._loop = LoopStats()
         self._reclaim_failing = False
         self.core.admin.server_stats = self.stats
         if self.links is not None:
@@ -451,7 +400,7 @@ class BrokerServer:
             try:
                 self._send_one(peer_id, frame)
             except zmq.Again:
-                self._backlog[peer_id] = _Backlog(frame)
+                self._backlog[peer_id] = Backlog(frame)
             except zmq.ZMQError as exc:
                 self._unreachable(peer_id, exc)
 
@@ -506,10 +455,7 @@ class BrokerServer:
     def stats(self) -> dict[str, float | int]:
         """The loop's own figures (`stats` shows them under "server")."""
         loop = self._loop
-        now = time.monotonic()
-        recent = loop.period_longest_ms
-        if now - loop.period_started < 2 * RECENT_TURN_PERIOD_S:
-            recent = max(recent, loop.previous_longest_ms)
+        recent = loop.recent_longest_ms(time.monotonic())
         return {
             "turns": loop.turns,
             "turns_cut_by_budget": loop.turns_cut,

@@ -5,6 +5,7 @@ admin actions are audited."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -283,3 +284,35 @@ def test_a_sharded_curve_broker_forwards_over_curve_links_and_checks_rights_at_e
         assert owners == {"local/0", "local/1"} and ready == len(queues)
     finally:
         broker.stop()
+
+
+def test_unusable_client_keys_fail_a_command_with_one_line(tmp_path: Path, keys: Path) -> None:
+    cases = (
+        ({"PHPMQ_CURVE_SECRET": str(tmp_path / "missing")}, "needs both"),
+        (
+            {"PHPMQ_CURVE_SECRET": str(tmp_path / "missing"), "PHPMQ_CURVE_SERVER": "x"},
+            "not a usable CURVE key file",
+        ),
+    )
+    for env, message in cases:
+        for command in (("stats",), ("workers", "json:loads", "-q", "jobs")):
+            result = phpmq(*command, env={**os.environ, **env}, timeout=20)
+            assert result.returncode == 1, (command, result.stderr)
+            assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_broker_reachable_from_the_network_without_curve_warns_and_closes_admin(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from phpmq.broker.clock import FakeClock
+    from phpmq.broker.config import BrokerConfig
+    from phpmq.broker.core import Core
+    from phpmq.broker.security import Security
+
+    for bind, warned in (("tcp://10.1.2.3:5555", True), ("tcp://127.0.0.1:5555", False)):
+        caplog.clear()
+        config = BrokerConfig(bind=bind)
+        core = Core(config, FakeClock())
+        Security(config).apply(core)  # nothing is bound: only what the broker would say
+        assert ("reachable from the network without CURVE" in caplog.text) is warned, bind
+        assert core.guard.admin_open is not warned

@@ -65,6 +65,12 @@ import click
     " and 10 matching queues per event, beside the plain pipe's p99.",
 )
 @click.option(
+    "--curve",
+    is_flag=True,
+    help="Run the curve workload: the pipe without and with CURVE in one run, then with CURVE"
+    " under a flood of failed handshakes (docs/security.md).",
+)
+@click.option(
     "--rpc",
     is_flag=True,
     help="Run the rpc workload: requests answered by a pool of 4 workers, round trips/s and"
@@ -147,6 +153,7 @@ def bench(
     memory: bool,
     steady: bool,
     events: bool,
+    curve: bool,
     rpc: bool,
     shards: int | None,
     queues: int,
@@ -176,7 +183,7 @@ def bench(
         from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
-    if pipe or not (flood or memory or steady or events or rpc or shards):
+    if pipe or not (flood or memory or steady or events or rpc or shards or curve):
         run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
         from ..bench.pipe import run_durable_pipe
@@ -200,6 +207,10 @@ def bench(
         from ..bench.steady import run_steady_benchmark
 
         run_steady_benchmark(rate=rate, seconds=120.0 if seconds is None else seconds)
+    if curve:
+        from ..bench.curve import run_curve_benchmark
+
+        run_curve_benchmark(messages=messages, size=size, window=window)
     if events:
         from ..bench.events import run_events_benchmark
 

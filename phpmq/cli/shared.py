@@ -90,7 +90,10 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
     raised by the goodbye (a send the broker refused, told once it read them all)."""
     from ..client import Client, ClientError  # only commands that talk to a broker load it
 
-    client = Client(address, name="phpmq-cli", send_timeout=timeout, close_timeout=timeout)
+    try:
+        client = Client(address, name="phpmq-cli", send_timeout=timeout, close_timeout=timeout)
+    except ClientError as exc:  # e.g. an unusable PHPMQ_CURVE_SECRET file
+        fail(str(exc))
     try:
         try:
             # A DEALER queues sends to an address nobody listens on: only an answer proves
@@ -99,7 +102,8 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
         except ClientError:
             client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
             logging.getLogger("phpmq.client").disabled = True
-            fail(f"no broker answered at {address} within {timeout:g}s")
+            hint = " (CURVE keys from PHPMQ_CURVE_*: is this key allowed?)" if client.curve else ""
+            fail(f"no broker answered at {address} within {timeout:g}s{hint}")
         result = action(client)
         client.close()
         return result

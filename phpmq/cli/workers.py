@@ -158,12 +158,14 @@ def workers(
         parsed = tuple(_queue_weight(queue) for queue in queues)
     except click.BadParameter as exc:
         fail(str(exc.message))
-    from ..client import InvalidArgument
+    from ..client import CurveKeyError, InvalidArgument
+    from ..client.curve import curve_from_environment
     from ..client.topics import checked_patterns
 
     try:
         bind = tuple(checked_patterns(patterns))
-    except InvalidArgument as exc:
+        curve_from_environment()  # the workers read the same keys: check them once, here
+    except (InvalidArgument, CurveKeyError) as exc:
         fail(str(exc))
     child = ChildSpec(
         broker=address,

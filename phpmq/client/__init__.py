@@ -11,6 +11,7 @@ from .dealer import check_address
 from .errors import (
     BrokerRefused,
     ClientError,
+    CurveKeyError,
     InvalidArgument,
     PartialSend,
     Paused,
@@ -37,6 +38,7 @@ __all__ = [
     "Client",
     "ClientError",
     "Curve",
+    "CurveKeyError",
     "InvalidArgument",
     "PartialSend",
     "Paused",

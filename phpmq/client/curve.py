@@ -17,7 +17,7 @@ from typing import NamedTuple
 import zmq
 from zmq.auth import load_certificate
 
-from .errors import InvalidArgument
+from .errors import CurveKeyError
 
 SECRET_VARIABLE = "PHPMQ_CURVE_SECRET"
 ADMIN_SECRET_VARIABLE = "PHPMQ_ADMIN_SECRET"
@@ -43,11 +43,11 @@ def curve_keys(secret_file: str | Path, server_key: str | Path) -> Curve:
     """Keys from the client's `.key_secret` file and the broker's `.key` file (or its key).
 
     Raises:
-        InvalidArgument: a file that cannot be read or holds no usable key.
+        CurveKeyError: a file that cannot be read or holds no usable key.
     """
     public, secret = _load(secret_file)
     if secret is None:
-        raise InvalidArgument(f"{secret_file}: no secret key (give the .key_secret file)")
+        raise CurveKeyError(f"{secret_file}: no secret key (give the .key_secret file)")
     server = str(server_key)
     if len(server) == Z85_KEY_LENGTH and not Path(server).exists():
         return Curve(public, secret, server.encode())
@@ -58,13 +58,13 @@ def curve_from_environment() -> Curve | None:
     """The keys PHPMQ_CURVE_SECRET and PHPMQ_CURVE_SERVER name (None: neither is set).
 
     Raises:
-        InvalidArgument: only one of them is set, or a file is unusable.
+        CurveKeyError: only one of them is set, or a file is unusable.
     """
     secret, server = os.environ.get(SECRET_VARIABLE), os.environ.get(SERVER_VARIABLE)
     if not secret and not server:
         return None
     if not (secret and server):
-        raise InvalidArgument(f"CURVE needs both {SECRET_VARIABLE} and {SERVER_VARIABLE}")
+        raise CurveKeyError(f"CURVE needs both {SECRET_VARIABLE} and {SERVER_VARIABLE}")
     return curve_keys(secret, server)
 
 
@@ -72,7 +72,7 @@ def _load(path: str | Path) -> tuple[bytes, bytes | None]:
     try:
         public, secret = load_certificate(path)
     except (OSError, ValueError) as exc:
-        raise InvalidArgument(f"{path}: not a usable CURVE key file: {exc}") from None
+        raise CurveKeyError(f"{path}: not a usable CURVE key file: {exc}") from None
     return public, secret
 
 

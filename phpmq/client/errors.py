@@ -56,6 +56,11 @@ class InvalidArgument(ClientError, ValueError):
         super().__init__(f"refused before sending: {int(code)} {problem}: {value!r}")
 
 
+class CurveKeyError(ClientError, ValueError):
+    """Raised at once for CURVE keys that cannot be used: a missing or malformed key file,
+    or only one of PHPMQ_CURVE_SECRET and PHPMQ_CURVE_SERVER set (docs/security.md)."""
+
+
 class Paused(BrokerRefused, PartialSend, Unconfirmed):
     """Raised when the broker paused sends to a queue (or to all: its memory is at its limit)
     and no RESUME came within the client's `send_timeout` (docs/protocol.md §6.4).

@@ -1,0 +1,182 @@
+"""Rights through the tools built on the client (docs/security.md): the worker pool and a
+bridge run with their own CURVE keys from the environment, and get exactly the rights the
+permissions file gives those keys."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+from test_pool import PoolProcess
+
+from harness import REPO, BrokerProcess, phpmq
+from phpmq.client import curve_keys
+
+PERMISSIONS = """
+[keys.producer]
+send = ["jobs"]
+consume = ["bridged"]
+
+[keys.worker]
+consume = ["jobs"]
+
+[keys.bridge]
+send = ["bridged"]
+
+[keys.outsider]
+"""
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("keys")
+    (folder / "clients").mkdir()
+    for name in ("broker", "producer", "worker", "bridge", "outsider"):
+        assert phpmq("keys", "generate", name, "--dir", str(folder)).returncode == 0
+        if name != "broker":
+            (folder / "clients" / f"{name}.key").write_text((folder / f"{name}.key").read_text())
+    (folder / "permissions.toml").write_text(PERMISSIONS)
+    return folder
+
+
+@pytest.fixture
+def broker(tmp_path: Path, keys: Path) -> Iterator[BrokerProcess]:
+    with BrokerProcess(
+        tmp_path / "broker.log",
+        "--curve-secret",
+        str(keys / "broker.key_secret"),
+        "--curve-clients",
+        str(keys / "clients"),
+        "--permissions",
+        str(keys / "permissions.toml"),
+        curve=curve_keys(keys / "producer.key_secret", keys / "broker.key"),
+    ) as process:
+        yield process
+
+
+def environment(keys: Path, name: str) -> dict[str, str]:
+    return {
+        "PHPMQ_CURVE_SECRET": str(keys / f"{name}.key_secret"),
+        "PHPMQ_CURVE_SERVER": str(keys / "broker.key"),
+    }
+
+
+def test_a_worker_pool_consumes_with_its_key_and_one_without_the_right_is_refused(
+    tmp_path: Path, broker: BrokerProcess, keys: Path
+) -> None:
+    with broker.client() as producer:
+        for i in range(20):
+            producer.send("jobs", f"job-{i}", confirm=True)
+    pool = PoolProcess(
+        tmp_path, broker, "record", "-q", "jobs", "-p", "2", env=environment(keys, "worker")
+    )
+    try:
+        pool.wait_for(lambda: len(pool.records()) >= 20, 30, "20 jobs handled")
+    finally:
+        pool.stop()
+    assert sorted(r["content"] for r in pool.records()) == sorted(f"job-{i}" for i in range(20))
+    outsider = PoolProcess(
+        tmp_path,
+        broker,
+        "record",
+        "-q",
+        "jobs",
+        "-p",
+        "1",
+        name="outsider",
+        env=environment(keys, "outsider"),
+    )
+    try:
+        outsider.wait_for(lambda: "403" in outsider.log(), 20, "the pool told of its 403")
+    finally:
+        outsider.stop()
+    assert "no consume right on 'jobs'" in outsider.log()
+
+
+def test_a_bridge_sends_with_its_key_only_where_its_rights_allow(
+    tmp_path: Path, broker: BrokerProcess, keys: Path
+) -> None:
+    context = zmq.Context.instance()
+    push = context.socket(zmq.PUSH)
+    push.linger = 0
+    port = push.bind_to_random_port("tcp://127.0.0.1")
+    allowed = _bridge(tmp_path, broker, keys, port, "bridged", "ok")
+    try:
+        for i in range(10):
+            push.send(b"b%d" % i)
+        _wait_for(lambda: _ready(broker, "bridged") == 10)
+    finally:
+        allowed_log = _stop(allowed)
+        push.close()
+    push = context.socket(zmq.PUSH)
+    push.linger = 0
+    port = push.bind_to_random_port("tcp://127.0.0.1")
+    refused = _bridge(tmp_path, broker, keys, port, "jobs", "no")
+    try:
+        push.send(b"not allowed")
+        _wait_for(lambda: "403" in refused[1].read_text(errors="replace"))
+    finally:
+        refused_log = _stop(refused)
+        push.close()
+    assert "403" not in allowed_log
+    assert "no send right on 'jobs'" in refused_log
+    assert _ready(broker, "jobs") == 0
+
+
+def _bridge(
+    tmp_path: Path, broker: BrokerProcess, keys: Path, port: int, queue: str, name: str
+) -> tuple[subprocess.Popen, Path]:
+    """`phpmq bridge pull-in` from the PUSH socket at `port` into `queue`, with the bridge's
+    key from the environment."""
+    log_path = tmp_path / f"bridge-{name}.log"
+    with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "phpmq",
+                "bridge",
+                "pull-in",
+                f"tcp://127.0.0.1:{port}",
+                "--queue",
+                queue,
+                "--name",
+                name,
+                "--broker",
+                broker.address,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, **environment(keys, "bridge")},
+        )
+    return process, log_path
+
+
+def _stop(bridge: tuple[subprocess.Popen, Path]) -> str:
+    process, log_path = bridge
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return log_path.read_text(errors="replace")
+
+
+def _ready(broker: BrokerProcess, queue: str) -> int:
+    with broker.client() as client:
+        return client.admin("stats")["queues"].get(queue, {}).get("ready", 0)
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.1)
