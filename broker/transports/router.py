@@ -18,6 +18,7 @@ from .auth import frame_address, frame_user_id, make_curve_server
 #: Connections whose identity the router remembers; past it, it starts over (and reads each
 #: connection's identity from its next frame again).
 MAX_KNOWN_PEERS = 65_536
+RCVMORE = zmq.RCVMORE
 
 MULTIPART_ERROR = RemoteProtocolError(
     "multipart ZeroMQ message: PHPMQ travels in single-part frames (a REQ socket adds an"
@@ -58,6 +59,7 @@ class RouterTransport:
         had nothing more to read)."""
         socket = self.socket
         recv = socket.recv
+        more = socket.getsockopt  # more(RCVMORE): the property form costs a lookup per frame
         known = self._known
         handle_frame = core.handle_frame
         profile = self.profile
@@ -76,9 +78,9 @@ class RouterTransport:
                 data = frame.bytes
             else:
                 data = recv()
-            if socket.rcvmore:
+            if more(RCVMORE):
                 # A REQ socket's empty delimiter or extra frames: not our framing.
-                while socket.rcvmore:
+                while more(RCVMORE):
                     recv()
                 core.handle_messages(peer_id, [], MULTIPART_ERROR, profile, None, principal)
             else:
