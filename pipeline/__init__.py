@@ -20,6 +20,7 @@ _LAZY = {
     "register": ".datasource",
     "local_session": ".session",
     "OptionError": ".options",
+    "CurveFiles": ".options",
 }
 
 __all__ = sorted(_LAZY)

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..client import BrokerRefused, Client, ClientError
+from .options import CurveFiles
 
 log = logging.getLogger("phpmq.pipeline")
 
@@ -39,8 +40,12 @@ class SourceError(RuntimeError):
 class BrokerLink:
     """One lazily opened client of `address` whose admin calls wait out outages."""
 
-    def __init__(self, address: str, name: str, timeout_ms: int) -> None:
+    def __init__(
+        self, address: str, name: str, timeout_ms: int, curve: CurveFiles | None = None
+    ) -> None:
+        """`curve`: the key files of the source's options (None: PHPMQ_CURVE_* if set)."""
         self.address = address
+        self._curve = curve
         self._name = name
         self._timeout_s = timeout_ms / 1000
         self._client: Client | None = None
@@ -90,6 +95,7 @@ class BrokerLink:
                 self.address,
                 name=f"{self._name} pid {os.getpid()}",
                 role="spark-source",
+                curve=self._curve.keys() if self._curve is not None else None,
                 close_timeout=CLOSE_TIMEOUT_S,
                 send_timeout=min(ATTEMPT_TIMEOUT_S, max(RETRY_PAUSE_S, self._timeout_s / 2)),
             )
@@ -105,7 +111,9 @@ class BrokerLink:
         home = self.client().broker_info.get("shard")
         for shard in mapping.shards:
             if shard.name != home:
-                other = BrokerLink(shard.address, self._name, int(self._timeout_s * 1000))
+                other = BrokerLink(
+                    shard.address, self._name, int(self._timeout_s * 1000), self._curve
+                )
                 try:
                     queues.update(other.call("stats")["queues"])
                 finally:

@@ -20,7 +20,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from ..client import BrokerRefused
 from .broker_link import BrokerLink
 from .options import (
+    CURVE_OPTION_NAMES,
     DEFAULT_NUM_PARTITIONS,
+    CurveFiles,
     OptionError,
     _bool,
     _broker,
@@ -29,6 +31,7 @@ from .options import (
     _queues,
     _refuse_unknown,
     broker_timeout_ms,
+    curve_files,
 )
 from .rows import record_batch
 
@@ -41,6 +44,7 @@ BROWSE_OPTION_NAMES = (
     "numPartitions",
     "brokerTimeout",
     "clientName",
+    *CURVE_OPTION_NAMES,
 )
 #: Entries one `queue-peek` / `dlq-list` asks for at most.
 PAGE_ENTRIES = 1_000
@@ -58,6 +62,7 @@ class BrowseOptions:
     num_partitions: int
     broker_timeout_ms: int
     client_name: str
+    curve: CurveFiles | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BrowseOptions:
@@ -73,6 +78,7 @@ class BrowseOptions:
             num_partitions=_int(options, "numPartitions", DEFAULT_NUM_PARTITIONS),
             broker_timeout_ms=broker_timeout_ms(options),
             client_name=options.get("clientname") or "spark-browse",
+            curve=curve_files(options),
         )
 
 
@@ -143,4 +149,6 @@ class PhpmqBrowseReader(DataSourceReader):
 
     def _link(self) -> BrokerLink:
         options = self._options
-        return BrokerLink(options.broker, options.client_name, options.broker_timeout_ms)
+        return BrokerLink(
+            options.broker, options.client_name, options.broker_timeout_ms, options.curve
+        )

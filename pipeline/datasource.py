@@ -12,7 +12,7 @@ from pyspark.sql.types import StructType
 
 from .browse import BrowseOptions, PhpmqBrowseReader
 from .listener import LeaseCommitter
-from .options import OptionError, SinkOptions, SourceOptions
+from .options import CurveFiles, OptionError, SinkOptions, SourceOptions
 from .rows import DEAD_LETTER_SCHEMA, SOURCE_SCHEMA
 from .sink import PhpmqBatchWriter, PhpmqStreamWriter, SinkColumns
 from .source import PhpmqStreamReader
@@ -59,11 +59,13 @@ def _check_schema(schema: StructType, expected: StructType, how: str) -> None:
         )
 
 
-def register(spark: SparkSession) -> None:
+def register(spark: SparkSession, curve: CurveFiles | None = None) -> None:
     """Make `format("phpmq")` known to `spark` (needed once per session), and add the listener
-    that acks each finished batch's leases at once (pipeline.listener)."""
+    that acks each finished batch's leases at once (pipeline.listener); against a CURVE broker
+    it needs `curve` (the keys of the source's curveSecret/curveServer options), or the
+    PHPMQ_CURVE_* variables in this process."""
     spark.dataSource.register(PhpmqDataSource)
     if not getattr(spark, "_phpmq_lease_committer", None):
-        committer = LeaseCommitter()
+        committer = LeaseCommitter(curve)
         spark.streams.addListener(committer)
         spark._phpmq_lease_committer = committer  # type: ignore[attr-defined]

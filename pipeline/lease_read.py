@@ -17,6 +17,7 @@ from pyspark.sql.datasource import InputPartition
 
 from ..client import BrokerRefused
 from .broker_link import BrokerLink, SourceError
+from .options import CurveFiles
 from .rows import record_batch
 
 log = logging.getLogger("phpmq.pipeline")
@@ -39,6 +40,7 @@ class LeasePart(InputPartition):
     broker_timeout_ms: int
     fail_on_data_loss: bool
     client_name: str
+    curve: CurveFiles | None = None
 
 
 def read_lease(part: LeasePart) -> Iterator[pa.RecordBatch]:
@@ -48,7 +50,7 @@ def read_lease(part: LeasePart) -> Iterator[pa.RecordBatch]:
         SourceError: the lease is gone (unless failOnDataLoss is false), or the broker did not
             answer within brokerTimeout.
     """
-    with BrokerLink(part.broker, part.client_name, part.broker_timeout_ms) as link:
+    with BrokerLink(part.broker, part.client_name, part.broker_timeout_ms, part.curve) as link:
         done = 0
         while done < part.count:
             try:

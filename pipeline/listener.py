@@ -19,6 +19,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from ..client import ClientError
 from .broker_link import BrokerLink, SourceError
 from .lease_offsets import LeaseOffset
+from .options import CurveFiles
 
 log = logging.getLogger("phpmq.pipeline")
 
@@ -27,7 +28,12 @@ LISTENER_TIMEOUT_MS = 10_000
 
 
 class LeaseCommitter(StreamingQueryListener):
-    """Commits the leases of every phpmq batch a query finished."""
+    """Commits the leases of every phpmq batch a query finished (with these CURVE keys, else
+    PHPMQ_CURVE_* if set)."""
+
+    def __init__(self, curve: CurveFiles | None = None) -> None:
+        super().__init__()
+        self._curve = curve
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802
         pass
@@ -37,7 +43,7 @@ class LeaseCommitter(StreamingQueryListener):
         if not progress.numInputRows:
             return
         for source in progress.sources:
-            commit_finished(source.endOffset)
+            commit_finished(source.endOffset, self._curve)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass
@@ -46,7 +52,7 @@ class LeaseCommitter(StreamingQueryListener):
         pass
 
 
-def commit_finished(end_offset: str | None) -> int:
+def commit_finished(end_offset: str | None, curve: CurveFiles | None = None) -> int:
     """Commit the leases of a finished batch, given its end offset as Spark reports it;
     returns how many leases were committed (0 for another source's offset)."""
     try:
@@ -57,7 +63,7 @@ def commit_finished(end_offset: str | None) -> int:
     if not leased or not offset.broker:
         return 0
     try:
-        with BrokerLink(offset.broker, "spark-listener", LISTENER_TIMEOUT_MS) as link:
+        with BrokerLink(offset.broker, "spark-listener", LISTENER_TIMEOUT_MS, curve) as link:
             for queue in leased:
                 link.call("lease-commit", queue=queue, lease=offset.lease_name)
     except (ClientError, SourceError) as exc:

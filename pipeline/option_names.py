@@ -32,6 +32,7 @@ KAFKA_HINTS = {
     "includeheaders": "not needed: the headers column is always there",
     "kafkaconsumer.polltimeoutms": "use brokerTimeout",
     "fetchoffset.numretries": "use brokerTimeout",
+    "kafka.security.protocol": "use curveSecret and curveServer (CURVE, docs/security.md)",
 }
 #: Options this source had before its batches became broker leases.
 RETIRED_HINTS = {

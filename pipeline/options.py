@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..client.curve import Curve, curve_keys
+from ..client.errors import CurveKeyError
 from ..protocol import DEFAULT_ADDRESS, event_name_problem, queue_name_problem
 from .option_names import KAFKA_SINK_HINTS, duration_ms, size_bytes, unknown_option_problem
 
@@ -34,6 +36,22 @@ MAX_KEY_SCOPE_BYTES = 200
 GLOB_CHARACTERS = frozenset("*?[")
 
 #: Every option of the streaming source (the names users write).
+#: CURVE keys (docs/security.md): the client's .key_secret file and the broker's public key
+#: (its .key file or 40 Z85 characters). Without them, PHPMQ_CURVE_SECRET/_SERVER apply.
+CURVE_OPTION_NAMES = ("curveSecret", "curveServer")
+
+
+@dataclass(frozen=True)
+class CurveFiles:
+    """Where the CURVE keys are: plain paths, so they travel to executors as they are."""
+
+    secret: str
+    server: str
+
+    def keys(self) -> Curve:
+        return curve_keys(self.secret, self.server)
+
+
 SOURCE_OPTION_NAMES = (
     "broker",
     "queue",
@@ -48,6 +66,7 @@ SOURCE_OPTION_NAMES = (
     "failOnDataLoss",
     "leaseTimeout",
     "clientName",
+    *CURVE_OPTION_NAMES,
 )
 
 
@@ -71,6 +90,8 @@ class SourceOptions:
     fail_on_data_loss: bool
     lease_timeout_ms: int
     client_name: str
+    #: CURVE keys from the options (None: the environment's, if any).
+    curve: CurveFiles | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -97,6 +118,7 @@ class SourceOptions:
                 options, "leaseTimeout", DEFAULT_LEASE_TIMEOUT_MS, *LEASE_TIMEOUT_RANGE_MS
             ),
             client_name=options.get("clientname") or "spark-source",
+            curve=curve_files(options),
         )
 
     def describe(self) -> str:
@@ -200,6 +222,8 @@ class SinkOptions:
     #: Batch writes: the first part of every row's idempotency key instead of a random one,
     #: so that writing the same rows again (a retried foreachBatch) adds nothing.
     key_scope: str | None = None
+    #: CURVE keys from the options (None: the environment's, if any).
+    curve: CurveFiles | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -223,7 +247,23 @@ class SinkOptions:
             client_name=options.get("clientname") or "spark-sink",
             key_scope=_key_scope(options),
             event=event,
+            curve=curve_files(options),
         )
+
+
+def curve_files(options: Mapping[str, str]) -> CurveFiles | None:
+    """The CURVE key files named by curveSecret and curveServer (both or neither), checked."""
+    secret, server = options.get("curvesecret"), options.get("curveserver")
+    if not secret and not server:
+        return None
+    if not (secret and server):
+        raise OptionError("give both curveSecret (this client's .key_secret file) and curveServer")
+    files = CurveFiles(secret, server)
+    try:
+        files.keys()
+    except CurveKeyError as exc:
+        raise OptionError(f"option curveSecret/curveServer: {exc}") from None
+    return files
 
 
 def _check_event(event: str) -> None:
@@ -325,4 +365,5 @@ SINK_OPTION_NAMES = (
     "clientName",
     "keyScope",
     "checkpointLocation",
+    *CURVE_OPTION_NAMES,
 )

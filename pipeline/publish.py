@@ -24,6 +24,7 @@ from typing import Protocol
 
 from ..client import BrokerRefused, Client, ClientError, Unconfirmed
 from ..protocol import DEFAULT_MAX_CONTENT_BYTES, Error
+from .options import CurveFiles
 
 #: Longest the end-of-task round trip to the broker may take, in seconds.
 BARRIER_TIMEOUT_S = 30.0
@@ -222,13 +223,17 @@ def _max_content_bytes(client: Client) -> int:
     return limit if type(limit) is int else DEFAULT_MAX_CONTENT_BYTES
 
 
-def open_publisher(address: str, name: str, key_prefix: str) -> Publisher:
-    """A publisher that uses what the broker at `address` supports.
+def open_publisher(
+    address: str, name: str, key_prefix: str, curve: CurveFiles | None = None
+) -> Publisher:
+    """A publisher that uses what the broker at `address` supports (with the CURVE keys of
+    `curve`, else those of PHPMQ_CURVE_*, if any).
 
     Raises:
         ClientError: no answer from the broker.
     """
-    client = Client(address, name=f"{name} pid {os.getpid()}", role="spark-sink")
+    keys = curve.keys() if curve is not None else None
+    client = Client(address, name=f"{name} pid {os.getpid()}", role="spark-sink", curve=keys)
     try:
         client.admin("stats", timeout=BARRIER_TIMEOUT_S)  # reads the HELLO answer
     except ClientError:

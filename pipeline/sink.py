@@ -73,7 +73,9 @@ def _publish(
     first = next(batches, None)
     if first is None:  # many partitions are empty: no connection for them
         return Published(partition, 0, confirmed=True, deduplicated=True)
-    publisher = open_publisher(options.broker, options.client_name, f"{scope}/{partition}")
+    publisher = open_publisher(
+        options.broker, options.client_name, f"{scope}/{partition}", options.curve
+    )
     try:
         sent = 0
         limit = publisher.max_content_bytes

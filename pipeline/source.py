@@ -38,7 +38,9 @@ class PhpmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
-        self._link = BrokerLink(options.broker, options.client_name, options.broker_timeout_ms)
+        self._link = BrokerLink(
+            options.broker, options.client_name, options.broker_timeout_ms, options.curve
+        )
         self._subscription = Subscription(options, self._link)
         self._reader: str | None = None
         #: The highest lease number this process committed (Spark only moves forward).
@@ -125,6 +127,7 @@ class PhpmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 broker_timeout_ms=options.broker_timeout_ms,
                 fail_on_data_loss=options.fail_on_data_loss,
                 client_name=options.client_name,
+                curve=options.curve,
             )
             for piece in slices(offset, options.num_partitions)
         ]

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, BrokerProcess
+from harness import REPO, BrokerProcess, phpmq
 
 IN_CI = os.environ.get("CI") == "true"
 try:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from phpmq.client import BrokerRefused
+    from phpmq.client import BrokerRefused, curve_keys
     from pipeline_harness import QUERY_TIMEOUT_S, queue_stats, run_available_now, spark  # noqa: F401
 except ModuleNotFoundError as missing:
     if (missing.name or "").split(".")[0] not in {"pyspark", "pyarrow", "pandas", "numpy"}:
@@ -397,3 +397,55 @@ def test_a_lease_that_is_gone_fails_the_task_unless_told_to_skip(
             list(read_lease(part))
     else:
         assert list(read_lease(part)) == []
+
+
+# --------------------------------------------------------------------------- security
+
+
+def test_the_source_and_sink_use_their_curve_keys_and_get_exactly_their_rights(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A CURVE broker with rights: the source's key may consume `in`, the sink's may send to
+    `out`; a source key without the consume right fails the query with the broker's 403."""
+    keys = tmp_path / "keys"
+    (keys / "clients").mkdir(parents=True)
+    for name in ("broker", "reader", "writer", "nobody"):
+        assert phpmq("keys", "generate", name, "--dir", str(keys)).returncode == 0
+        (keys / "clients" / f"{name}.key").write_text((keys / f"{name}.key").read_text())
+    (keys / "rights.toml").write_text(
+        '[keys.reader]\nconsume = ["in"]\n[keys.writer]\nsend = ["in", "out"]\n[keys.nobody]\n'
+    )
+    secure = BrokerProcess(
+        tmp_path / "broker.log",
+        "--curve-secret",
+        str(keys / "broker.key_secret"),
+        "--curve-clients",
+        str(keys / "clients"),
+        "--permissions",
+        str(keys / "rights.toml"),
+        curve=curve_keys(keys / "writer.key_secret", keys / "broker.key"),
+    )
+    try:
+        sent = send(secure, "in", 50)
+
+        def curve_of(name: str) -> dict[str, str]:
+            secret, server = keys / f"{name}.key_secret", keys / "broker.key"
+            return {"curveSecret": str(secret), "curveServer": str(server)}
+
+        def to_out(writer: Any) -> Any:
+            writer = writer.format("phpmq").option("broker", secure.address)
+            return writer.option("queue", "out").options(**curve_of("writer"))
+
+        frame = stream(spark, secure, "in", **curve_of("reader")).select("content")
+        query = run_available_now(frame, tmp_path / "checkpoint", to_out)
+        assert sum(p["numInputRows"] for p in query.recentProgress) == len(sent)
+        assert queue_stats(secure, "out")["ready"] == len(sent)
+        browse = spark.read.format("phpmq").option("broker", secure.address)
+        browsed = browse.option("queue", "out").options(**curve_of("reader")).load()
+        with pytest.raises(Exception, match="403"):  # reader may consume `in`, not `out`
+            browsed.count()
+        refused = stream(spark, secure, "out", **curve_of("nobody"))
+        with pytest.raises(Exception, match="403"):
+            run_available_now(refused, tmp_path / "checkpoint-2", lambda w: w.format("noop"))
+    finally:
+        secure.stop()
