@@ -80,6 +80,8 @@ class BrokerServer:
         self.security.apply(self.core)
         #: Journal operations a failed commit could not write; retried first next turn.
         self._unwritten: list[tuple] = []
+        #: The Prometheus exporter (--metrics-bind), served once everything is open.
+        self.metrics: MetricsExporter | None = None
         if self.store is not None:
             self._recover(self.store)
         self.tcp: TcpEndpoint | None = None
@@ -115,7 +117,8 @@ class BrokerServer:
         self.core.admin.server_stats = self.stats
         if self.links is not None:
             self.core.admin.cluster_stats = self._cluster_stats
-        self.metrics = self._serve_metrics() if config.metrics_bind else None
+        if config.metrics_bind:
+            self.metrics = self._serve_metrics()
 
     def _serve_metrics(self) -> MetricsExporter:
         from .metrics import MetricsExporter  # prometheus-client loads only when asked for

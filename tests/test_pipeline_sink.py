@@ -81,7 +81,8 @@ def test_sink_takes_an_event_column_or_option_instead_of_a_queue() -> None:
 
 
 def test_unknown_sink_options_are_refused_naming_the_known_ones() -> None:
-    known = "broker, checkpointLocation, clientName, event, keyScope, queue, ttl"
+    known = "broker, checkpointLocation, clientName, curveSecret, curveServer, event, keyScope,"
+    known += " queue, ttl"
     with pytest.raises(OptionError, match=f"unknown option qeueu; the phpmq sink knows: {known}$"):
         SinkOptions.parse({"qeueu": "results"})
     with pytest.raises(OptionError, match="option topic is not a phpmq option: use queue"):
