@@ -87,7 +87,7 @@ def test_unknown_sink_options_are_refused_naming_the_known_ones() -> None:
         SinkOptions.parse({"qeueu": "results"})
     with pytest.raises(OptionError, match="option topic is not a phpmq option: use queue"):
         SinkOptions.parse({"topic": "results"})
-    spark_given = {"Queue": "results", "checkpointlocation": "/tmp/x", "KEYSCOPE": "s"}
+    spark_given = {"Queue": "results", "checkpointlocation": "checkpoints/x", "KEYSCOPE": "s"}
     assert SinkOptions.parse(spark_given).queue == "results"
 
 

@@ -208,7 +208,7 @@ def test_which_endpoints_are_local() -> None:
     assert endpoint_is_local("tcp://127.0.0.1:5555")
     assert endpoint_is_local("tcp://localhost:5555")
     assert endpoint_is_local("tcp://[::1]:5555")
-    assert endpoint_is_local("ipc:///tmp/phpmq")
+    assert endpoint_is_local("ipc://phpmq-broker")
     assert not endpoint_is_local("tcp://0.0.0.0:5555")
     assert not endpoint_is_local("tcp://*:5555")
     assert not endpoint_is_local("tcp://10.1.2.3:5555")

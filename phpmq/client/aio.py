@@ -26,6 +26,7 @@ import zmq
 import zmq.asyncio
 
 from ..protocol import DEFAULT_ADDRESS, Error
+from .aio_admin import AsyncAdmin
 from .aio_batches import AsyncBatchSends
 from .aio_requests import AsyncRequests
 from .aio_schedules import AsyncSchedules
@@ -46,7 +47,9 @@ from .topics import unused_ms
 log = logging.getLogger("phpmq.client")
 
 
-class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, AsyncShards, Driver):
+class AsyncClient(
+    AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, AsyncShards, AsyncAdmin, Driver
+):
     """A connection to one broker for one event loop (to a sharded one: to the shard at
     `address` and the owners of the queues it uses, as `Client`). Its coroutines may be
     awaited from many tasks of that loop at once; it is not thread-safe."""
@@ -298,35 +301,6 @@ class AsyncClient(AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, A
         payload = connection.take_settles()
         if payload and not self._try_send(connection.frame(payload)):
             connection.keep_settles(payload)
-
-    # ------------------------------------------------------------------ admin
-
-    async def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
-        """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
-
-        A command about one queue (a `queue` option) goes to its owning shard.
-
-        Raises:
-            BrokerRefused: the broker refused the command (bad command or options).
-            ClientError: no answer within `timeout` seconds.
-        """
-        queue = options.get("queue")
-        if self._routing is not None and isinstance(queue, str) and command != "stats":
-            link = await self._link_for(queue)
-            if link is not None:
-                return await link.admin(command, timeout, **options)
-        connection = self._connection
-        deadline = time.monotonic() + timeout
-        await self._send_frame(connection.admin(command, options))
-        while not connection.admin_replies:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise ClientError(
-                    f"no answer from the broker at {self.address} within {timeout}s"
-                    " (is it running?)"
-                )
-            await self._news_within(wait)
-        return self._admin_result(connection.admin_replies.popleft().options)
 
     # ------------------------------------------------------------------ closing
 

@@ -4,9 +4,14 @@ broker turns, the higher the rate (the pipe benchmark sends frames of 512 messag
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
-from ..protocol import MAX_KEY_BYTES, ErrorCode, encode_send, key_problem
+import msgspec
+
+from ..protocol import MAX_KEY_BYTES, ErrorCode, Send, encode, encode_send, key_problem
 from .errors import InvalidArgument
+
+_headers = msgspec.json.Encoder()
 
 #: Messages packed into one frame by send_many, and the frame size that closes a batch early.
 BATCH_MESSAGES = 512
@@ -30,6 +35,32 @@ def too_large(queue: str, size: int, limit: int) -> InvalidArgument:
     """What to raise for content over the broker's limit (413, as the broker would answer)."""
     return InvalidArgument(
         f"content of {size} bytes is over the broker's limit of {limit}", queue, ErrorCode.TOO_LARGE
+    )
+
+
+def encode_full_send(
+    queue: str,
+    body: bytes,
+    ttl: int,
+    headers: dict[str, Any] | None,
+    tag: int | None,
+    key: str | None,
+    delay_ms: int,
+    message_key: bytes | str | None,
+) -> bytes:
+    """A 001 with the packets the fast `encode_send` has no place for: headers, a delay, a
+    message key (already checked by the caller, as for the fast form)."""
+    return encode(
+        Send(
+            queue,
+            body,
+            ttl,
+            tag,
+            key,
+            _headers.encode(headers) if headers else None,
+            delay_ms=delay_ms or None,
+            message_key=message_key.encode() if isinstance(message_key, str) else message_key,
+        )
     )
 
 

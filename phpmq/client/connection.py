@@ -45,13 +45,12 @@ from ..protocol import (
     Pause,
     Reply,
     Resume,
-    Send,
     decode_frame,
     encode,
     encode_send,
 )
 from .answers import Answer, Answers
-from .batches import BATCH_MESSAGES, check_key, send_batches, too_large
+from .batches import BATCH_MESSAGES, check_key, encode_full_send, send_batches, too_large
 from .events import (
     NO_EVENTS,
     BrokerError,
@@ -206,19 +205,7 @@ class Connection:
         body = content.encode() if isinstance(content, str) else content
         self._check_size(queue, body)
         if headers or delay_ms or message_key is not None:
-            encoded = _headers.encode(headers) if headers else None
-            return encode(
-                Send(
-                    queue,
-                    body,
-                    ttl,
-                    tag,
-                    key,
-                    encoded,
-                    delay_ms=delay_ms or None,
-                    message_key=as_bytes(message_key),
-                )
-            )
+            return encode_full_send(queue, body, ttl, headers, tag, key, delay_ms, message_key)
         return encode_send(packet, body, ttl, tag, key)
 
     def publish(

@@ -43,6 +43,7 @@ from .message import ReceivedMessage
 from .refusals import FlowRefusal
 from .schedules import Duration, delay_ms
 from .shards import to_owner
+from .sync_admin import WAIT_SLICE_S, SyncAdmin
 from .sync_batches import SyncBatchSends
 from .sync_requests import SyncRequests
 from .sync_schedules import SyncSchedules
@@ -52,11 +53,10 @@ from .topics import unused_ms
 
 log = logging.getLogger("phpmq.client")
 
-#: Longest the waiting application thread holds the socket before the heartbeat thread may.
-WAIT_SLICE_S = 0.05
 
-
-class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards, Driver):
+class Client(
+    SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards, SyncAdmin, Driver
+):
     """A connection to one broker (to a sharded one: to the shard at `address`, and to the
     owners of the queues it uses, docs/client.md "Sharded brokers"). Thread-safe for one
     application thread plus the client's own heartbeat threads; share it between application
@@ -347,38 +347,6 @@ class Client(SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards
         payload = connection.take_settles()
         if payload and not self._try_send(connection.frame(payload)):
             connection.keep_settles(payload)
-
-    # ------------------------------------------------------------------ admin
-
-    def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
-        """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
-
-        A command about one queue (a `queue` option) goes to its owning shard.
-
-        Raises:
-            BrokerRefused: the broker refused the command (bad command or options).
-            ClientError: no answer within `timeout` seconds.
-        """
-        queue = options.get("queue")
-        if self._routing is not None and isinstance(queue, str) and command != "stats":
-            link = self._link_for(queue)
-            if link is not None:
-                return link.admin(command, timeout, **options)
-        connection = self._connection
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            self._read_available()
-            self._send_frame(connection.admin(command, options))
-            while not connection.admin_replies:
-                wait = deadline - time.monotonic()
-                if wait <= 0:
-                    raise ClientError(
-                        f"no answer from the broker at {self.address} within {timeout}s"
-                        " (is it running?)"
-                    )
-                self._wait_and_read(min(wait, WAIT_SLICE_S))
-            result = connection.admin_replies.popleft().options
-        return self._admin_result(result)
 
     # ------------------------------------------------------------------ closing
 

@@ -1,0 +1,40 @@
+"""`AsyncClient.admin`: operator commands (docs/protocol.md §9). A mixin of `AsyncClient`
+(aio.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .errors import ClientError
+
+
+class AsyncAdmin:
+    """Admin commands for the asyncio client (every method is `AsyncClient`'s)."""
+
+    async def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
+        """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
+
+        A command about one queue (a `queue` option) goes to its owning shard.
+
+        Raises:
+            BrokerRefused: the broker refused the command (bad command or options).
+            ClientError: no answer within `timeout` seconds.
+        """
+        queue = options.get("queue")
+        if self._routing is not None and isinstance(queue, str) and command != "stats":
+            link = await self._link_for(queue)
+            if link is not None:
+                return await link.admin(command, timeout, **options)
+        connection = self._connection
+        deadline = time.monotonic() + timeout
+        await self._send_frame(connection.admin(command, options))
+        while not connection.admin_replies:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise ClientError(
+                    f"no answer from the broker at {self.address} within {timeout}s"
+                    " (is it running?)"
+                )
+            await self._news_within(wait)
+        return self._admin_result(connection.admin_replies.popleft().options)

@@ -1,0 +1,45 @@
+"""`Client.admin`: operator commands (docs/protocol.md §9). A mixin of `Client` (sync.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .errors import ClientError
+
+#: How long one wait for the broker's answer blocks at most before looking again.
+WAIT_SLICE_S = 0.05
+
+
+class SyncAdmin:
+    """Admin commands for the blocking client (every method is `Client`'s)."""
+
+    def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
+        """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
+
+        A command about one queue (a `queue` option) goes to its owning shard.
+
+        Raises:
+            BrokerRefused: the broker refused the command (bad command or options).
+            ClientError: no answer within `timeout` seconds.
+        """
+        queue = options.get("queue")
+        if self._routing is not None and isinstance(queue, str) and command != "stats":
+            link = self._link_for(queue)
+            if link is not None:
+                return link.admin(command, timeout, **options)
+        connection = self._connection
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._read_available()
+            self._send_frame(connection.admin(command, options))
+            while not connection.admin_replies:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise ClientError(
+                        f"no answer from the broker at {self.address} within {timeout}s"
+                        " (is it running?)"
+                    )
+                self._wait_and_read(min(wait, WAIT_SLICE_S))
+            result = connection.admin_replies.popleft().options
+        return self._admin_result(result)
