@@ -131,10 +131,12 @@ class Core:
         self._peers = Peers(ctx, self.dispatch, self.flow)
         self.dispatch.give_up = self._peers.give_up
         self.events = Events(ctx, self._queues, self.intake, self.flow)
-        self.lifecycle = lifecycle = Lifecycle(ctx, self._queues, self.dispatch, self.events)
+        self.leases = leases = Leases(ctx, self._queues, self.dead_letters, self.expiry)
+        self.lifecycle = lifecycle = Lifecycle(
+            ctx, self._queues, self.dispatch, self.events, leases
+        )
         self.dispatch.unused = lifecycle.unused
         self.schedules = schedules = Schedules(ctx, self.intake, self.events)
-        self.leases = leases = Leases(ctx, self._queues, self.dead_letters, self.expiry)
         self.guard = Guard(ctx, Permissions(), config.binds_loopback())
         self.admin = AdminCommands(
             ctx,

@@ -276,6 +276,19 @@ class Leases:
         lease.due = lease.touched + lease.timeout_ns
         self._ctx.schedule.arm(lease.due, LEASE_TIMEOUT, lease)
 
+    def drop_all(self, queue: Queue) -> int:
+        """A deleted queue's leases go with it (the store deletes their rows with the queue);
+        how many messages they held."""
+        ctx = self._ctx
+        dropped = 0
+        for lease in list(queue.leases.values()):
+            for record in lease.records:
+                record.state = GONE
+                ctx.held_bytes -= record_bytes(record)
+            dropped += len(lease.records)
+            self._forget(lease)
+        return dropped
+
     # ----------------------------------------------------------------- timeouts
 
     @staticmethod
@@ -290,22 +303,6 @@ class Leases:
             return
         self._ctx.counters.leases_timed_out += 1
         self.release(lease)
-
-
-def drop_leases(ctx: Context, queue: Queue) -> int:
-    """A deleted queue's leases go with it (the store deletes their rows with the queue);
-    how many messages they held."""
-    dropped = 0
-    for lease in queue.leases.values():
-        for record in lease.records:
-            record.state = GONE
-            ctx.held_bytes -= record_bytes(record)
-        dropped += len(lease.records)
-        lease.records = []
-        lease.gone = True
-    queue.leases.clear()
-    queue.leased = 0
-    return dropped
 
 
 def _taken(

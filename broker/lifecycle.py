@@ -16,20 +16,23 @@ from .context import Context
 from .dispatch import NS_PER_MS, Dispatch
 from .events import Events
 from .flow import record_bytes
-from .leases import drop_leases
+from .leases import Leases
 from .model import GONE, Peer, Queue
 from .queues import Queues
 from .schedule import UNUSED_QUEUE
 
 
 class Lifecycle:
-    __slots__ = ("_ctx", "_dispatch", "_events", "_queues")
+    __slots__ = ("_ctx", "_dispatch", "_events", "_leases", "_queues")
 
-    def __init__(self, ctx: Context, queues: Queues, dispatch: Dispatch, events: Events) -> None:
+    def __init__(
+        self, ctx: Context, queues: Queues, dispatch: Dispatch, events: Events, leases: Leases
+    ) -> None:
         self._ctx = ctx
         self._queues = queues
         self._dispatch = dispatch
         self._events = events
+        self._leases = leases
 
     # ----------------------------------------------------------------- consume, cancel
 
@@ -93,7 +96,7 @@ class Lifecycle:
         queue.windows.clear()
         queue.in_flight = 0
         delayed = queue.delayed  # each lets go when its delay ends (dispatch.on_delay_over)
-        leased = drop_leases(ctx, queue)
+        leased = self._leases.drop_all(queue)
         bindings = self._events.bindings.count(queue.name)
         self._events.forget(queue.name)
         purged, dead = self._queues.delete(queue)

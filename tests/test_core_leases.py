@@ -132,13 +132,16 @@ def test_too_many_leases_is_429() -> None:
     assert refused["error"]["code"] == 429
 
 
-def test_deleting_the_queue_drops_its_leases(core: CoreHarness) -> None:
+def test_deleting_the_queue_drops_its_leases() -> None:
+    core = CoreHarness(max_leases=1)
     fill(core, 3)
     admin(core, "lease", queue="q", lease="x", max_messages=2, max_bytes=10**6)
     deleted = admin(core, "queue-delete", queue="q")
     assert deleted["leased"] == 2 and deleted["purged"] == 1
     assert admin(core, "leases")["leases"] == []
     assert core.core.ctx.held_bytes == 0
+    fill(core, 1)  # the dropped lease no longer counts against max_leases
+    assert admin(core, "lease", queue="q", lease="y", max_messages=1, max_bytes=99)["created"]
 
 
 def test_keys_and_headers_travel_to_leases_peeks_dispatch_and_dead_letters(
