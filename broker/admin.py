@@ -28,14 +28,11 @@ from .peers import Peers
 from .queues import Queues
 from .schedules import Schedules
 
-DEFAULT_LIST_LIMIT = 100
 #: Peers listed by `stats` at most: those that were refused most, then the most recent.
 MAX_LISTED_CLIENTS = 50
 MAX_REPORT_KEYS = 50
 #: Bindings listed per queue by `stats` (`queue-bindings` lists them all).
 LISTED_BINDINGS = 20
-#: JSON keys, ID, numbers and punctuation of one listed dead letter, rounded up.
-ENTRY_OVERHEAD_BYTES = 200
 
 
 class Admin:

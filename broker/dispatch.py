@@ -20,6 +20,7 @@ from .model import (
     GONE,
     ID_BYTES,
     IN_FLIGHT,
+    NS_PER_MS,
     NS_PER_SECOND,
     READY,
     Peer,
@@ -29,9 +30,6 @@ from .model import (
 )
 from .queues import Queues
 from .schedule import DELAY_OVER, LEASE
-
-NS_PER_MS = 1_000_000
-
 
 #: Messages dispatched in one loop turn at most; a queue with more to give stays marked for
 #: the next turn, so one big window cannot hold up everyone else's heartbeats.

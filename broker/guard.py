@@ -17,7 +17,7 @@ from ..protocol import Admin, AdminReply, Consume, ErrorCode, Hello, Message, Pu
 from .context import Context
 from .keyring import LINK_KEY_NAME
 from .model import Peer, PeerProfile
-from .permissions import Permissions, Rights, everything
+from .permissions import PATTERN_RIGHTS, Permissions, Rights, everything
 
 log = logging.getLogger("phpmq.broker.audit")
 
@@ -192,6 +192,4 @@ def describe(peer: Peer) -> str:
 
 
 def _is_everything(rights: Rights) -> bool:
-    return rights.admin and all(
-        "#" in getattr(rights, right) for right in ("send", "publish", "consume", "bind")
-    )
+    return rights.admin and all("#" in getattr(rights, right) for right in PATTERN_RIGHTS)

@@ -20,6 +20,7 @@ from .flow import RECORD_OVERHEAD_BYTES, Flow
 from .keys import KeyWindow
 from .model import (
     DELAYED,
+    NS_PER_MS,
     NS_PER_SECOND,
     READY,
     DurableRecord,
@@ -34,7 +35,6 @@ from .schedule import DELAY_OVER, KEY_EXPIRY
 
 #: Expired idempotency keys are deleted from the durable store at most this often.
 KEY_PURGE_INTERVAL_NS = 1_000_000_000
-NS_PER_MS = 1_000_000
 
 
 class Intake:

@@ -75,14 +75,6 @@ def read_key_pair(secret_file: str | Path) -> KeyPair:
     return KeyPair(keys["public-key"], keys["secret-key"])
 
 
-def read_public_key(source: str | Path) -> bytes:
-    """A public key given as a certificate file or as its 40 Z85 characters."""
-    text = str(source)
-    if len(text) == Z85_KEY_LENGTH and not Path(text).exists():
-        return _z85_key(text, "the key")
-    return read_certificate(Path(text))["public-key"]
-
-
 def read_allowed(source: str | Path) -> dict[bytes, str]:
     """The client public keys allowed in, by key, with their names.
 

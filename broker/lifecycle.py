@@ -13,11 +13,11 @@ from typing import Any
 
 from ..protocol import Cancel, Consume
 from .context import Context
-from .dispatch import NS_PER_MS, Dispatch
+from .dispatch import Dispatch
 from .events import Events
 from .flow import record_bytes
 from .leases import Leases
-from .model import GONE, Peer, Queue
+from .model import GONE, NS_PER_MS, Peer, Queue
 from .queues import Queues
 from .schedule import UNUSED_QUEUE
 

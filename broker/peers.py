@@ -18,14 +18,13 @@ from ..protocol import Disconnect, Heartbeat, Hello, Kbai, clamp_liveness
 from .context import Context
 from .dispatch import Dispatch
 from .flow import Flow
-from .model import NS_PER_SECOND, Peer, PeerProfile
+from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
 from .schedule import HEARTBEAT, PEER_EXPIRY
 
 log = logging.getLogger("phpmq.broker")
 
 BROKER_NAME = "phpmq-zmq"
 BROKER_VERSION = "0.1.0"
-NS_PER_MS = 1_000_000
 #: Peers declared gone without a goodbye that are remembered as extension peers.
 MAX_DEPARTED_PEERS = 10_000
 UNKNOWN_PEER_REASON = (

@@ -78,11 +78,6 @@ class Rights:
             self._cache[key] = allowed
         return allowed
 
-    def describe(self) -> dict[str, Any]:
-        return {right: list(getattr(self, right)) for right in PATTERN_RIGHTS} | {
-            "admin": self.admin
-        }
-
 
 def everything(name: str, admin: bool = True) -> Rights:
     """All rights (admin as told): an allowed key without a permissions file."""

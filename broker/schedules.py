@@ -22,7 +22,7 @@ from .context import Context
 from .errors import CommandError
 from .events import Events
 from .intake import Intake
-from .model import NS_PER_SECOND, Peer, PeerProfile
+from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
 from .schedule import SCHEDULE_RUN
 from .schedule_spec import (
     ScheduleSpec,
@@ -33,7 +33,6 @@ from .schedule_spec import (
     parse_spec,
 )
 
-NS_PER_MS = 1_000_000
 #: The profile of the internal peers runs are sent as (never in the peer table).
 RUN_PROFILE = PeerProfile("schedule", ttl_form=False)
 

@@ -35,10 +35,6 @@ class KeyRingAuthenticator(ThreadAuthenticator):
         """The new allow-list (SIGHUP): new handshakes only; connected peers stay."""
         self._ring = dict(allowed)
 
-    @property
-    def allowed_count(self) -> int:
-        return len(self._ring)
-
     def callback(self, domain: str, key: bytes) -> bool:
         """zmq.auth's credentials provider: `key` is the client's Z85 public key."""
         allowed = key in self._ring

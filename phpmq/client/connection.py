@@ -27,8 +27,6 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
-import msgspec
-
 from ..protocol import (
     DEFAULT_MAX_CONTENT_BYTES,
     Admin,
@@ -76,7 +74,6 @@ from .topics import Topics, encode_publish
 #: Largest packet the client decodes from a broker that announced a smaller limit.
 TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
 #: Producer headers (a JSON object) are encoded here; the broker passes the bytes on.
-_headers = msgspec.json.Encoder()
 
 
 class Connection:
