@@ -187,12 +187,21 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Without CURVE: a HELLO carrying this secret gets the admin right. A broker bound to
     #: a non-loopback address without CURVE runs no admin command of a peer without it.
     admin_secret: str = ""
+    #: Shards of a cluster prove to each other that a link is theirs with the broker's own
+    #: CURVE key or, without CURVE, with this secret in the link's HELLO (only proven links
+    #: may forward). `--shards` on one host makes one up; a cluster file over several hosts
+    #: without CURVE needs the same secret on every node.
+    link_secret: str = ""
     #: The raw TCP endpoint serves only these client networks: CIDRs separated by commas
     #: (empty: loopback only).
     tcp_allow: str = ""
     #: Per-queue overrides, e.g. `[queues.emails] max_deliveries = 5`.
     queues: dict[str, QueueSettings] = {}
     log_level: str = "INFO"
+
+    def secured(self) -> bool:
+        """Whether any right is in force: CURVE, a permissions file, or an admin secret."""
+        return bool(self.curve_secret or self.permissions or self.admin_secret)
 
     def binds_loopback(self) -> bool:
         """Whether the ZeroMQ endpoint is reachable from this host only (loopback, ipc,

@@ -64,7 +64,7 @@ from .peers import Peers
 from .permissions import Permissions
 from .queues import Queues
 from .recovery import restore_keys, restore_messages
-from .relayed import LINK_ROLE, RelayedPeers, is_relayed
+from .relayed import RelayedPeers, is_relayed
 from .replies import Replies
 from .schedule import (
     DELAY_OVER,
@@ -128,6 +128,7 @@ class Core:
         self.dispatch = Dispatch(ctx, self._queues, self.dead_letters, self.expiry)
         self.flow = Flow(ctx, config.max_memory_bytes)
         self.intake = Intake(ctx, self._queues, self.dead_letters, self.expiry, self.flow)
+        self.guard = Guard(ctx, Permissions(), config.binds_loopback())
         self._peers = Peers(ctx, self.dispatch, self.flow)
         self.dispatch.give_up = self._peers.give_up
         self.events = Events(ctx, self._queues, self.intake, self.flow)
@@ -137,7 +138,6 @@ class Core:
         )
         self.dispatch.unused = lifecycle.unused
         self.schedules = schedules = Schedules(ctx, self.intake, self.events)
-        self.guard = Guard(ctx, Permissions(), config.binds_loopback())
         self.admin = AdminCommands(
             ctx,
             self._queues,
@@ -161,7 +161,7 @@ class Core:
             Ack: self.dispatch.on_ack,
             Requeue: self.dispatch.on_requeue,
             DeadLetter: self.dispatch.on_dead_letter,
-            Hello: peers.on_hello,
+            Hello: self._on_hello,
             Heartbeat: peers.on_heartbeat,
             Disconnect: peers.on_disconnect,
             Kbai: peers.on_kbai,
@@ -197,7 +197,9 @@ class Core:
 
     def _become_shard(self, config: BrokerConfig) -> None:
         self.forwarding = Forwarding(self.ctx, decode_map(config.cluster.encode()), config.shard)
-        self.relayed = RelayedPeers(self.ctx, self._peers, self.handle_messages, self.profile)
+        self.relayed = RelayedPeers(
+            self.ctx, self._peers, self.guard, self.handle_messages, self.profile
+        )
         self._handlers[Forward] = self.relayed.on_forward
         self._peers.on_gone = self._shard_peer_gone
         self.admin.cluster_stats = self.forwarding.stats
@@ -205,7 +207,7 @@ class Core:
     def _shard_peer_gone(self, peer: Peer) -> None:
         if peer.forwarding and self.forwarding is not None:
             self.forwarding.peer_gone(peer)
-        if peer.role == LINK_ROLE and self.relayed is not None:
+        if peer.link and self.relayed is not None:
             self.relayed.link_gone(peer.id)
 
     # ----------------------------------------------------------------- what others read
@@ -296,8 +298,9 @@ class Core:
         peer = peers.get(peer_id, profile)
         ctx = self.ctx
         peer.last_seen = ctx.now  # any message counts as a heartbeat
-        if principal is not None and peer.principal is not principal:
-            self.guard.identify(peer, principal)
+        known = peer.principal
+        if known is None or (principal is not None and known is not principal):
+            peer = self._identified(peer, profile, principal)
         if peer.stalled:
             self._speaks_again(peer)
         handlers = self._handlers
@@ -313,8 +316,8 @@ class Core:
             peers.after_input(peer)
             return
         for message in messages:
-            if peer.forgotten:  # a KBAI earlier in the same frame
-                peer = peers.get(peer_id, profile)
+            if peer.forgotten:  # a KBAI earlier in the same frame: a new peer, identified again
+                peer = self._identified(peers.get(peer_id, profile), profile, principal)
             kind = ctx.handling = message.TYPE
             if kind >= FIRST_EXTENSION_TYPE:
                 peer.opt_in()
@@ -333,11 +336,33 @@ class Core:
                 handler(peer, message)
         if error is not None:
             if peer.forgotten:
-                peer = peers.get(peer_id, profile)
+                peer = self._identified(peers.get(peer_id, profile), profile, principal)
             ctx.handling = error.message_type
             ctx.refuse(peer, error.code, error.reason)
         ctx.flush_refusals()
         peers.after_input(peer)
+
+    def _identified(
+        self, peer: Peer, profile: PeerProfile, principal: Principal | None
+    ) -> Peer:
+        """The peer with its rights from who it is: a new peer is identified (by its
+        transport's word, else as an anonymous peer of its transport); a known id that now
+        comes from another connection (a reused routing id) is a new peer, and the old one
+        is gone."""
+        known = peer.principal
+        if principal is None:
+            if known is None:
+                self.guard.identify(peer, Principal(None, ""))
+            return peer
+        if known is not None and known != principal:
+            self._peers.gone(peer.id)
+            peer = self._peers.get(peer.id, profile)
+        self.guard.identify(peer, principal)
+        return peer
+
+    def _on_hello(self, peer: Peer, message: Hello) -> None:
+        self.guard.on_hello(peer, message.options)
+        self._peers.on_hello(peer, message)
 
     def _on_admin(self, peer: Peer, message: Admin) -> None:
         self.guard.audit(peer, message.options)
@@ -345,8 +370,11 @@ class Core:
 
     def set_permissions(self, permissions: Permissions) -> None:
         """Rights from the permissions file (at start, and again on SIGHUP): every peer
-        known is re-checked, none is disconnected."""
-        self.guard.reload(permissions, list(self._peers.by_id.values()))
+        known is re-checked, none is disconnected; a window its peer may no longer consume
+        is closed (the peer is told with CANCEL) and what it held there goes back."""
+        revoked = self.guard.reload(permissions, list(self._peers.by_id.values()))
+        for peer, queue in revoked:
+            self.lifecycle.revoke(peer, queue)
 
     @staticmethod
     def _forwarded(forwarding: Forwarding, peer: Peer, message: Message) -> bool:

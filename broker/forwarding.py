@@ -37,6 +37,7 @@ from ..protocol import (
 )
 from ..protocol.cluster import ClusterMap
 from .context import Context
+from .guard import Guard
 from .model import Peer
 
 #: The message types that name the queue they act on, so that its owner handles them.
@@ -249,7 +250,8 @@ class Forwarding:
             parts = []
             for peer_id, entry in by_peer.items():
                 flags = _flags(entry.peer) | (FORWARD_GONE if entry.gone else 0)
-                parts.append(encode(Forward(peer_id, b"".join(entry.chunks), flags)))
+                principal = Guard.principal_wire(entry.peer)
+                parts.append(encode(Forward(peer_id, b"".join(entry.chunks), flags, principal)))
             frames.append((owner, b"".join(parts)))
         return frames
 

@@ -13,17 +13,47 @@ import hmac
 import logging
 from typing import Any, NamedTuple
 
-from ..protocol import Admin, AdminReply, Consume, ErrorCode, Hello, Message, Publish, Send
+import msgspec
+
+from ..protocol import (
+    Ack,
+    Admin,
+    AdminReply,
+    Cancel,
+    Consume,
+    DeadLetter,
+    Disconnect,
+    ErrorCode,
+    Forward,
+    Heartbeat,
+    Hello,
+    Kbai,
+    Message,
+    Publish,
+    Reply,
+    Requeue,
+    Send,
+)
 from .context import Context
 from .keyring import LINK_KEY_NAME
 from .model import Peer, PeerProfile
-from .permissions import PATTERN_RIGHTS, Permissions, Rights, everything
+from .permissions import NOTHING, Permissions, Rights, everything
 
 log = logging.getLogger("phpmq.broker.audit")
+
+#: The HELLO role of a shard's link to another shard.
+LINK_ROLE = "link"
 
 #: Admin commands anyone may run; those that read a queue need `consume`, those that bind
 #: need `bind`; every other command needs `admin` and is audited.
 OPEN_COMMANDS = frozenset(("stats", "report", "leases", "schedule-list", "queue-bindings"))
+#: Commands that need `delete` on their queue (or `admin`).
+DELETE_COMMANDS = frozenset(("queue-delete",))
+#: Commands whose patterns need `subscribe`, whoever runs them.
+SUBSCRIBING_COMMANDS = frozenset(("queue-bind", "queue-rebind"))
+#: Messages that name only what the peer already holds (settles) or are control: no right.
+SETTLES = frozenset((Ack, Requeue, DeadLetter, Reply, Cancel))
+UNCHECKED = frozenset((Hello, Heartbeat, Disconnect, Kbai, Forward))
 CONSUME_COMMANDS = frozenset(
     ("lease", "lease-read", "lease-commit", "lease-release", "queue-peek", "dlq-list")
 )
@@ -39,10 +69,30 @@ class Principal(NamedTuple):
     key: str | None
     #: Where it connects from (`host:port`, or "" if the transport cannot tell).
     address: str
+    #: The transport it came in on ("router", "tcp"; "" the profile's). A peer forwarded by
+    #: a link without a principal is UNKNOWN_TRANSPORT: it may do nothing.
+    transport: str = ""
+
+
+UNKNOWN_TRANSPORT = "unknown"
+#: Who a peer forwarded without a principal is: nobody, with no right at all.
+UNKNOWN = Principal(None, "", UNKNOWN_TRANSPORT)
+#: A principal in a FORWARD: [key or null, address, transport, admin granted].
+_WIRE = tuple[str | None, str, str, bool]
+#: Principals decoded from FORWARDs remembered before the cache starts over.
+MAX_DECODED_PRINCIPALS = 4_096
 
 
 class Guard:
-    __slots__ = ("_admin_secret", "_ctx", "admin_open", "permissions", "refused")
+    __slots__ = (
+        "_admin_secret",
+        "_ctx",
+        "_decoded",
+        "_link_secret",
+        "admin_open",
+        "permissions",
+        "refused",
+    )
 
     def __init__(self, ctx: Context, permissions: Permissions, admin_open: bool) -> None:
         self._ctx = ctx
@@ -50,33 +100,113 @@ class Guard:
         #: Whether peers without a key may run admin commands (a loopback-only broker).
         self.admin_open = admin_open
         self._admin_secret = ctx.config.admin_secret.encode()
+        self._link_secret = ctx.config.link_secret.encode()
+        self._decoded: dict[bytes, tuple[Principal, bool]] = {}
         #: 403s by right, for stats.
         self.refused: dict[str, int] = {}
 
     # ----------------------------------------------------------------- who
 
     def identify(self, peer: Peer, principal: Principal) -> None:
+        """The peer's rights from who it is (its transport's word, or its shard's)."""
         peer.principal = principal
-        peer.rights = self._rights_of(principal, peer.profile)
+        peer.principal_wire = None
+        peer.link = principal.key == LINK_KEY_NAME
+        peer.rights = self._rights_of(principal, peer.profile, peer.admin_granted)
 
-    def _rights_of(self, principal: Principal, profile: PeerProfile) -> Rights | None:
+    def _rights_of(
+        self, principal: Principal, profile: PeerProfile, admin_granted: bool
+    ) -> Rights | None:
         permissions = self.permissions
-        if principal.key == LINK_KEY_NAME:  # another shard: it checked its peers' rights
-            return None
+        transport = principal.transport or profile.transport
+        if principal.key == LINK_KEY_NAME:
+            return None  # another shard: it forwards its peers' principals with their messages
+        if transport == UNKNOWN_TRANSPORT:
+            return NOTHING
         if principal.key is not None:
             rights = permissions.for_key(principal.key)
-        elif profile.transport == "tcp":
+        elif transport == "tcp":
             rights = permissions.tcp or everything("tcp", admin=False)
         else:
             rights = permissions.anonymous or everything("anonymous", admin=self.admin_open)
-        return None if _is_everything(rights) else rights
+        if admin_granted and not rights.admin:
+            rights = rights.with_admin()
+        return None if rights.is_everything() else rights
 
-    def reload(self, permissions: Permissions, peers: list[Peer]) -> None:
-        """New rights for everyone connected (SIGHUP); nobody is disconnected."""
+    def reload(self, permissions: Permissions, peers: list[Peer]) -> list[tuple[Peer, str]]:
+        """New rights for everyone connected (SIGHUP); nobody is disconnected. Returns the
+        windows (peer, queue) whose peer may no longer consume them: the caller closes them."""
         self.permissions = permissions
+        revoked: list[tuple[Peer, str]] = []
         for peer in peers:
+            if peer.principal is None:
+                continue
+            self.identify(peer, peer.principal)
+            rights = peer.rights
+            if rights is None:
+                continue
+            revoked.extend(
+                (peer, queue) for queue in peer.windows if not rights.allows("consume", queue)
+            )
+        return revoked
+
+    def on_hello(self, peer: Peer, options: dict[str, Any]) -> None:
+        """HELLO: the admin secret gives the admin right (no CURVE), for this HELLO's
+        connection only (a HELLO without it takes it back); role "link" is believed only
+        with the broker's own key or the cluster's link secret."""
+        offered = options.get("admin_secret")
+        granted = isinstance(offered, str) and self._proves(offered, self._admin_secret)
+        if isinstance(offered, str) and not granted:
+            self._count("admin_secret")
+            self._ctx.log_limited(f"refused: {describe(peer)} gave a wrong admin secret", "403")
+        if granted != peer.admin_granted:
+            peer.admin_granted = granted
             if peer.principal is not None:
                 self.identify(peer, peer.principal)
+        if options.get("role") == LINK_ROLE and not peer.link:
+            secret = options.get("link_secret")
+            if isinstance(secret, str) and self._proves(secret, self._link_secret):
+                peer.link = True
+            else:
+                self._count("link")
+                self._ctx.log_limited(
+                    f"refused: {describe(peer)} says it is a shard link without the broker's"
+                    " key or link secret",
+                    "403-link",
+                )
+
+    @staticmethod
+    def _proves(offered: str, secret: bytes) -> bool:
+        return bool(secret) and hmac.compare_digest(offered.encode(), secret)
+
+    def forwarded_principal(self, wire: bytes | None) -> tuple[Principal, bool]:
+        """(principal, admin granted) of a peer behind a link, from its FORWARD's packet;
+        UNKNOWN (no rights) when there is none or it cannot be read."""
+        if wire is None:
+            return UNKNOWN, False
+        decoded = self._decoded.get(wire)
+        if decoded is None:
+            try:
+                key, address, transport, granted = msgspec.json.decode(wire, type=_WIRE)
+            except msgspec.DecodeError:
+                return UNKNOWN, False
+            decoded = (Principal(key, address, transport or "router"), granted)
+            if len(self._decoded) >= MAX_DECODED_PRINCIPALS:
+                self._decoded.clear()
+            self._decoded[wire] = decoded
+        return decoded
+
+    @staticmethod
+    def principal_wire(peer: Peer) -> bytes:
+        """The peer's principal as a FORWARD carries it (encoded once per peer)."""
+        wire = peer.principal_wire
+        if wire is None:
+            principal = peer.principal or UNKNOWN
+            transport = principal.transport or peer.profile.transport
+            wire = peer.principal_wire = msgspec.json.encode(
+                (principal.key, principal.address, transport, peer.admin_granted)
+            )
+        return wire
 
     # ----------------------------------------------------------------- what
 
@@ -86,30 +216,70 @@ class Guard:
         assert rights is not None
         kind = type(message)
         if kind is Send:
-            return self._check(peer, rights, "send", message.queue, message)  # type: ignore[union-attr]
+            if not self._check(peer, rights, "send", message.queue, message):  # type: ignore[union-attr]
+                return False
+            reply_to = message.reply_to  # type: ignore[union-attr]
+            return not reply_to or self._check(peer, rights, "send", reply_to, message)
         if kind is Publish:
             return self._check(peer, rights, "publish", message.event, message)  # type: ignore[union-attr]
         if kind is Consume:
-            queue = message.queue  # type: ignore[union-attr]
-            if message.patterns and not self._check(peer, rights, "bind", queue, message):  # type: ignore[union-attr]
-                return False
-            return message.count == 0 or self._check(peer, rights, "consume", queue, message)  # type: ignore[union-attr]
+            return self._consume_allowed(peer, rights, message)  # type: ignore[arg-type]
         if kind is Admin:
             return self._admin_allowed(peer, rights, message.options)  # type: ignore[union-attr]
-        if kind is Hello:
-            self._take_admin_secret(peer, rights, message.options)  # type: ignore[union-attr]
-        return True
+        if kind in SETTLES or kind in UNCHECKED:
+            return True  # a settle names only what the peer holds; control is not an action
+        return self._refuse(peer, "admin", kind.__name__, message, None)
+
+    def _consume_allowed(self, peer: Peer, rights: Rights, message: Consume) -> bool:
+        queue = message.queue
+        if message.patterns:
+            if not self._check(peer, rights, "bind", queue, message):
+                return False
+            for pattern in message.patterns.split(" "):
+                if pattern and not self._check(peer, rights, "subscribe", pattern, message):
+                    return False
+        if message.unused_ms is not None and not self._check(
+            peer, rights, "delete", queue, message
+        ):
+            return False
+        return message.count == 0 or self._check(peer, rights, "consume", queue, message)
 
     def _admin_allowed(self, peer: Peer, rights: Rights, options: dict[str, Any]) -> bool:
         command = options.get("command")
-        if command in OPEN_COMMANDS or not isinstance(command, str) or rights.admin:
+        if not isinstance(command, str) or command in OPEN_COMMANDS:
             return True  # an unknown command is refused by the admin part itself
         queue = options.get("queue")
-        if command in CONSUME_COMMANDS or command in BIND_COMMANDS:
-            right = "consume" if command in CONSUME_COMMANDS else "bind"
-            target = queue if isinstance(queue, str) else ""
+        target = queue if isinstance(queue, str) else ""
+        if command in SUBSCRIBING_COMMANDS:
+            for pattern in _patterns_bound(options):
+                if not self._check(peer, rights, "subscribe", pattern, None, options):
+                    return False
+        if command == "schedule-add" and not self._schedule_target_allowed(peer, rights, options):
+            return False
+        if rights.admin:
+            return True
+        if command in CONSUME_COMMANDS or command in BIND_COMMANDS or command in DELETE_COMMANDS:
+            right = (
+                "consume"
+                if command in CONSUME_COMMANDS
+                else "bind"
+                if command in BIND_COMMANDS
+                else "delete"
+            )
             return self._check(peer, rights, right, target, None, options)
         return self._refuse(peer, "admin", command, None, options)
+
+    def _schedule_target_allowed(
+        self, peer: Peer, rights: Rights, options: dict[str, Any]
+    ) -> bool:
+        """A schedule sends as its adder would: it needs the right to send (or publish) to
+        its target, besides `admin`."""
+        event = options.get("event")
+        if isinstance(event, str):
+            return self._check(peer, rights, "publish", event, None, options)
+        queue = options.get("queue")
+        target = queue if isinstance(queue, str) else ""
+        return self._check(peer, rights, "send", target, None, options)
 
     def _check(
         self,
@@ -124,6 +294,9 @@ class Guard:
             return True
         return self._refuse(peer, right, target, message, admin_options)
 
+    def _count(self, right: str) -> None:
+        self.refused[right] = self.refused.get(right, 0) + 1
+
     def _refuse(
         self,
         peer: Peer,
@@ -133,7 +306,7 @@ class Guard:
         admin_options: dict[str, Any] | None,
     ) -> bool:
         ctx = self._ctx
-        self.refused[right] = self.refused.get(right, 0) + 1
+        self._count(right)
         who = describe(peer)
         on = f" on {target!r}" if right != "admin" else f" ({target})"
         reason = f"forbidden: {who} has no {right} right{on}"
@@ -150,20 +323,6 @@ class Guard:
                 peer, ErrorCode.FORBIDDEN, reason, None, queue, getattr(message, "tag", None)
             )
         return False
-
-    def _take_admin_secret(self, peer: Peer, rights: Rights, options: dict[str, Any]) -> None:
-        """A HELLO with the broker's admin secret gives the admin right (no CURVE)."""
-        offered = options.get("admin_secret")
-        if not isinstance(offered, str) or rights.admin or peer.principal is None:
-            return
-        if self._admin_secret and hmac.compare_digest(offered.encode(), self._admin_secret):
-            granted = Rights(
-                rights.name, rights.send, rights.publish, rights.consume, rights.bind, True
-            )
-            peer.rights = None if _is_everything(granted) else granted
-        else:
-            self.refused["admin_secret"] = self.refused.get("admin_secret", 0) + 1
-            self._ctx.log_limited(f"refused: {describe(peer)} gave a wrong admin secret", "403")
 
     # ----------------------------------------------------------------- audit
 
@@ -191,5 +350,11 @@ def describe(peer: Peer) -> str:
     return f"peer {principal.address or name}"
 
 
-def _is_everything(rights: Rights) -> bool:
-    return rights.admin and all("#" in getattr(rights, right) for right in PATTERN_RIGHTS)
+def _patterns_bound(options: dict[str, Any]) -> list[str]:
+    """The patterns a bind or rebind command would bind (those it adds or replaces with)."""
+    bound: list[str] = []
+    for name in ("patterns", "replace", "add"):
+        value = options.get(name)
+        if isinstance(value, list):
+            bound.extend(item if isinstance(item, str) else "" for item in value)
+    return bound

@@ -70,6 +70,15 @@ class Lifecycle:
         returned = 0 if window is None else self._dispatch.release_window(window)
         ctx.reply(peer, Cancel(message.queue, "cancelled", returned))
 
+    def revoke(self, peer: Peer, queue_name: str) -> None:
+        """The peer may no longer consume the queue (SIGHUP took the right away): its window
+        closes, what it held there goes back, and it is told with a CANCEL."""
+        window = peer.windows.get(queue_name)
+        if window is None:
+            return
+        returned = self._dispatch.release_window(window)
+        self._ctx.reply(peer, Cancel(queue_name, "forbidden: the consume right was revoked", returned))
+
     # ----------------------------------------------------------------- delete
 
     def delete(self, queue: Queue) -> dict[str, Any]:

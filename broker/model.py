@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from ..protocol import queue_packet
+from .permissions import NOTHING
 
 READY = 0
 IN_FLIGHT = 1
@@ -327,6 +328,7 @@ class Peer:
     """A client as the core knows it, keyed by the id its transport gave it."""
 
     __slots__ = (
+        "admin_granted",
         "closing",
         "confirm",
         "expiry_due",
@@ -340,9 +342,11 @@ class Peer:
         "id",
         "last_seen",
         "last_sent",
+        "link",
         "name",
         "paused_on",
         "principal",
+        "principal_wire",
         "profile",
         "refused",
         "rights",
@@ -389,9 +393,17 @@ class Peer:
         #: Messages of its refused (counted for stats).
         self.refused = 0
         #: Who it is as its transport knows it (broker/guard.py), and what it may do (None:
-        #: everything, unchecked).
+        #: everything, unchecked). Until the guard has identified it, nothing: a missing
+        #: record never means "allowed".
         self.principal: Any = None
-        self.rights: Any = None
+        self.rights: Any = NOTHING
+        #: Its HELLO carried the admin secret (the admin right on top of its own).
+        self.admin_granted = False
+        #: A shard link of this broker's own cluster, proven by key or link secret
+        #: (broker/guard.py): the only peer whose FORWARDs are taken.
+        self.link = False
+        #: Its principal as a FORWARD carries it to other shards (forwarding.py), encoded once.
+        self.principal_wire: bytes | None = None
         #: A lease ran out while it said nothing at all: frozen or gone. It gets no new work
         #: until it speaks again (dispatch.py).
         self.stalled = False

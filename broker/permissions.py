@@ -2,17 +2,21 @@
 come from. Pure data and matching; the guard (broker/guard.py) applies them to messages.
 
 A right is a list of patterns over queue (or event) names, with the binding syntax of §6.5:
-`*` one dot-separated segment, `#` any number. `send` covers 001 to a queue, `publish` 108
-of an event, `consume` 002 and reading a queue (leases, `queue-peek`, `dlq-list`), `bind` the
-patterns of a 002 and the `queue-*bind` commands; `admin` (true/false) every admin command,
-among them those that change what others see (purge, delete, dead-letter replay and purge,
-schedules), which need it.
+`*` one dot-separated segment, `#` any number. `send` covers 001 to a queue (and a request's
+reply queue), `publish` 108 of an event, `consume` 002 and reading a queue (leases,
+`queue-peek`, `dlq-list`), `bind` which queues may be bound (a 002 with patterns and the
+`queue-*bind` commands), `subscribe` which events a binding may receive (each pattern bound
+must lie within one of these), `delete` which queues may be deleted (delete-when-unused, the
+`queue-delete` command); `admin` (true/false) every other admin command, among them those that
+change what others see (purge, dead-letter replay and purge, schedules), which need it.
 
 The file (TOML):
 
     [keys.orders-service]          # a client key, by its name (its .key file's stem)
     send = ["orders.*"]
     consume = ["replies.#"]
+    bind = ["replies.#"]
+    subscribe = ["order.paid"]
 
     [keys.ops]
     admin = true
@@ -33,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol.rules import pattern_problem
-from .routing import mask_matches
+from .routing import mask_matches, pattern_covers
 
-PATTERN_RIGHTS = ("send", "publish", "consume", "bind")
+PATTERN_RIGHTS = ("send", "publish", "consume", "bind", "subscribe", "delete")
 #: Matches remembered per set of rights before the cache starts over.
 MAX_CACHED = 4_096
 
@@ -47,7 +51,17 @@ class PermissionsError(ValueError):
 class Rights:
     """What one key (or endpoint) may do."""
 
-    __slots__ = ("_cache", "admin", "bind", "consume", "name", "publish", "send")
+    __slots__ = (
+        "_cache",
+        "admin",
+        "bind",
+        "consume",
+        "delete",
+        "name",
+        "publish",
+        "send",
+        "subscribe",
+    )
 
     def __init__(
         self,
@@ -57,31 +71,58 @@ class Rights:
         consume: tuple[str, ...] = (),
         bind: tuple[str, ...] = (),
         admin: bool = False,
+        subscribe: tuple[str, ...] = (),
+        delete: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.send = send
         self.publish = publish
         self.consume = consume
         self.bind = bind
+        self.subscribe = subscribe
+        self.delete = delete
         self.admin = admin
         self._cache: dict[tuple[str, str], bool] = {}
 
+    def with_admin(self) -> Rights:
+        """The same rights and the admin right (the admin secret was given)."""
+        return Rights(
+            self.name,
+            self.send,
+            self.publish,
+            self.consume,
+            self.bind,
+            True,
+            self.subscribe,
+            self.delete,
+        )
+
+    def is_everything(self) -> bool:
+        return self.admin and all("#" in getattr(self, right) for right in PATTERN_RIGHTS)
+
     def allows(self, right: str, target: str) -> bool:
-        """Whether `right` (send, publish, consume, bind) covers the queue or event."""
+        """Whether `right` (one of PATTERN_RIGHTS) covers the queue or event; for `subscribe`
+        the target is a binding pattern, covered when every event it matches is."""
         key = (right, target)
         allowed = self._cache.get(key)
         if allowed is None:
             patterns: tuple[str, ...] = getattr(self, right)
-            allowed = any(mask_matches(pattern, target) for pattern in patterns)
+            matches = pattern_covers if right == "subscribe" else mask_matches
+            allowed = any(matches(pattern, target) for pattern in patterns)
             if len(self._cache) >= MAX_CACHED:
                 self._cache.clear()
             self._cache[key] = allowed
         return allowed
 
 
+#: No right at all: what a peer has before the guard identifies it (a missing record never
+#: means "allowed").
+NOTHING = Rights("unidentified")
+
+
 def everything(name: str, admin: bool = True) -> Rights:
     """All rights (admin as told): an allowed key without a permissions file."""
-    return Rights(name, ("#",), ("#",), ("#",), ("#",), admin)
+    return Rights(name, ("#",), ("#",), ("#",), ("#",), admin, ("#",), ("#",))
 
 
 class Permissions:

@@ -22,6 +22,7 @@ from ..protocol import (
     FORWARD_EXTENSIONS,
     FORWARD_GONE,
     FORWARD_TTL_FORM,
+    Disconnect,
     ErrorCode,
     Forward,
     Message,
@@ -30,17 +31,18 @@ from ..protocol import (
     encode,
 )
 from .context import Context, Frames
+from .guard import Guard, Principal
 from .model import Peer, PeerProfile
-from .peers import Peers
+from .peers import UNKNOWN_PEER_REASON, Peers
 
-#: The HELLO role of a shard's link to another shard.
-LINK_ROLE = "link"
 #: Relayed peer ids start so, and are longer than libzmq's own ids (5 bytes) and than no
 #: chosen routing id may start with a zero byte: no ZeroMQ or TCP peer can take one.
 _PREFIX = b"\x00F"
 _ZMQ_ID_BYTES = 5
 
-Handle = Callable[[bytes, list[Message], "ProtocolError | None", PeerProfile], None]
+Handle = Callable[
+    [bytes, list[Message], "ProtocolError | None", PeerProfile, None, Principal], None
+]
 
 
 def relayed_id(link_id: bytes, reference: bytes) -> bytes:
@@ -58,25 +60,23 @@ def route_of(peer_id: bytes) -> tuple[bytes, bytes]:
 
 
 class RelayedPeers:
-    __slots__ = ("_ctx", "_handle", "_peers", "_profile")
+    __slots__ = ("_ctx", "_guard", "_handle", "_peers", "_profile")
 
-    def __init__(self, ctx: Context, peers: Peers, handle: Handle, profile: PeerProfile) -> None:
+    def __init__(
+        self, ctx: Context, peers: Peers, guard: Guard, handle: Handle, profile: PeerProfile
+    ) -> None:
         self._ctx = ctx
         self._peers = peers
+        self._guard = guard
         self._handle = handle
         self._profile = profile
 
     def on_forward(self, link: Peer, message: Forward) -> None:
-        """Messages a peer of another shard sent for queues of this one."""
-        if link.role != LINK_ROLE:
-            if link.hello:
-                self._ctx.refuse(
-                    link, ErrorCode.UNSUPPORTED_TYPE, "only shard links may send FORWARD"
-                )
-                return
-            # A link whose HELLO this process never saw (it restarted, the link's socket
-            # came back on its own): it is one all the same, and says HELLO again soon.
-            link.role = LINK_ROLE
+        """Messages a peer of another shard sent for queues of this one, run with that
+        peer's own rights (its principal travels in the FORWARD)."""
+        if not link.link:
+            self._refuse_link(link)
+            return
         if len(link.id) > 255 or not 0 < len(message.peer) <= 255:
             self._ctx.refuse(
                 link, ErrorCode.INVALID_VALUE, "a link id or FORWARD peer is not 1-255 bytes"
@@ -88,9 +88,28 @@ class RelayedPeers:
             new = peer_id not in self._peers.by_id
             _take_flags(self._peers.get(peer_id, self._profile), flags, new)
             messages, error = decode_frame(message.content, self._ctx.config.max_content_bytes)
-            self._handle(peer_id, messages, error, self._profile)
+            principal, admin_granted = self._guard.forwarded_principal(message.principal)
+            relayed = self._peers.by_id[peer_id]
+            if relayed.admin_granted != admin_granted:
+                relayed.admin_granted = admin_granted
+                relayed.principal = None  # identified again below
+            self._handle(peer_id, messages, error, self._profile, None, principal)
         if flags & FORWARD_GONE:
             self._peers.gone(peer_id)
+
+    def _refuse_link(self, peer: Peer) -> None:
+        """A FORWARD from a peer not proven to be a shard link: refused. One that never said
+        HELLO may be a link whose shard restarted under it (without CURVE, only its HELLO
+        proves it): it is asked to say HELLO again."""
+        if not peer.hello:
+            self._ctx.reply(peer, Disconnect(UNKNOWN_PEER_REASON))
+            return
+        self._ctx.refuse(
+            peer,
+            ErrorCode.FORBIDDEN,
+            "forbidden: only this cluster's shard links may send FORWARD (the broker's key or"
+            " link secret)",
+        )
 
     def link_gone(self, link_id: bytes) -> int:
         """A link is gone: so is every peer behind it. Returns how many messages went back."""

@@ -12,6 +12,8 @@ Queues are named, not held: this part knows nothing of the queue table.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..protocol.rules import ANY_SEGMENTS, ONE_SEGMENT
 
 
@@ -178,6 +180,27 @@ def _segments_match(mask: list[str], text: list[str]) -> bool:
         if not reachable:
             return False
     return len(text) in reachable
+
+
+def pattern_covers(mask: str, pattern: str) -> bool:
+    """Whether every event name that `pattern` matches also matches `mask` (a subscribe
+    right covering a binding). Sound: never True for a pattern that reaches further."""
+    return _covers(tuple(mask.split(".")), tuple(pattern.split(".")))
+
+
+@lru_cache(maxsize=4_096)
+def _covers(mask: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    if not mask:
+        return not pattern
+    head, rest = mask[0], mask[1:]
+    if head == ANY_SEGMENTS:
+        # `#` matches nothing more, or absorbs the pattern's next segment (a `#` included).
+        return _covers(rest, pattern) or (bool(pattern) and _covers(mask, pattern[1:]))
+    if not pattern or pattern[0] == ANY_SEGMENTS:
+        return False  # one fixed segment cannot cover "none or many"
+    if head == ONE_SEGMENT or head == pattern[0]:
+        return _covers(rest, pattern[1:])
+    return False
 
 
 def _is_exact(pattern: str) -> bool:

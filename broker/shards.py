@@ -16,6 +16,7 @@ import logging
 import multiprocessing
 import os
 import re
+import secrets
 import signal
 import socket
 import time
@@ -107,6 +108,8 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
         mapping = cluster_map(config)
         bind, count, prefix = config.bind, len(mapping.shards), "local/"
     encoded = encode_map(mapping).decode()
+    # Links prove themselves with it (without CURVE); one host's shards make one up.
+    link_secret = config.link_secret or ("" if config.cluster_file else secrets.token_hex(16))
     # The memory limit is the host's: each shard gets its share of it.
     memory = config.max_memory_bytes // count
     return [
@@ -122,6 +125,7 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
             shard=f"{prefix}{index}",
             cluster_file="",
             node="",
+            link_secret=link_secret,
         )
         for index in range(count)
     ]

@@ -78,6 +78,7 @@ class PacketType(IntEnum):
     PEER = 25
     FLAGS = 26
     MESSAGE_KEY = 27
+    PRINCIPAL = 28
 
 
 class ErrorCode(IntEnum):

@@ -249,6 +249,9 @@ class Forward(msgspec.Struct, frozen=True, gc=False):
     peer: bytes
     content: bytes
     flags: int | None = None
+    #: From the shard a peer talks to: who the peer is (its principal, encoded by the
+    #: broker), so the owner checks its messages with the peer's own rights.
+    principal: bytes | None = None
 
 
 #: FORWARD flags: the peer speaks extensions, the TTL form, asked for confirms, is gone.

@@ -66,6 +66,7 @@ FIELD_OF_PACKET: dict[PacketType, str] = {
     P.PEER: "peer",
     P.FLAGS: "flags",
     P.MESSAGE_KEY: "message_key",
+    P.PRINCIPAL: "principal",
 }
 
 SPECS: dict[MessageType, TypeSpec] = {
@@ -126,7 +127,7 @@ SPECS: dict[MessageType, TypeSpec] = {
             (P.CONTENT,),
             (P.QUEUE, P.MESSAGE_ID, P.CORRELATION, P.ERROR_CODE, P.REASON, P.HEADERS),
         ),
-        TypeSpec(m.Forward, (P.PEER, P.CONTENT), (P.FLAGS,)),
+        TypeSpec(m.Forward, (P.PEER, P.CONTENT), (P.FLAGS, P.PRINCIPAL)),
     )
 }
 
@@ -191,4 +192,5 @@ DECODE_VALUE: dict[PacketType, Callable[[bytes], Any] | None] = {
     P.PEER: None,
     P.FLAGS: _integer,
     P.MESSAGE_KEY: None,
+    P.PRINCIPAL: None,
 }

@@ -84,6 +84,7 @@ def test_rights_allow_exactly_what_they_say(tmp_path: Path, keys: Path) -> None:
     permissions = tmp_path / "permissions.toml"
     permissions.write_text(
         '[keys.alice]\nsend = ["orders.*"]\nconsume = ["orders.eu"]\nbind = ["orders.eu"]\n'
+        'subscribe = ["o.#"]\n'
         "[keys.bob]\nadmin = true\n"
     )
     broker = curve_broker(tmp_path, keys, "--permissions", str(permissions))

@@ -30,8 +30,8 @@ from ...protocol import (
 from ...protocol.cluster import ClusterMap, Shard
 from ..config import BrokerConfig
 from ..core import Core
+from ..guard import LINK_ROLE
 from ..keyring import KeyPair
-from ..relayed import LINK_ROLE
 
 log = logging.getLogger("phpmq.links")
 
@@ -99,6 +99,8 @@ class Links:
                     "name": config.shard,
                     "heartbeat_ms": LINK_HEARTBEAT_MS,
                     "liveness": LINK_LIVENESS,
+                    # Without CURVE, what proves this link is the cluster's own.
+                    **({"link_secret": config.link_secret} if config.link_secret else {}),
                 }
             )
         )

@@ -46,6 +46,11 @@ class RouterTransport:
             make_curve_server(socket, curve)
         #: Who each connection is (CURVE key name, address), read from its first frame.
         self._known: dict[bytes, Principal] = {}
+        #: With rights in force (CURVE, a permissions file, an admin secret), who a peer is
+        #: is read from every frame: a routing id may be reused by another connection once
+        #: the first is gone, and must not inherit its rights (about 1 µs a frame). Without
+        #: them every peer may do everything and the first frame's word is kept.
+        self._every_frame = config.secured()
         try:
             socket.bind(config.bind)
         except zmq.ZMQError:
@@ -64,6 +69,7 @@ class RouterTransport:
         handle_frame = core.handle_frame
         profile = self.profile
         clock = time.perf_counter
+        every_frame = self._every_frame
         read = 0
         while read < limit:
             try:
@@ -72,9 +78,9 @@ class RouterTransport:
                 return read, True
             read += 1
             principal = known.get(peer_id)
-            if principal is None:
+            if principal is None or every_frame:
                 frame = recv(copy=False)
-                principal = self._identify(peer_id, frame)
+                principal = self._identify(peer_id, frame, principal)
                 data = frame.bytes
             else:
                 data = recv()
@@ -89,11 +95,17 @@ class RouterTransport:
                 break
         return read, False
 
-    def _identify(self, peer_id: bytes, frame: zmq.Frame) -> Principal:
-        known = self._known
-        if len(known) >= MAX_KNOWN_PEERS:
-            known.clear()
-        principal = known[peer_id] = Principal(frame_user_id(frame), frame_address(frame))
+    def _identify(self, peer_id: bytes, frame: zmq.Frame, known: Principal | None) -> Principal:
+        """Who sent the frame: the principal known for its routing id while the frame's
+        connection is the same (key and address), else a new one (the core sees a new
+        connection and forgets the old one's state)."""
+        key, address = frame_user_id(frame), frame_address(frame)
+        if known is not None and known.address == address and known.key == key:
+            return known
+        by_id = self._known
+        if len(by_id) >= MAX_KNOWN_PEERS:
+            by_id.clear()
+        principal = by_id[peer_id] = Principal(key, address, "router")
         return principal
 
     def has_input(self) -> bool:
