@@ -86,12 +86,15 @@ class Admin:
     def on_admin(self, peer: Peer, message: Any) -> None:
         """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""
         ctx = self._ctx
+        ctx.owner = peer.owner
         try:
             result = self.run(message.options, peer)
         except ValueError as exc:
             ctx.counters.errors += 1
             code = exc.code if isinstance(exc, CommandError) else int(ErrorCode.INVALID_VALUE)
             result = {"error": {"code": code, "reason": str(exc)}}
+        finally:
+            ctx.owner = ""
         ctx.reply(peer, AdminReply(result))
 
     def run(self, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:

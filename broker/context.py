@@ -16,6 +16,7 @@ from .clock import Clock
 from .config import BrokerConfig
 from .journal import Journal, NullJournal
 from .model import NS_PER_SECOND, Counters, IdSource, Peer, Queue
+from .quotas import Quotas
 from .schedule import Schedule
 
 log = logging.getLogger("phpmq.broker")
@@ -38,6 +39,8 @@ class Context:
         "new_id",
         "now",
         "outbox",
+        "owner",
+        "quotas",
         "refusals",
         "schedule",
         "started_ns",
@@ -75,6 +78,9 @@ class Context:
         self.storage_problem: str | None = None
         #: The type of the message being handled, which a refusal names (ERROR packet 19).
         self.handling: int | None = None
+        #: Per-key quotas, and whose message is being handled ("": the broker's own work).
+        self.quotas = Quotas(config)
+        self.owner = ""
         #: The server's last turn stopped reading at its budget: frames are waiting unread, so
         #: silence is not proof that a peer is dead (peers.py).
         self.input_pending = False

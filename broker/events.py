@@ -257,12 +257,11 @@ class Events:
         problem = queue_name_problem(name)
         if problem is not None:
             raise CommandError(problem)
-        max_queues = self._ctx.config.max_queues
-        if len(self._queues.by_name) >= max_queues:
-            raise CommandError(
-                f"the broker has the maximum of {max_queues} queues", ErrorCode.LIMIT_REACHED
-            )
-        return self._queues.create(name)
+        owner = self._ctx.owner
+        room = self._queues.room_problem(owner)
+        if room is not None:
+            raise CommandError(room, ErrorCode.LIMIT_REACHED)
+        return self._queues.create(name, owner)
 
 
 REBIND_LISTS = ("replace", "remove", "remove_mask", "add")

@@ -111,6 +111,7 @@ class Guard:
         """The peer's rights from who it is (its transport's word, or its shard's)."""
         peer.principal = principal
         peer.principal_wire = None
+        peer.owner = _owner_of(principal)
         peer.link = principal.key == LINK_KEY_NAME
         peer.rights = self._rights_of(principal, peer.profile, peer.admin_granted)
 
@@ -348,6 +349,15 @@ def describe(peer: Peer) -> str:
     if principal.key is not None:
         return f"key {principal.key!r} ({principal.address or name})"
     return f"peer {principal.address or name}"
+
+
+def _owner_of(principal: Principal) -> str:
+    """Whom a peer's quotas count against: its key, else its host (without the port); ""
+    (only the broker-wide limits) when the transport cannot tell (ipc, inproc)."""
+    if principal.key is not None:
+        return f"key {principal.key!r}"
+    host = principal.address.rsplit(":", 1)[0] if principal.address else ""
+    return f"host {host}" if host else ""
 
 
 def _patterns_bound(options: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ from .expiry import Expiry
 from .flow import record_bytes
 from .model import GONE, LEASED, NS_PER_MS, NS_PER_SECOND, READY, Queue, Record
 from .queues import Queues
+from .quotas import LEASES
 from .schedule import LEASE_TIMEOUT
 
 #: Lease timeouts (ms) a reader may ask for, and the default.
@@ -36,11 +37,23 @@ DEFAULT_READ_LIMIT = 1_000
 class Lease:
     """One named lease of one queue."""
 
-    __slots__ = ("bytes", "due", "gone", "name", "queue", "records", "timeout_ns", "touched")
+    __slots__ = (
+        "bytes",
+        "due",
+        "gone",
+        "name",
+        "owner",
+        "queue",
+        "records",
+        "timeout_ns",
+        "touched",
+    )
 
     def __init__(self, queue: Queue, name: str, timeout_ns: int, now: int) -> None:
         self.queue = queue
         self.name = name
+        #: Whose quota it counts against (quotas.py).
+        self.owner = ""
         self.records: list[Record] = []
         self.bytes = 0
         self.timeout_ns = timeout_ns
@@ -169,6 +182,11 @@ class Leases:
     ) -> Lease | None:
         if not queue.ready_count:
             return None
+        quotas = self._ctx.quotas
+        owner = self._ctx.owner
+        problem = quotas.problem(LEASES, owner)
+        if problem is not None:
+            raise CommandError(f"{problem}: commit or release some first", ErrorCode.LIMIT_REACHED)
         limit = self._ctx.config.max_leases
         if self.count >= limit:
             raise CommandError(
@@ -183,6 +201,8 @@ class Leases:
         queue.leases[lease_name] = lease
         queue.leased += len(lease.records)
         self.count += 1
+        lease.owner = owner
+        quotas.take(LEASES, owner)
         ctx.counters.leased += len(lease.records)
         self._arm(lease)
         return lease
@@ -268,6 +288,7 @@ class Leases:
         lease.records = []
         lease.gone = True
         self.count -= 1
+        self._ctx.quotas.give_back(LEASES, lease.owner)
 
     def _touch(self, lease: Lease) -> None:
         lease.touched = self._ctx.now  # the armed entry re-arms itself when it comes due

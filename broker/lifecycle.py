@@ -77,7 +77,8 @@ class Lifecycle:
         if window is None:
             return
         returned = self._dispatch.release_window(window)
-        self._ctx.reply(peer, Cancel(queue_name, "forbidden: the consume right was revoked", returned))
+        reason = "forbidden: the consume right was revoked"
+        self._ctx.reply(peer, Cancel(queue_name, reason, returned))
 
     # ----------------------------------------------------------------- delete
 

@@ -184,6 +184,7 @@ class Queue:
     """A named queue: ready records in order, the windows consuming it, its dead letters."""
 
     __slots__ = (
+        "creator",
         "dead",
         "dead_dropped",
         "deleted",
@@ -223,6 +224,8 @@ class Queue:
         overflow: str = "reject",
     ) -> None:
         self.name = name
+        #: The owner (quotas.py) its creation counts against ("": the broker's own).
+        self.creator = ""
         #: Settings (docs/protocol.md §8); 0 means no limit.
         self.max_deliveries = max_deliveries
         self.max_length = max_length
@@ -344,6 +347,7 @@ class Peer:
         "last_sent",
         "link",
         "name",
+        "owner",
         "paused_on",
         "principal",
         "principal_wire",
@@ -404,6 +408,8 @@ class Peer:
         self.link = False
         #: Its principal as a FORWARD carries it to other shards (forwarding.py), encoded once.
         self.principal_wire: bytes | None = None
+        #: Whom its quotas count against (quotas.py): its key, or its host.
+        self.owner = ""
         #: A lease ran out while it said nothing at all: frozen or gone. It gets no new work
         #: until it speaks again (dispatch.py).
         self.stalled = False

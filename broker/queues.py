@@ -13,6 +13,7 @@ from .config import QueueSettings
 from .context import Context
 from .flow import record_bytes
 from .model import GONE, READY, Peer, Queue, Record
+from .quotas import QUEUES
 
 
 class Queues:
@@ -39,21 +40,25 @@ class Queues:
         if reason is not None:
             ctx.refuse(peer, ErrorCode.INVALID_VALUE, reason, tag=tag)
             return None
-        max_queues = ctx.config.max_queues
-        if len(self.by_name) >= max_queues:
-            ctx.refuse(
-                peer,
-                ErrorCode.LIMIT_REACHED,
-                f"the broker has the maximum of {max_queues} queues",
-                None,
-                name,
-                tag,
-            )
+        problem = self.room_problem(peer.owner)
+        if problem is not None:
+            ctx.refuse(peer, ErrorCode.LIMIT_REACHED, problem, None, name, tag)
             return None
-        return self.create(name)
+        return self.create(name, peer.owner)
 
-    def create(self, name: str) -> Queue:
-        """A new queue with its settings (a per-queue override, else the broker's)."""
+    def room_problem(self, owner: str) -> str | None:
+        """Why `owner` may not create a queue now (its quota, then the broker's limit)."""
+        problem = self._ctx.quotas.problem(QUEUES, owner)
+        if problem is not None:
+            return f"{problem}: delete some first"
+        max_queues = self._ctx.config.max_queues
+        if len(self.by_name) >= max_queues:
+            return f"the broker has the maximum of {max_queues} queues"
+        return None
+
+    def create(self, name: str, owner: str = "") -> Queue:
+        """A new queue with its settings (a per-queue override, else the broker's), counted
+        against `owner`'s quota."""
         config = self._ctx.config
         settings = config.queues.get(name) or QueueSettings()
         queue = self.by_name[name] = Queue(
@@ -63,6 +68,9 @@ class Queues:
             _setting(settings.max_length, config.max_queue_length),
             settings.overflow or config.overflow,
         )
+        if owner:
+            queue.creator = owner
+            self._ctx.quotas.take(QUEUES, owner)
         return queue
 
     def purge(self, queue: Queue) -> int:
@@ -86,6 +94,7 @@ class Queues:
         queue.dead.clear()
         queue.deleted = True
         del self.by_name[queue.name]
+        self._ctx.quotas.give_back(QUEUES, queue.creator)
         self._ctx.journal.queue_deleted(queue.name)
         return purged, dead
 

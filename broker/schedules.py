@@ -23,6 +23,7 @@ from .errors import CommandError
 from .events import Events
 from .intake import Intake
 from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
+from .quotas import SCHEDULES
 from .schedule import SCHEDULE_RUN
 from .schedule_spec import (
     ScheduleSpec,
@@ -40,10 +41,22 @@ RUN_PROFILE = PeerProfile("schedule", ttl_form=False)
 class Job:
     """A schedule in force: its spec, its next due time and what it has done."""
 
-    __slots__ = ("due", "last_run", "next_wall", "peer", "removed", "runs", "spec", "zone")
+    __slots__ = (
+        "due",
+        "last_run",
+        "next_wall",
+        "owner",
+        "peer",
+        "removed",
+        "runs",
+        "spec",
+        "zone",
+    )
 
     def __init__(self, spec: ScheduleSpec, peer: Peer) -> None:
         self.spec = spec
+        #: Whose quota it counts against (quotas.py; "" restored from the store).
+        self.owner = ""
         self.zone: ZoneInfo | None = load_zone(spec.tz) if spec.cron else None
         #: Monotonic ns of the armed run (the heap entry that is current).
         self.due = 0
@@ -72,12 +85,20 @@ class Schedules:
         wall = ctx.clock.wall()
         spec = parse_spec(options, wall, ctx.config.max_content_bytes)
         old = self.by_name.get(spec.name)
+        quotas, owner = ctx.quotas, ctx.owner
+        if old is None or old.owner != owner:
+            problem = quotas.problem(SCHEDULES, owner)
+            if problem is not None:
+                raise CommandError(f"{problem}: remove some first", ErrorCode.LIMIT_REACHED)
         limit = ctx.config.max_schedules
         if old is None and len(self.by_name) >= limit:
             raise CommandError(f"the broker has the maximum of {limit} schedules")
         if old is not None:
             old.removed = True
+            quotas.give_back(SCHEDULES, old.owner)
         job = self._new_job(spec)
+        job.owner = owner
+        quotas.take(SCHEDULES, owner)
         ctx.journal.scheduled(spec.name, encode_spec(spec))
         if spec.cron:
             self._arm_wall(job, next_cron(spec, job.zone, wall))  # type: ignore[arg-type]
@@ -94,6 +115,7 @@ class Schedules:
         if job is None:
             raise CommandError(f"no schedule named {name!r}", ErrorCode.NOT_FOUND)
         job.removed = True
+        self._ctx.quotas.give_back(SCHEDULES, job.owner)
         self._ctx.journal.unscheduled(name)
         return {"name": name, "removed": True}
 

@@ -1,0 +1,70 @@
+"""Quotas: what one key (or, for peers without a key, one host address) may hold at once,
+before the broker-wide limits (docs/security.md, "Quotas"). One key that creates queues,
+schedules or leases until its quota says no leaves the rest of the broker-wide room to
+everyone else.
+
+The owner is a string the guard gives each peer when it identifies it (`key NAME`, or
+`host ADDRESS`); "" is the broker itself (restored state, its own jobs), never counted.
+"""
+
+from __future__ import annotations
+
+from .config import BrokerConfig
+
+QUEUES = "queues"
+SCHEDULES = "schedules"
+LEASES = "leases"
+KINDS = (QUEUES, SCHEDULES, LEASES)
+
+
+def quota_limits(config: BrokerConfig) -> dict[str, int]:
+    """Each kind's per-owner limit: the configured one, else half the broker-wide limit."""
+    return {
+        QUEUES: config.quota_queues or max(1, config.max_queues // 2),
+        SCHEDULES: config.quota_schedules or max(1, config.max_schedules // 2),
+        LEASES: config.quota_leases or max(1, config.max_leases // 2),
+    }
+
+
+class Quotas:
+    __slots__ = ("counts", "limits", "refused")
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.limits = quota_limits(config)
+        #: kind -> owner -> how many it holds (an owner at 0 is removed: bounded by the
+        #: broker-wide limits).
+        self.counts: dict[str, dict[str, int]] = {kind: {} for kind in KINDS}
+        #: Refusals by kind, for stats.
+        self.refused: dict[str, int] = dict.fromkeys(KINDS, 0)
+
+    def problem(self, kind: str, owner: str) -> str | None:
+        """Why `owner` may not take one more of `kind`, or None."""
+        if not owner:
+            return None
+        held = self.counts[kind].get(owner, 0)
+        limit = self.limits[kind]
+        if held < limit:
+            return None
+        self.refused[kind] += 1
+        return f"{owner} holds {held} {kind}, its quota (quota_{kind} is {limit})"
+
+    def take(self, kind: str, owner: str) -> None:
+        if owner:
+            counts = self.counts[kind]
+            counts[owner] = counts.get(owner, 0) + 1
+
+    def give_back(self, kind: str, owner: str) -> None:
+        if owner:
+            counts = self.counts[kind]
+            left = counts.get(owner, 0) - 1
+            if left > 0:
+                counts[owner] = left
+            else:
+                counts.pop(owner, None)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "limits": dict(self.limits),
+            "refused": dict(self.refused),
+            "owners": {kind: len(counts) for kind, counts in self.counts.items()},
+        }
