@@ -118,6 +118,7 @@ class Security:
             "permissions": self.config.permissions or None,
             "reloads": self.reloads,
             "refused": dict(self._core.guard.refused) if self._core is not None else {},
+            "quotas": self._core.ctx.quotas.stats() if self._core is not None else {},
         }
 
     def stop(self) -> None:
