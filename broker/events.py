@@ -21,6 +21,7 @@ from .flow import Flow
 from .intake import Intake
 from .model import Peer, Queue
 from .queues import Queues
+from .quotas import BINDINGS
 from .routing import Bindings, mask_matches
 
 #: Idempotency keys of publishes are remembered per event, in a scope no queue name can
@@ -29,7 +30,7 @@ KEY_SCOPE = "event "
 
 
 class Events:
-    __slots__ = ("_ctx", "_flow", "_intake", "_queues", "bindings")
+    __slots__ = ("_binder", "_ctx", "_flow", "_intake", "_queues", "bindings")
 
     def __init__(self, ctx: Context, queues: Queues, intake: Intake, flow: Flow) -> None:
         self._ctx = ctx
@@ -37,6 +38,9 @@ class Events:
         self._intake = intake
         self._flow = flow
         self.bindings = Bindings()
+        #: (queue, pattern) -> whose quota the binding counts against (bounded like the
+        #: bindings themselves by `max_bindings`).
+        self._binder: dict[tuple[str, str], str] = {}
 
     # ----------------------------------------------------------------- publish
 
@@ -144,10 +148,11 @@ class Events:
         """The patterns of a 002's PATTERNS packet, checked against the limits; None (and the
         peer refused with 422) if they are bad or too many."""
         patterns, problem = split_patterns(text)
+        code = ErrorCode.INVALID_VALUE
         if problem is None:
-            problem = self._room_problem(queue_name, patterns)
+            problem, code = self._room_problem(queue_name, patterns, owner=peer.owner)
         if problem is not None:
-            self._ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, queue_name)
+            self._ctx.refuse(peer, code, problem, None, queue_name)
             return None
         return patterns
 
@@ -162,20 +167,26 @@ class Events:
         wanted = list(dict.fromkeys(patterns))
         for pattern in wanted:
             _check_pattern(pattern)
-        problem = self._room_problem(queue_name, wanted)
+        owner = self._ctx.owner
+        problem, code = self._room_problem(queue_name, wanted, owner=owner)
         if problem is not None:
-            raise CommandError(problem)
+            raise CommandError(problem, code)
         queue = self._open(queue_name)
-        return queue, self.bind_checked(queue, wanted)
+        return queue, self.bind_checked(queue, wanted, owner)
 
-    def bind_checked(self, queue: Queue, patterns: list[str]) -> int:
-        """Bind patterns already checked (valid, within the limits); how many were new."""
+    def bind_checked(self, queue: Queue, patterns: list[str], owner: str = "") -> int:
+        """Bind patterns already checked (valid, within the limits); how many were new. Each
+        new binding counts against `owner`'s quota until it is unbound."""
         added = 0
         journal = self._ctx.journal
+        quotas = self._ctx.quotas
         for pattern in patterns:
             if self.bindings.bind(queue.name, pattern):
                 journal.bound(queue.name, pattern)
                 added += 1
+                if owner:
+                    self._binder[(queue.name, pattern)] = owner
+                    quotas.take(BINDINGS, owner)
         return added
 
     def unbind(self, queue: Queue, patterns: Iterable[str]) -> int:
@@ -185,7 +196,13 @@ class Events:
             if self.bindings.unbind(queue.name, pattern):
                 journal.unbound(queue.name, pattern)
                 removed += 1
+                self._unbound(queue.name, pattern)
         return removed
+
+    def _unbound(self, queue_name: str, pattern: str) -> None:
+        owner = self._binder.pop((queue_name, pattern), None)
+        if owner is not None:
+            self._ctx.quotas.give_back(BINDINGS, owner)
 
     def rebind(self, queue_name: str, options: dict[str, Any]) -> dict[str, Any]:
         """MQKS `rebind`: replace, then remove, then remove by mask, then add. Checked as a
@@ -205,17 +222,19 @@ class Events:
             _check_pattern(pattern)
         bound = set(current)
         new = [pattern for pattern in after if pattern not in bound]
-        problem = self._room_problem(queue_name, new, len(after))
+        owner = self._ctx.owner
+        problem, code = self._room_problem(queue_name, new, len(after), owner)
         if problem is not None:
-            raise CommandError(problem)
+            raise CommandError(problem, code)
         queue = self._open(queue_name)
         removed = self.unbind(queue, [pattern for pattern in current if pattern not in after])
-        added = self.bind_checked(queue, list(after))
+        added = self.bind_checked(queue, list(after), owner)
         return {"queue": queue.name, "added": added, "removed": removed}
 
     def forget(self, queue_name: str) -> None:
         """The queue was deleted: its bindings go (the store deletes them with the queue)."""
-        self.bindings.unbind_all(queue_name)
+        for pattern in self.bindings.unbind_all(queue_name):
+            self._unbound(queue_name, pattern)
 
     def restore(self, bindings: Iterable[tuple[str, str]]) -> int:
         """Bindings read back from the store: bound, their queues created, not journaled."""
@@ -229,26 +248,30 @@ class Events:
     # ----------------------------------------------------------------- limits
 
     def _room_problem(
-        self, queue_name: str, patterns: list[str], after: int | None = None
-    ) -> str | None:
-        """Why binding these patterns (new ones count) would pass a limit, or None. `after`
-        is the queue's number of bindings afterwards, when the caller knows it."""
+        self, queue_name: str, patterns: list[str], after: int | None = None, owner: str = ""
+    ) -> tuple[str | None, ErrorCode]:
+        """Why binding these patterns (new ones count) would pass `owner`'s quota (429) or a
+        limit (422), or None. `after` is the queue's number of bindings afterwards, when the
+        caller knows it."""
         config = self._ctx.config
         bindings = self.bindings
         current = set(bindings.patterns(queue_name))
         new = sum(1 for pattern in dict.fromkeys(patterns) if pattern not in current)
+        quota = self._ctx.quotas.problem(BINDINGS, owner, new) if new else None
+        if quota is not None:
+            return f"{quota}: unbind some first", ErrorCode.LIMIT_REACHED
         total = len(current) + new if after is None else after
         if total > config.max_bindings_per_queue:
             return (
                 f"queue {queue_name!r} would have {total} bindings"
                 f" (max_bindings_per_queue is {config.max_bindings_per_queue})"
-            )
+            ), ErrorCode.INVALID_VALUE
         if bindings.total + new > config.max_bindings:
             return (
                 f"the broker would hold {bindings.total + new} bindings"
                 f" (max_bindings is {config.max_bindings})"
-            )
-        return None
+            ), ErrorCode.INVALID_VALUE
+        return None, ErrorCode.INVALID_VALUE
 
     def _open(self, name: str) -> Queue:
         queue = self._queues.get(name)

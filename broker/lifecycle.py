@@ -56,7 +56,7 @@ class Lifecycle:
             return  # refused (a bad name, a limit)
         queue = window.queue
         if patterns:
-            self._events.bind_checked(queue, patterns)
+            self._events.bind_checked(queue, patterns, peer.owner)
         if message.unused_ms is not None and message.unused_ms != queue.unused_ms:
             queue.unused_ms = message.unused_ms
             self._ctx.journal.unused(queue.name, message.unused_ms)

@@ -12,15 +12,17 @@ from __future__ import annotations
 from .config import BrokerConfig
 
 QUEUES = "queues"
+BINDINGS = "bindings"
 SCHEDULES = "schedules"
 LEASES = "leases"
-KINDS = (QUEUES, SCHEDULES, LEASES)
+KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES)
 
 
 def quota_limits(config: BrokerConfig) -> dict[str, int]:
     """Each kind's per-owner limit: the configured one, else half the broker-wide limit."""
     return {
         QUEUES: config.quota_queues or max(1, config.max_queues // 2),
+        BINDINGS: config.quota_bindings or max(1, config.max_bindings // 2),
         SCHEDULES: config.quota_schedules or max(1, config.max_schedules // 2),
         LEASES: config.quota_leases or max(1, config.max_leases // 2),
     }
@@ -37,13 +39,13 @@ class Quotas:
         #: Refusals by kind, for stats.
         self.refused: dict[str, int] = dict.fromkeys(KINDS, 0)
 
-    def problem(self, kind: str, owner: str) -> str | None:
-        """Why `owner` may not take one more of `kind`, or None."""
+    def problem(self, kind: str, owner: str, more: int = 1) -> str | None:
+        """Why `owner` may not take `more` of `kind`, or None."""
         if not owner:
             return None
         held = self.counts[kind].get(owner, 0)
         limit = self.limits[kind]
-        if held < limit:
+        if held + more <= limit:
             return None
         self.refused[kind] += 1
         return f"{owner} holds {held} {kind}, its quota (quota_{kind} is {limit})"

@@ -1,0 +1,82 @@
+"""Per-key quotas (docs/security.md, "Quotas"): queues, bindings, schedules and leases are
+counted per key (per host without a key) and refused with 429 at the key's quota, before the
+broker-wide limit, and given back when they go."""
+
+from __future__ import annotations
+
+import phpmq.protocol as p
+from harness import CoreHarness, errors
+from phpmq.broker.guard import Principal
+from phpmq.broker.model import PeerProfile
+
+ROUTER = PeerProfile("router", ttl_form=True)
+HOG = Principal("hog", "10.0.0.1:1000", "router")
+OTHER = Principal("other", "10.0.0.2:1000", "router")
+SAME_HOST = Principal(None, "10.0.0.3:1000", "router")
+SAME_HOST_AGAIN = Principal(None, "10.0.0.3:2000", "router")
+
+
+def run(core: CoreHarness, peer: bytes, principal: Principal, *messages: p.Message) -> list:
+    core.core.begin_turn()
+    core.core.handle_frame(peer, p.encode_all(list(messages)), ROUTER, principal)
+    out: list = []
+    for peer_id, frame in core.core.end_turn().frames:
+        if peer_id == peer:
+            out += p.decode_frame(frame)[0]
+    return out
+
+
+def admin(core: CoreHarness, peer: bytes, principal: Principal, **options: object) -> dict:
+    answers = run(core, peer, principal, p.Admin(options))
+    [reply] = [m for m in answers if isinstance(m, p.AdminReply)]
+    return reply.options
+
+
+def test_queues_are_counted_per_key_and_given_back_when_deleted() -> None:
+    core = CoreHarness(max_queues=8, quota_queues=3)
+    sends = [p.Send(f"q{i}", b"x", 0, tag=i) for i in range(5)]
+    refused = errors(run(core, b"h", HOG, p.Hello({}), *sends))
+    assert [e.code for e in refused] == [429, 429]
+    assert "key 'hog' holds 3 queues" in refused[0].reason
+    assert errors(run(core, b"o", OTHER, p.Hello({}), p.Send("mine", b"x", 0, tag=1))) == []
+    assert admin(core, b"h", HOG, command="queue-delete", queue="q0")["queue"] == "q0"
+    assert errors(run(core, b"h", HOG, p.Send("q9", b"x", 0, tag=9))) == []
+
+
+def test_peers_without_a_key_share_their_hosts_quota() -> None:
+    core = CoreHarness(quota_queues=2)
+    run(core, b"a", SAME_HOST, p.Hello({}), p.Send("a1", b"x", 0, tag=1))
+    run(core, b"b", SAME_HOST_AGAIN, p.Hello({}), p.Send("b1", b"x", 0, tag=1))
+    [error] = errors(run(core, b"b", SAME_HOST_AGAIN, p.Send("b2", b"x", 0, tag=2)))
+    assert error.code == 429 and "host 10.0.0.3" in error.reason
+
+
+def test_bindings_schedules_and_leases_have_quotas_too() -> None:
+    core = CoreHarness(quota_bindings=2, quota_schedules=1, quota_leases=1)
+    bound = admin(core, b"h", HOG, command="queue-bind", queue="q", patterns=["a", "b", "c"])
+    assert bound["error"]["code"] == 429 and "quota_bindings is 2" in bound["error"]["reason"]
+    two = admin(core, b"h", HOG, command="queue-bind", queue="q", patterns=["a", "b"])
+    assert two["added"] == 2
+    [error] = errors(run(core, b"h", HOG, p.Consume("r", 1, patterns="c")))
+    assert error.code == 429
+    admin(core, b"h", HOG, command="queue-unbind", queue="q", patterns=["a"])
+    assert admin(core, b"h", HOG, command="queue-bind", queue="q", patterns=["c"])["added"] == 1
+    # Another key's bindings are its own.
+    assert admin(core, b"o", OTHER, command="queue-bind", queue="q", patterns=["d", "e"])["added"]
+
+    job = {"command": "schedule-add", "queue": "jobs", "every_ms": 60_000, "content": "x"}
+    assert "error" not in admin(core, b"h", HOG, name="s1", **job)
+    assert "error" not in admin(core, b"h", HOG, name="s1", **job)  # replacing its own: no more
+    second = admin(core, b"h", HOG, name="s2", **job)
+    assert second["error"]["code"] == 429 and "quota_schedules is 1" in second["error"]["reason"]
+    admin(core, b"h", HOG, command="schedule-remove", name="s1")
+    assert "error" not in admin(core, b"h", HOG, name="s2", **job)
+
+    run(core, b"o", OTHER, *[p.Send("work", b"x", 0) for _ in range(4)])
+    lease = {"command": "lease", "queue": "work", "max_messages": 1, "max_bytes": 10**6}
+    assert admin(core, b"h", HOG, lease="r/1", **lease)["messages"] == 1
+    refused = admin(core, b"h", HOG, lease="r/2", **lease)
+    assert refused["error"]["code"] == 429 and "quota_leases is 1" in refused["error"]["reason"]
+    assert admin(core, b"o", OTHER, lease="o/1", **lease)["messages"] == 1
+    admin(core, b"h", HOG, command="lease-commit", queue="work", lease="r/1")
+    assert admin(core, b"h", HOG, lease="r/3", **lease)["messages"] == 1
