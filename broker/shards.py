@@ -101,6 +101,12 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
     if config.cluster_file:
         cluster = read_cluster_file(config.cluster_file)
         node = cluster.node(config.node)
+        if not config.curve_secret and not config.link_secret:
+            raise ValueError(
+                "a cluster file needs CURVE (--curve-secret) or a link secret (link_secret in"
+                " the TOML file, or PHPMQ_LINK_SECRET), the same on every node: shards take"
+                " forwarded messages only from links that prove they are the cluster's"
+            )
         mapping = cluster.cluster_map(shard_address)
         bind, count = node.address, node.shards
         prefix = f"{node.name}/"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, phpmq, raw_dealer, recv_messages
 from phpmq.broker.cluster_file import read_cluster_file
@@ -35,7 +37,17 @@ def test_a_bad_cluster_file_is_refused_with_one_line(tmp_path: Path) -> None:
     assert mapping.epoch == 3 and [s.name for s in mapping.shards] == ["a/0", "b/0"]
 
 
-def test_nodes_whose_files_disagree_refuse_to_link(tmp_path: Path) -> None:
+def test_a_cluster_file_without_curve_needs_a_link_secret(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.toml", 1, free_port(), free_port())
+    done = phpmq("broker", "--cluster-file", str(good), "--node", "a")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "needs CURVE (--curve-secret) or a link secret" in done.stderr
+
+
+def test_nodes_whose_files_disagree_refuse_to_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHPMQ_LINK_SECRET", "shared-by-both-nodes")
     port_a, port_b = free_port(), free_port()
     file_a = write(tmp_path / "a.toml", 1, port_a, port_b)
     file_b = write(tmp_path / "b.toml", 2, port_a, port_b)

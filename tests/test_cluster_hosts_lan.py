@@ -75,7 +75,9 @@ def test_two_hosts_from_one_file_and_one_cut_off(lan_capable: None, tmp_path: Pa
             f'[[nodes]]\nname = "a"\naddress = "tcp://{node_a.address}:5555"\nshards = 1\n'
             f'[[nodes]]\nname = "b"\naddress = "tcp://{node_b.address}:5555"\nshards = 1\n'
         )
-        flags = ("--cluster-file", str(cluster))
+        secret = tmp_path / "link.toml"  # without CURVE, links prove themselves with it
+        secret.write_text('link_secret = "the-same-on-every-node"\n')
+        flags = ("--cluster-file", str(cluster), "--config", str(secret))
         broker_a = LanBroker(node_a, *flags, "--node", "a", log_path=tmp_path / "a.log")
         broker_b = LanBroker(node_b, *flags, "--node", "b", log_path=tmp_path / "b.log")
         try:
