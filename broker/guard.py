@@ -112,7 +112,8 @@ class Guard:
         peer.principal = principal
         peer.principal_wire = None
         peer.owner = _owner_of(principal)
-        peer.link = principal.key == LINK_KEY_NAME
+        if principal.key == LINK_KEY_NAME:
+            peer.link = True  # (a link proven by its secret stays one: identify never unproves)
         peer.rights = self._rights_of(principal, peer.profile, peer.admin_granted)
 
     def _rights_of(
