@@ -180,10 +180,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_leases: int = 10_000
     #: Per-key quotas (per host address for peers without a key), checked before the
     #: broker-wide limits above: queues a key has created, the bindings it made, its
-    #: schedules, its leases.
+    #: consumers of one queue, its schedules, its leases.
     #: 0: half the broker-wide limit.
     quota_queues: int = 0
     quota_bindings: int = 0
+    quota_consumers: int = 0
     quota_schedules: int = 0
     quota_leases: int = 0
     #: Security (docs/security.md). CURVE on the ZeroMQ endpoint: the broker's secret key
@@ -254,7 +255,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        for name in ("quota_queues", "quota_bindings", "quota_schedules", "quota_leases"):
+        quotas = ("quota_queues", "quota_bindings", "quota_consumers", "quota_schedules")
+        for name in (*quotas, "quota_leases"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (half the broker-wide limit) or more")
         self.tcp_networks()  # raises on a bad CIDR

@@ -29,6 +29,7 @@ from .model import (
     Window,
 )
 from .queues import Queues
+from .quotas import CONSUMERS
 from .schedule import DELAY_OVER, LEASE
 
 #: Messages dispatched in one loop turn at most; a queue with more to give stays marked for
@@ -101,6 +102,10 @@ class Dispatch:
             return
         window = peer.windows.get(queue.name)
         if window is None:
+            problem = self._consumer_quota_problem(peer, queue)
+            if problem is not None:
+                ctx.refuse(peer, ErrorCode.LIMIT_REACHED, problem, None, queue.name)
+                return
             max_consumers = ctx.config.max_consumers
             if len(queue.windows) >= max_consumers and not self._reclaim_slot(queue):
                 ctx.refuse(
@@ -118,6 +123,23 @@ class Dispatch:
         window.limit = 0 if peer.closing else count
         self.close_window_if_idle(window)
         ctx.mark_dirty(queue)
+
+    def _consumer_quota_problem(self, peer: Peer, queue: Queue) -> str | None:
+        """Why the peer's key (or host) may not open one more window on the queue: it holds
+        its quota of the queue's consumer slots (counted when a window opens, which is rare;
+        bounded by `max_consumers`)."""
+        owner = peer.owner
+        if not owner:
+            return None
+        limit = self._ctx.quotas.limits[CONSUMERS]
+        held = sum(1 for window in queue.windows if window.peer.owner == owner)
+        if held < limit:
+            return None
+        self._ctx.quotas.refused[CONSUMERS] += 1
+        return (
+            f"{owner} holds {held} consumers of {queue.name!r}, its quota"
+            f" (quota_consumers is {limit})"
+        )
 
     def _reclaim_slot(self, queue: Queue) -> bool:
         """A queue at its maximum of consumers: give up on the peer of a window that does not

@@ -10,6 +10,7 @@ the guard turns that into the peer's rights once. A peer whose rights are everyt
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 from typing import Any, NamedTuple
 
@@ -354,11 +355,21 @@ def describe(peer: Peer) -> str:
 
 def _owner_of(principal: Principal) -> str:
     """Whom a peer's quotas count against: its key, else its host (without the port); ""
-    (only the broker-wide limits) when the transport cannot tell (ipc, inproc)."""
+    (only the broker-wide limits) for this host's own peers without a key (loopback, ipc,
+    inproc): they are the operator's, as trusted as the admin commands they may run."""
     if principal.key is not None:
         return f"key {principal.key!r}"
     host = principal.address.rsplit(":", 1)[0] if principal.address else ""
-    return f"host {host}" if host else ""
+    if not host or _is_loopback(host):
+        return ""
+    return f"host {host}"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _patterns_bound(options: dict[str, Any]) -> list[str]:

@@ -15,6 +15,8 @@ QUEUES = "queues"
 BINDINGS = "bindings"
 SCHEDULES = "schedules"
 LEASES = "leases"
+#: Counted per queue, from its windows, when a window opens (dispatch.py): no bookkeeping.
+CONSUMERS = "consumers"
 KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES)
 
 
@@ -25,6 +27,7 @@ def quota_limits(config: BrokerConfig) -> dict[str, int]:
         BINDINGS: config.quota_bindings or max(1, config.max_bindings // 2),
         SCHEDULES: config.quota_schedules or max(1, config.max_schedules // 2),
         LEASES: config.quota_leases or max(1, config.max_leases // 2),
+        CONSUMERS: config.quota_consumers or max(1, config.max_consumers // 2),
     }
 
 
@@ -37,7 +40,7 @@ class Quotas:
         #: broker-wide limits).
         self.counts: dict[str, dict[str, int]] = {kind: {} for kind in KINDS}
         #: Refusals by kind, for stats.
-        self.refused: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.refused: dict[str, int] = dict.fromkeys((*KINDS, CONSUMERS), 0)
 
     def problem(self, kind: str, owner: str, more: int = 1) -> str | None:
         """Why `owner` may not take `more` of `kind`, or None."""

@@ -80,3 +80,19 @@ def test_bindings_schedules_and_leases_have_quotas_too() -> None:
     assert admin(core, b"o", OTHER, lease="o/1", **lease)["messages"] == 1
     admin(core, b"h", HOG, command="lease-commit", queue="work", lease="r/1")
     assert admin(core, b"h", HOG, lease="r/3", **lease)["messages"] == 1
+
+
+def test_one_key_holds_at_most_its_share_of_a_queues_consumers() -> None:
+    core = CoreHarness(max_consumers=4)  # quota_consumers: half of it
+    for i in range(2):
+        assert errors(run(core, b"h%d" % i, HOG, p.Hello({}), p.Consume("q", 1))) == []
+    [error] = errors(run(core, b"h2", HOG, p.Hello({}), p.Consume("q", 1)))
+    assert error.code == 429 and "quota_consumers is 2" in error.reason
+    assert errors(run(core, b"o", OTHER, p.Hello({}), p.Consume("q", 1))) == []
+
+
+def test_this_hosts_own_peers_without_a_key_count_only_against_the_broker() -> None:
+    core = CoreHarness(max_queues=4, quota_queues=1)
+    local = Principal(None, "127.0.0.1:5000", "router")
+    sends = [p.Send(f"q{i}", b"x", 0, tag=i) for i in range(4)]
+    assert errors(run(core, b"l", local, p.Hello({}), *sends)) == []
