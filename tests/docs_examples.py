@@ -15,9 +15,9 @@ Each document gets its own broker (phpmq.testing.BrokerProcess) and working dire
 its examples run, PHPMQ_BROKER names that broker, so `Client()` and the `phpmq` commands reach
 it, and its address in an output reads as the documented default, tcp://127.0.0.1:5555.
 
-Outputs are compared loosely where runs differ: message IDs, clock times and durations match
-any other, runs of spaces and table rules of any width match, and `…` in a shown output
-matches anything.
+Outputs are compared loosely where runs differ: message IDs, clock times, durations and sizes
+in KiB-TiB match any other, runs of spaces and table rules of any width match, and `…` in a
+shown output matches anything.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ _VARYING = (
     (re.compile(r"\b[0-9a-f]{32}\b"), "<id>"),
     (re.compile(r"\b\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d)?\b"), "<time>"),
     (re.compile(r"\b\d+(\.\d+)?m?s\b"), "<duration>"),
+    (re.compile(r"\b\d+(\.\d+)? [KMGT]iB\b"), "<size>"),  # e.g. the machine's RAM
 )
 _TABLE_RULE = re.compile(r"([━─])\1+")
 _SPACE = re.compile(r"\s+")
