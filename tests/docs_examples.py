@@ -1,8 +1,8 @@
 """The documentation as tests: Sybil finds the examples in README.md and docs/*.md, and the
 conftest.py at the root of the repository hands them to pytest (`pytest README.md docs`).
 
-- A ```python block runs as written; the blocks of one document share their names, in order.
-  What a block prints is kept for a ```console block right after it.
+- A ```python block runs as written and on its own, as a reader would copy it: it imports what
+  it uses. What it prints is kept for a ```console block right after it.
 - A ```console block is a shell session: each `$ ` line runs in bash, and what it prints
   (stdout and stderr together) must be what the block shows under it. Lines before the first
   `$ ` are what the python block before it printed.
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sybil import Example, Sybil
-from sybil.evaluators.python import PythonEvaluator
+from sybil.evaluators.python import pad
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from phpmq.client import BROKER_VARIABLE, DEFAULT_ADDRESS
@@ -48,6 +48,8 @@ TESTS = ROOT / "tests"
 #: Where a document's run is kept in its namespace, and what its last python block printed.
 RUN = "_docs_run"
 PRINTED = "_docs_printed"
+#: What a python block is given besides what it imports itself.
+HELPERS = ("start_workers",)
 ANY = "…"
 COMMAND_PROMPT = "$ "
 COMMAND_TIMEOUT_S = 60.0
@@ -158,14 +160,15 @@ def end_document(namespace: dict[str, Any]) -> None:
     shutil.rmtree(run.directory, ignore_errors=True)
 
 
-class PrintingPythonEvaluator(PythonEvaluator):
-    """Sybil's evaluator, keeping what the block printed for the console block after it."""
-
-    def __call__(self, example: Example) -> None:
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            super().__call__(example)
-        example.namespace[PRINTED] = printed.getvalue()
+def evaluate_python(example: Example) -> None:
+    """Run a python block on its own, as a reader would copy it (only the set-up helpers are
+    given); keep what it printed for the console block after it."""
+    names = {name: example.namespace[name] for name in HELPERS}
+    source = pad(example.parsed, example.line + example.parsed.line_offset)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(source, example.path, "exec", dont_inherit=True), names)
+    example.namespace[PRINTED] = printed.getvalue()
 
 
 def console_session(block: str) -> tuple[str, list[tuple[str, str]]]:
@@ -219,7 +222,7 @@ def _run_command(run: DocumentRun, command: str, shown: str) -> str | None:
 DOCUMENTS = Sybil(
     parsers=[
         SkipParser(),
-        CodeBlockParser("python", PrintingPythonEvaluator()),
+        CodeBlockParser("python", evaluate_python),
         CodeBlockParser("console", evaluate_console),
     ],
     path=str(ROOT),
