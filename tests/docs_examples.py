@@ -40,6 +40,7 @@ from sybil import Example, Sybil
 from sybil.evaluators.python import pad
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
+from phpmq.broker.config import endpoint_is_local
 from phpmq.client import BROKER_VARIABLE, DEFAULT_ADDRESS
 from phpmq.testing import BrokerProcess
 
@@ -54,7 +55,7 @@ ANY = "…"
 COMMAND_PROMPT = "$ "
 COMMAND_TIMEOUT_S = 60.0
 #: Wide enough that the CLI's tables are neither wrapped nor cut.
-TERMINAL_COLUMNS = "100"
+TERMINAL_COLUMNS = "120"
 
 _VARYING = (
     (re.compile(r"\b[0-9a-f]{32}\b"), "<id>"),
@@ -62,6 +63,7 @@ _VARYING = (
     (re.compile(r"\b\d+(\.\d+)?m?s\b"), "<duration>"),
     (re.compile(r"\b\d+(\.\d+)? [KMGT]iB\b"), "<size>"),  # e.g. the machine's RAM
 )
+_ENDPOINT = re.compile(r"\btcp://[^\s'\"]+")
 _TABLE_RULE = re.compile(r"([━─])\1+")
 _SPACE = re.compile(r"\s+")
 
@@ -160,9 +162,21 @@ def end_document(namespace: dict[str, Any]) -> None:
     shutil.rmtree(run.directory, ignore_errors=True)
 
 
+def refuse_remote_endpoints(source: str) -> None:
+    """Examples run for real, so they may name loopback addresses only: a LAN address in a
+    runnable example must be shown in a block that does not run.
+
+    Raises:
+        AssertionError: `source` names an address beyond this host.
+    """
+    remote = [found for found in _ENDPOINT.findall(source) if not endpoint_is_local(found)]
+    assert not remote, f"a runnable example may not reach beyond this host: {remote}"
+
+
 def evaluate_python(example: Example) -> None:
     """Run a python block on its own, as a reader would copy it (only the set-up helpers are
     given); keep what it printed for the console block after it."""
+    refuse_remote_endpoints(str(example.parsed))
     names = {name: example.namespace[name] for name in HELPERS}
     source = pad(example.parsed, example.line + example.parsed.line_offset)
     printed = io.StringIO()
@@ -186,6 +200,7 @@ def console_session(block: str) -> tuple[str, list[tuple[str, str]]]:
 def evaluate_console(example: Example) -> str | None:
     """Run a console block's commands; a description of the first mismatch, or None."""
     run: DocumentRun = example.namespace[RUN]
+    refuse_remote_endpoints(str(example.parsed))
     lead, steps = console_session(str(example.parsed))
     if lead.strip():
         printed = example.namespace.pop(PRINTED, "")
