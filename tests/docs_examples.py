@@ -11,9 +11,12 @@ conftest.py at the root of the repository hands them to pytest (`pytest README.m
   not need, e.g. `start_workers("docs_tasks:answer", "resize")` for a document's requests.
 - Other blocks (```sh, ```toml, ...) are not run.
 
-Each document gets its own broker (phpmq.testing.BrokerProcess) and working directory. While
-its examples run, PHPMQ_BROKER names that broker, so `Client()` and the `phpmq` commands reach
-it, and its address in an output reads as the documented default, tcp://127.0.0.1:5555.
+Each document gets its own broker (phpmq.testing.BrokerProcess), working directory and shell:
+the `$ ` lines of its console blocks run one after the other as in one terminal (`export`
+and `cd` stay; `command &` runs in the background until the document ends). While its
+examples run, PHPMQ_BROKER names that broker, so `Client()` and the `phpmq` commands reach it,
+and its address in an output reads as the documented default, tcp://127.0.0.1:5555. A
+document in OWN_BROKER starts its broker itself, on the address PHPMQ_BIND gives it.
 
 Outputs are compared loosely where runs differ: message IDs, clock times, durations and sizes
 in KiB-TiB match any other, runs of spaces and table rules of any width match, and `…` in a
@@ -23,6 +26,7 @@ shown output matches anything.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -42,7 +46,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from phpmq.broker.config import endpoint_is_local
 from phpmq.client import BROKER_VARIABLE, DEFAULT_ADDRESS
-from phpmq.testing import BrokerProcess
+from phpmq.testing import BrokerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
@@ -56,6 +60,7 @@ COMMAND_PROMPT = "$ "
 COMMAND_TIMEOUT_S = 60.0
 #: Wide enough that the CLI's tables are neither wrapped nor cut.
 TERMINAL_COLUMNS = "120"
+BIND_VARIABLE = "PHPMQ_BIND"
 
 _VARYING = (
     (re.compile(r"\b[0-9a-f]{32}\b"), "<id>"),
@@ -81,39 +86,93 @@ def output_matches(shown: str, actual: str) -> bool:
     return re.fullmatch(pattern, normalized(actual), re.DOTALL) is not None
 
 
+#: Documents whose examples start their own broker (`phpmq broker ... &`): they get none, and
+#: PHPMQ_BIND names the address PHPMQ_BROKER does.
+OWN_BROKER = ("docs/security.md",)
+#: Appended to each command: the shell's variables after it, for the next command.
+_KEEP_SHELL_STATE = '\nstatus=$?; env -0 > "$DOCS_SHELL_STATE"; exit $status'
+_NOT_KEPT = frozenset({"_", "SHLVL", "OLDPWD", "DOCS_SHELL_STATE"})
+
+
 @dataclass
 class DocumentRun:
-    """One document's broker, working directory, worker pools and saved environment."""
+    """One document's broker, working directory, shell variables and background processes."""
 
-    broker: BrokerProcess
+    address: str
+    broker: BrokerProcess | None
     directory: Path
     saved_directory: str
     saved_environment: dict[str, str]
-    pools: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    shell: dict[str, str] = field(default_factory=dict)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def environment(self) -> dict[str, str]:
-        """What a command of the document runs with: the test's Python first on the PATH,
-        PHPMQ_BROKER naming the document's broker, and no other PHPMQ_* variable."""
-        return {
+    @classmethod
+    def start(cls, own_broker: bool) -> DocumentRun:
+        """A new directory and, unless the document starts its own, a broker."""
+        directory = Path(tempfile.mkdtemp(prefix="phpmq-docs-"))
+        broker = None
+        if not own_broker:
+            broker = BrokerProcess("--grace-seconds", "0", log_path=directory / "broker.log")
+        run = cls(
+            address=broker.address if broker else f"tcp://127.0.0.1:{free_port()}",
+            broker=broker,
+            directory=directory,
+            saved_directory=os.getcwd(),
+            saved_environment=dict(os.environ),
+        )
+        for name in [name for name in os.environ if name.startswith("PHPMQ_")]:
+            del os.environ[name]
+        os.environ[BROKER_VARIABLE] = run.address
+        if own_broker:
+            os.environ[BIND_VARIABLE] = run.address
+        os.chdir(directory)
+        run.shell = {
             **os.environ,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": str(TESTS),
+            "PYTHONPATH": str(TESTS),  # the handlers of start_workers
             "COLUMNS": TERMINAL_COLUMNS,
+            "PWD": str(directory),
         }
+        return run
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        """Run one command line as the next in the document's shell: variables it exports
+        and the directory it changes to stay for the commands after it."""
+        state = self.directory / ".shell-state"
+        result = subprocess.run(
+            ["bash", "-c", command + _KEEP_SHELL_STATE],
+            cwd=self.shell["PWD"],
+            env={**self.shell, "DOCS_SHELL_STATE": str(state)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        variables = (item.partition("=") for item in state.read_text().split("\0") if item)
+        self.shell = {name: value for name, _, value in variables if name not in _NOT_KEPT}
+        return result
+
+    def start_in_background(self, command: str) -> None:
+        """`command &`: it runs (its output in the directory's background.log) until the
+        document ends."""
+        with open(self.directory / "background.log", "ab") as log:
+            self.processes.append(
+                subprocess.Popen(
+                    ["bash", "-c", f"exec {command}"],
+                    cwd=self.shell["PWD"],
+                    env=self.shell,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
 
     def start_workers(self, handler: str, *queues: str, timeout: float = 20.0) -> None:
         """Run `phpmq workers HANDLER -q QUEUE...` until the document ends; return once each
         queue has a consumer."""
-        flags = [flag for queue in queues for flag in ("-q", queue)]
-        self.pools.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "phpmq", "workers", handler, "-p", "1", *flags],
-                cwd=self.directory,
-                env=self.environment(),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+        flags = " ".join(f"-q {queue}" for queue in queues)
+        self.start_in_background(f"phpmq workers {handler} -p 1 {flags}")
         deadline = time.monotonic() + timeout
         while not self._consumed(queues):
             if time.monotonic() > deadline:
@@ -121,45 +180,37 @@ class DocumentRun:
             time.sleep(0.1)
 
     def _consumed(self, queues: tuple[str, ...]) -> bool:
+        assert self.broker is not None, "start_workers needs the document's own broker"
         known = self.broker.stats()["queues"]
         return all(known.get(queue, {}).get("consumers", 0) > 0 for queue in queues)
 
-    def stop(self) -> None:
-        for pool in self.pools:
-            pool.send_signal(signal.SIGTERM)
-        for pool in self.pools:
+    def end(self) -> None:
+        """Stop what the document started, give back the directory and the environment."""
+        os.chdir(self.saved_directory)
+        os.environ.clear()
+        os.environ.update(self.saved_environment)
+        for process in self.processes:
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes:
             try:
-                pool.wait(10)
+                process.wait(10)
             except subprocess.TimeoutExpired:
-                pool.kill()
-                pool.wait(5)
-        self.broker.stop()
+                process.kill()
+                process.wait(5)
+        if self.broker is not None:
+            self.broker.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_document(namespace: dict[str, Any]) -> None:
-    """Sybil's set-up of a document: its broker, its directory, PHPMQ_BROKER."""
-    directory = Path(tempfile.mkdtemp(prefix="phpmq-docs-"))
-    run = DocumentRun(
-        broker=BrokerProcess("--grace-seconds", "0", log_path=directory / "broker.log"),
-        directory=directory,
-        saved_directory=os.getcwd(),
-        saved_environment=dict(os.environ),
-    )
-    for name in [name for name in os.environ if name.startswith("PHPMQ_")]:
-        del os.environ[name]
-    os.environ[BROKER_VARIABLE] = run.broker.address
-    os.chdir(directory)
+def start_document(namespace: dict[str, Any], own_broker: bool = False) -> None:
+    """Sybil's set-up of a document: its directory, its broker, PHPMQ_BROKER."""
+    run = DocumentRun.start(own_broker)
     namespace[RUN] = run
     namespace["start_workers"] = run.start_workers
 
 
 def end_document(namespace: dict[str, Any]) -> None:
-    run: DocumentRun = namespace[RUN]
-    os.chdir(run.saved_directory)
-    os.environ.clear()
-    os.environ.update(run.saved_environment)
-    run.stop()
-    shutil.rmtree(run.directory, ignore_errors=True)
+    namespace[RUN].end()
 
 
 def refuse_remote_endpoints(source: str) -> None:
@@ -214,17 +265,11 @@ def evaluate_console(example: Example) -> str | None:
 
 
 def _run_command(run: DocumentRun, command: str, shown: str) -> str | None:
-    result = subprocess.run(
-        ["bash", "-c", command],
-        cwd=run.directory,
-        env=run.environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-    )
-    actual = result.stdout.replace(run.broker.address, DEFAULT_ADDRESS)
+    if command.endswith("&") and not command.endswith("&&"):
+        run.start_in_background(command.removesuffix("&"))
+        return None if not shown.strip() else f"$ {command}\nruns in the background: show no output"
+    result = run.run(command)
+    actual = result.stdout.replace(run.address, DEFAULT_ADDRESS)
     shows_failure = any(line.startswith("phpmq: ") for line in shown.splitlines())
     if output_matches(shown, actual) and (result.returncode != 0) == shows_failure:
         return None
@@ -234,14 +279,22 @@ def _run_command(run: DocumentRun, command: str, shown: str) -> str | None:
     )
 
 
+PARSERS = [
+    SkipParser(),
+    CodeBlockParser("python", evaluate_python),
+    CodeBlockParser("console", evaluate_console),
+]
 DOCUMENTS = Sybil(
-    parsers=[
-        SkipParser(),
-        CodeBlockParser("python", evaluate_python),
-        CodeBlockParser("console", evaluate_console),
-    ],
+    parsers=PARSERS,
     path=str(ROOT),
     patterns=["README.md", "docs/*.md"],
+    excludes=OWN_BROKER,
     setup=start_document,
+    teardown=end_document,
+) + Sybil(
+    parsers=PARSERS,
+    path=str(ROOT),
+    patterns=OWN_BROKER,
+    setup=functools.partial(start_document, own_broker=True),
     teardown=end_document,
 )
