@@ -47,6 +47,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from phpmq.broker.config import endpoint_is_local
 from phpmq.client import BROKER_VARIABLE, DEFAULT_ADDRESS
 from phpmq.testing import BrokerProcess, free_port
+from pipeline_harness import spark_missing, stop_spark
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
@@ -55,6 +56,8 @@ RUN = "_docs_run"
 PRINTED = "_docs_printed"
 #: What a python block is given besides what it imports itself.
 HELPERS = ("start_workers",)
+#: For skip directives: `<!-- skip: next if(spark_missing(), reason="...") -->`.
+CONDITIONS = {"spark_missing": spark_missing}
 ANY = "…"
 COMMAND_PROMPT = "$ "
 COMMAND_TIMEOUT_S = 60.0
@@ -197,6 +200,12 @@ class DocumentRun:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+        if "pyspark" in sys.modules:  # a document's Spark ends with it, JVM included
+            from pyspark.sql import SparkSession
+
+            session = SparkSession.getActiveSession()
+            if session is not None:
+                stop_spark(session)
         if self.broker is not None:
             self.broker.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -205,8 +214,7 @@ class DocumentRun:
 def start_document(namespace: dict[str, Any], own_broker: bool = False) -> None:
     """Sybil's set-up of a document: its directory, its broker, PHPMQ_BROKER."""
     run = DocumentRun.start(own_broker)
-    namespace[RUN] = run
-    namespace["start_workers"] = run.start_workers
+    namespace.update(CONDITIONS, **{RUN: run, "start_workers": run.start_workers})
 
 
 def end_document(namespace: dict[str, Any]) -> None:
