@@ -23,12 +23,13 @@ broker: $(VENV)/.core
 	$(BIN)/phpmq broker $(ARGS)
 
 test: $(VENV)/.test
-	@# php-cli for the stock-client end-to-end test, tmux for the `phpmq top` test; in CI a
-	@# missing one fails its test.
-	@for tool in php:php-cli tmux:tmux; do \
+	@# php-cli for the stock-client end-to-end test, tmux for the `phpmq top` test,
+	@# systemd-analyze (package systemd) for the deploy/ units; in CI a missing one fails its test.
+	@for tool in php:php-cli tmux:tmux systemd-analyze:systemd; do \
 	  if [ -n "$$CI" ] && ! command -v $${tool%%:*} >/dev/null 2>&1; then \
-	    apt-get install -y -q $${tool#*:} >/dev/null 2>&1 \
-	    || { apt-get update -q >/dev/null && apt-get install -y -q $${tool#*:} >/dev/null; }; \
+	    apt-get install -y -q --no-install-recommends $${tool#*:} >/dev/null 2>&1 \
+	    || { apt-get update -q >/dev/null \
+	         && apt-get install -y -q --no-install-recommends $${tool#*:} >/dev/null; }; \
 	  fi; \
 	done
 	$(BIN)/ruff check .

@@ -2,7 +2,7 @@
 
 The names users touch, importable from here:
 
-    from phpmq import AsyncClient, Client, Retry, Reject
+    from phpmq import AsyncClient, Client, Retry, Reject, curve_keys
 
 Parts: `phpmq.protocol` (the sans-IO codec), `phpmq.broker` (the broker), `phpmq.client`
 (the Python client), `phpmq.workers` (the worker pool), `phpmq.bridges`, `phpmq.pipeline`
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         RequestLost,
         RequestTimeout,
         Unconfirmed,
+        curve_keys,
     )
     from .workers.outcome import Reject, Retry
 
@@ -52,6 +53,7 @@ _LAZY = {
     "Unconfirmed": ".client",
     "Reject": ".workers.outcome",
     "Retry": ".workers.outcome",
+    "curve_keys": ".client",
 }
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "Retry",
     "Unconfirmed",
     "__version__",
+    "curve_keys",
 ]
 
 

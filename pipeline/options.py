@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..client.curve import Curve, curve_keys
+from ..client.driver import broker_address
 from ..client.errors import CurveKeyError
-from ..protocol import DEFAULT_ADDRESS, event_name_problem, queue_name_problem
+from ..protocol import event_name_problem, queue_name_problem
 from .option_names import KAFKA_SINK_HINTS, duration_ms, size_bytes, unknown_option_problem
 
 #: Rows per micro-batch when `maxRecordsPerTrigger` is not given.
@@ -285,7 +286,7 @@ def _lower_keys(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _broker(options: Mapping[str, str]) -> str:
-    address = options.get("broker") or DEFAULT_ADDRESS
+    address = broker_address(options.get("broker"))  # as Client(): else PHPMQ_BROKER, else local
     if "://" not in address:
         raise OptionError(
             f"option broker must be a ZeroMQ address like tcp://host:5555: {address!r}"

@@ -93,11 +93,12 @@ Connect = Callable[..., DrivenClient]
 
 @pytest.fixture(params=["sync", "async"])
 def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    """`connect(address, **options)`: a client of the kind under test, closed at the end."""
+    """`connect(address=None, **options)`: a client of the kind under test, closed at the end
+    (no address: the one PHPMQ_BROKER names, else the default)."""
     made: list[DrivenClient] = []
     loop = asyncio.new_event_loop() if request.param == "async" else None
 
-    def connect(address: str, **options: Any) -> DrivenClient:
+    def connect(address: str | None = None, **options: Any) -> DrivenClient:
         kind = Client if loop is None else AsyncClient
         driven = DrivenClient(kind(address, **options), loop)
         made.append(driven)

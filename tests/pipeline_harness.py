@@ -8,7 +8,9 @@ imports fail, which skips it locally and fails it in CI (CI=true).
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,10 +50,28 @@ def spark() -> Iterator[Any]:
             pytest.fail(str(exc), pytrace=False)
         pytest.skip(str(exc))
     yield session
+    stop_spark(session)
+
+
+def stop_spark(session: Any) -> None:
+    """Stop the session's queries, the session and its JVM (so that it takes no CPU or memory
+    from the tests that run later)."""
     for query in session.streams.active:
         query.stop()
     session.stop()
     _stop_gateway()
+
+
+def spark_missing() -> str | None:
+    """Why Spark cannot run here (pyspark or Java missing), or None. None in CI, where the
+    Spark tests must run (and fail if they cannot)."""
+    if IN_CI:
+        return None
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install '.[spark]')"
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return "Spark needs Java 17 or 21 on the PATH"
+    return None
 
 
 def _stop_gateway() -> None:

@@ -49,6 +49,18 @@ def test_send_consume_ack_round_trip_carries_headers(
     assert stats["queues"]["emails"]["ready"] == stats["queues"]["emails"]["in_flight"] == 0
 
 
+def test_a_client_given_no_address_connects_to_the_broker_phpmq_broker_names(
+    broker: BrokerProcess, connect: Connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHPMQ_BROKER", broker.address)
+    with connect() as client:
+        assert client.address == broker.address
+        client.send("emails", b"addressed by the environment", confirm=True)
+    assert broker.stats()["queues"]["emails"]["ready"] == 1
+    monkeypatch.delenv("PHPMQ_BROKER")
+    assert connect(send_timeout=0.2).address == "tcp://127.0.0.1:5555"
+
+
 def test_requeue_redelivers_and_dead_letter_keeps_the_reason(
     broker: BrokerProcess, connect: Connect
 ) -> None:

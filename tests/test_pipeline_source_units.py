@@ -42,6 +42,16 @@ def test_defaults_fit_a_default_driver() -> None:
     assert options.fail_on_data_loss and options.queue_pattern is None
 
 
+def test_the_broker_option_defaults_to_phpmq_broker_as_the_clients_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PHPMQ_BROKER", "tcp://127.0.0.1:6001")
+    assert SourceOptions.parse({"queue": "q"}).broker == "tcp://127.0.0.1:6001"
+    assert SourceOptions.parse({"queue": "q", "broker": "tcp://b:1"}).broker == "tcp://b:1"
+    monkeypatch.delenv("PHPMQ_BROKER")
+    assert SourceOptions.parse({"queue": "q"}).broker == "tcp://127.0.0.1:5555"
+
+
 @pytest.mark.parametrize(
     ("given", "expected"),
     [("30000", 30_000), ("30s", 30_000), ("5m", 300_000), ("1h", 3_600_000), ("250ms", 250)],

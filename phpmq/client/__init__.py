@@ -5,9 +5,11 @@
 decided by the sans-IO `Connection` (connection.py) they share (docs/client.md).
 """
 
+from ..protocol import DEFAULT_ADDRESS
 from .aio import AsyncClient
 from .curve import Curve, curve_keys
 from .dealer import check_address
+from .driver import BROKER_VARIABLE
 from .errors import (
     BrokerRefused,
     ClientError,
@@ -23,11 +25,12 @@ from .errors import (
 )
 from .events import BROKER_LEAVING, BROKER_LOST, QUEUE_DELETED, RECONNECTED, REJOINED
 from .message import AsyncReceivedMessage, ReceivedMessage
-from .sync import DEFAULT_ADDRESS, Client
+from .sync import Client
 
 __all__ = [
     "BROKER_LEAVING",
     "BROKER_LOST",
+    "BROKER_VARIABLE",
     "DEFAULT_ADDRESS",
     "QUEUE_DELETED",
     "RECONNECTED",

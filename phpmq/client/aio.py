@@ -25,7 +25,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ..protocol import DEFAULT_ADDRESS, Error
+from ..protocol import Error
 from .aio_admin import AsyncAdmin
 from .aio_batches import AsyncBatchSends
 from .aio_requests import AsyncRequests
@@ -56,7 +56,7 @@ class AsyncClient(
 
     def __init__(
         self,
-        address: str = DEFAULT_ADDRESS,
+        address: str | None = None,
         *,
         name: str = "phpmq-python",
         role: str = "client",

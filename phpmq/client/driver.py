@@ -7,12 +7,13 @@ Nothing here touches a socket, a thread or an event loop.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import Error, ErrorCode, MessageType, Pause
+from ..protocol import DEFAULT_ADDRESS, Error, ErrorCode, MessageType, Pause
 from ..protocol.cluster import ClusterMap, Shard
 from .connection import Connection
 from .curve import Curve, curve_from_environment
@@ -46,6 +47,13 @@ RECONNECT_MAX_S = 5.0
 RECONNECT_LINGER_S = 30.0
 #: ERRORs refusing these message types are kept for the caller (refusals.py), not only logged.
 TOLD_TO_THE_CALLER = frozenset((MessageType.SEND, MessageType.CONSUME, MessageType.PUBLISH))
+#: Where a client connects when it is given no address (the CLI's --broker reads it too).
+BROKER_VARIABLE = "PHPMQ_BROKER"
+
+
+def broker_address(given: str | None) -> str:
+    """The address a client connects to: `given`, else PHPMQ_BROKER, else loopback:5555."""
+    return given or os.environ.get(BROKER_VARIABLE) or DEFAULT_ADDRESS
 
 
 class Driver:
@@ -53,7 +61,7 @@ class Driver:
 
     def __init__(
         self,
-        address: str,
+        address: str | None,
         connection: Connection,
         *,
         send_timeout: float,
@@ -65,7 +73,7 @@ class Driver:
     ) -> None:
         """`routed_by`: the routing client this one is a link of, a connection to one more
         shard (it routes nothing itself and tells that client the maps it hears)."""
-        self.address = address
+        self.address = broker_address(address)
         #: CURVE keys (docs/security.md): given, or from PHPMQ_CURVE_SECRET/_SERVER.
         self.curve = curve if curve is not None else curve_from_environment()
         self.send_timeout = send_timeout

@@ -32,7 +32,7 @@ from typing import Any
 
 import zmq
 
-from ..protocol import DEFAULT_ADDRESS, Error
+from ..protocol import Error
 from .connection import Connection
 from .curve import Curve, admin_secret_from
 from .dealer import Dealer
@@ -64,7 +64,7 @@ class Client(
 
     def __init__(
         self,
-        address: str = DEFAULT_ADDRESS,
+        address: str | None = None,
         *,
         name: str = "phpmq-python",
         role: str = "client",
@@ -107,7 +107,7 @@ class Client(
         self._thread: threading.Thread | None = None
         if self._connection.heartbeat_interval:
             self._thread = threading.Thread(
-                target=self._heartbeat_loop, name=f"phpmq-heartbeat {address}", daemon=True
+                target=self._heartbeat_loop, name=f"phpmq-heartbeat {self.address}", daemon=True
             )
             self._thread.start()
 
