@@ -393,6 +393,8 @@ class AsyncClient(
                 raise ClientError("client is closed")
             connection = self._connection
             frame = connection.frame(payload)
+            if not frame:  # a greeting-only send whose greeting another task sent meanwhile
+                return
             try:
                 await self._socket.send(frame)
             except zmq.Again:

@@ -423,6 +423,8 @@ class Client(
             if self.closed:
                 raise ClientError("client is closed")
             frame = self._connection.frame(payload)
+            if not frame:  # a greeting-only send whose greeting went out meanwhile
+                return
             self._dealer.send(frame)
             self._connection.sent(frame, time.monotonic(), messages, tags)
 
