@@ -604,6 +604,22 @@ def test_a_stopping_pool_starts_no_new_job_and_hands_back_the_rest_undelivered(
     assert back == dict.fromkeys(sorted(set(contents) - ran), 1), pool.failure(f"{back}")
 
 
+def test_ctrl_c_stops_the_pool_gracefully_with_status_130(
+    start_pool: Callable[..., PoolProcess],
+) -> None:
+    """docs/cli.md's exit codes: 130 after Ctrl-C (SIGINT), as for every command; SIGTERM
+    (above) is a plain stop, 0."""
+    pool = start_pool("record", "-q", "jobs", "-p", "2", *FAST)
+    pool.wait_for(lambda: len(pool.worker_pids()) == 2, 20, "both workers")
+    pool.process.send_signal(signal.SIGINT)
+    try:
+        status = pool.process.wait(20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(pool.failure("the pool did not stop after Ctrl-C"))
+    assert status == 130, pool.failure(f"exit status {status}")
+    assert "pool stopped" in pool.log()
+
+
 # --------------------------------------------------------------------------- weights
 
 
@@ -634,7 +650,10 @@ def test_a_malformed_broker_address_is_a_usage_error(
         pytest.fail(pool.failure("the pool still runs with the broker address 'nonsense'"))
     assert status == 2
     last = pool.log().strip().splitlines()[-1]
-    assert last == "Error: Invalid value for '--broker': not a ZeroMQ address: 'nonsense'", last
+    assert last == (
+        "phpmq: invalid value for '--broker': not a ZeroMQ address: 'nonsense'"
+        " (see 'phpmq workers --help')"
+    ), last
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..protocol import DEFAULT_ADDRESS
-from .shared import fail
+from .shared import fail, stop_status
 
 
 @click.command()
@@ -176,10 +176,11 @@ def broker(config_path: str | None, **flags: Any) -> None:
             supervisor = ShardSupervisor(config)
         except ValueError as exc:
             fail(str(exc))
-        raise SystemExit(supervisor.run())
+        raise SystemExit(supervisor.run() or stop_status(supervisor.stopped_by))
     try:
         server = BrokerServer(config)
     except BrokerError as exc:
         fail(str(exc))
     server.install_signal_handlers()
     server.run()
+    raise SystemExit(stop_status(server.stopped_by))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -76,6 +77,28 @@ class Duration(click.ParamType):
         if seconds < 0:
             self.fail(f"{value!r} is negative", param, ctx)
         return seconds
+
+
+def usage_line(error: click.ClickException) -> str:
+    """A usage error as the one line every failure is: `phpmq: what was wrong (where to
+    look)`, naming the environment variable when that is where the bad value came from."""
+    context = getattr(error, "ctx", None)
+    parameter = getattr(error, "param", None)
+    if isinstance(error, click.BadParameter) and context is not None and parameter is not None:
+        source = context.get_parameter_source(parameter.name or "")
+        if source is click.core.ParameterSource.ENVIRONMENT and parameter.envvar:
+            error.param_hint = str(parameter.envvar)
+    message = error.format_message().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    if isinstance(error, click.UsageError) and context is not None:
+        message += f" (see '{context.command_path} --help')"
+    return f"phpmq: {message}"
+
+
+def stop_status(signum: int | None) -> int:
+    """The exit status of a command that stopped gracefully on `signum`: 130 after Ctrl-C
+    (as the exit-code table says for every command), 0 after SIGTERM."""
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else 0
 
 
 def fail(message: str) -> NoReturn:

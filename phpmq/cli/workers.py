@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .shared import broker_option, fail
+from .shared import broker_option, fail, stop_status
 
 
 def _queue_weight(value: str) -> tuple[str, int]:
@@ -189,4 +189,5 @@ def workers(
         summary_seconds=summary_seconds,
         log_json=log_json,
     )
-    sys.exit(Pool(spec).run())
+    pool = Pool(spec)
+    sys.exit(pool.run() or stop_status(pool.stopped_by))
