@@ -11,7 +11,7 @@ from typing import Any
 
 import zmq
 
-from .config import BrokerConfig
+from .config import BrokerConfig, env_variable
 from .core import Core
 from .keyring import LINK_KEY_NAME, KeyFileError, KeyPair, read_allowed, read_key_pair
 from .permissions import Permissions, PermissionsError, load_permissions
@@ -36,8 +36,9 @@ class Security:
         self.config = config
         if bool(config.curve_secret) != bool(config.curve_clients):
             raise SecurityError(
-                "CURVE needs both --curve-secret (the broker's .key_secret file) and"
-                " --curve-clients (a directory or file of allowed client keys)"
+                f"CURVE needs both --curve-secret or {env_variable('curve_secret')} (the"
+                f" broker's .key_secret file) and --curve-clients or"
+                f" {env_variable('curve_clients')} (a directory or file of allowed client keys)"
             )
         try:
             self.keys: KeyPair | None = (

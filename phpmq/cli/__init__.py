@@ -10,6 +10,7 @@ broker and the worker pool after their graceful stop). docs/cli.md lists every c
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -32,6 +33,7 @@ from . import (
     top,
     workers,
 )
+from .environment import warn_unknown_variables
 from .shared import EXIT_INTERRUPTED, usage_line
 
 __all__ = ["main"]
@@ -61,6 +63,7 @@ class InterruptibleGroup(click.Group):
         sys.exit(status if isinstance(status, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
+        warn_unknown_variables(os.environ)
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..protocol import DEFAULT_ADDRESS
+from .environment import BROKER_VARIABLE
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -41,7 +42,7 @@ def checked_address(ctx: click.Context, param: click.Parameter, address: str) ->
 broker_option = click.option(
     "--broker",
     "address",
-    envvar="PHPMQ_BROKER",
+    envvar=BROKER_VARIABLE,
     default=DEFAULT_ADDRESS,
     show_default=True,
     callback=checked_address,
