@@ -58,8 +58,25 @@ timeout_option = click.option(
 )
 
 
+class Seconds(float):
+    """A duration in seconds that shows itself as it was written (`50ms`), so that a message
+    naming the value quotes what was typed, not `0.05`."""
+
+    text: str
+
+    def __new__(cls, seconds: float, text: str) -> Seconds:
+        duration = super().__new__(cls, seconds)
+        duration.text = text
+        return duration
+
+    def __repr__(self) -> str:  # the client's refusals quote repr(value) themselves
+        return self.text
+
+    __str__ = __repr__
+
+
 class Duration(click.ParamType):
-    """A duration such as 500ms, 10s, 5m, 2h or 1.5 (seconds), as seconds."""
+    """A duration such as 500ms, 10s, 5m, 2h or 1.5 (seconds), as Seconds."""
 
     name = "duration"
     UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -77,7 +94,7 @@ class Duration(click.ParamType):
             self.fail(f"{value!r} is not a duration such as 500ms, 10s, 5m or 2h", param, ctx)
         if seconds < 0:
             self.fail(f"{value!r} is negative", param, ctx)
-        return seconds
+        return Seconds(seconds, str(value).strip())
 
 
 def usage_line(error: click.ClickException) -> str:
