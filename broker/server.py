@@ -69,6 +69,7 @@ class BrokerServer:
             self.security.stop()
             self._context.term()
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
+        self.security.watch(self.router.socket)
         self.endpoint = self.router.endpoint
         self.store: DurableStore | None = None
         if config.data_dir:

@@ -136,7 +136,10 @@ def test_commands_without_a_broker_fail_with_one_line_within_the_timeout() -> No
         result = phpmq(*command, "--broker", address, "--timeout", "0.5", timeout=10)
         took = time.monotonic() - started
         assert result.returncode == 1, command
-        assert result.stderr == f"phpmq: no broker answered at {address} within 0.5s\n", command
+        assert result.stderr == (
+            f"phpmq: no broker answered at {address} within 0.5s: nothing accepts connections"
+            " there: is the broker running, at this address?\n"
+        ), command
         assert took < 4, (command, took)  # 0.5 s and a Python start-up
 
 
@@ -300,7 +303,8 @@ def test_an_unknown_phpmq_variable_is_told_with_the_name_it_may_mean() -> None:
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "phpmq: warning: PHPMQ_BROKR is not a phpmq variable: ignored; did you mean PHPMQ_BROKER?",
-        f"phpmq: no broker answered at {address} within 0.2s",
+        f"phpmq: no broker answered at {address} within 0.2s: nothing accepts connections there:"
+        " is the broker running, at this address?",
     ]
 
 

@@ -143,8 +143,7 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
         except ClientError:
             client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
             logging.getLogger("phpmq.client").disabled = True
-            hint = " (CURVE keys from PHPMQ_CURVE_*: is this key allowed?)" if client.curve else ""
-            fail(f"no broker answered at {address} within {timeout:g}s{hint}")
+            fail(f"no broker answered at {address} within {timeout:g}s{_why_silent(client)}")
         result = action(client)
         client.close()
         return result
@@ -154,6 +153,14 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
         if not client.closed:
             with contextlib.suppress(ClientError):
                 client.close()
+
+
+def _why_silent(client: Client) -> str:
+    """What a fresh connection's handshake says about a broker that did not answer."""
+    from ..client.probe import handshake_problem
+
+    hint = handshake_problem(client.address, client.curve, wait=min(client.send_timeout, 1.0))
+    return f": {hint}" if hint else ""
 
 
 def admin(client: Client, command: str, **options: Any) -> dict[str, Any]:
