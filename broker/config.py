@@ -381,13 +381,30 @@ FIELDS = BrokerConfig.__struct_fields__
 #: Settings that are tables, not scalars: only the TOML file can give them.
 TABLE_FIELDS = frozenset({"queues"})
 
+#: The variables of the settings a client has a variable of the same meaning for
+#: (PHPMQ_CURVE_SECRET, PHPMQ_ADMIN_SECRET: phpmq/client/curve.py): the broker's are its own,
+#: so a shell that exports a client's key can still start a broker.
+BROKER_ONLY_VARIABLES = {
+    "curve_secret": "PHPMQ_BROKER_CURVE_SECRET",
+    "admin_secret": "PHPMQ_BROKER_ADMIN_SECRET",
+}
+
+
+def env_variable(setting: str) -> str:
+    """The environment variable of a setting: PHPMQ_<SETTING>, but for BROKER_ONLY_VARIABLES."""
+    return BROKER_ONLY_VARIABLES.get(setting, ENV_PREFIX + setting.upper())
+
+
+#: Every variable the broker reads.
+ENVIRONMENT_VARIABLES = frozenset(env_variable(name) for name in FIELDS if name not in TABLE_FIELDS)
+
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings given as PHPMQ_* variables, each converted to its field's type here so
     that a bad one is reported under the variable's name, not the setting's."""
     values = {}
     for field in msgspec.structs.fields(BrokerConfig):
-        variable = ENV_PREFIX + field.name.upper()
+        variable = env_variable(field.name)
         if variable not in environ or field.name in TABLE_FIELDS:
             continue
         try:
@@ -422,7 +439,5 @@ def load_config(
     except (msgspec.ValidationError, ValueError) as exc:
         # Name the variable when a value it set breaks a rule (e.g. PHPMQ_MAX_WINDOW=0).
         culprits = [n for n in from_env if n not in given and n in str(exc)]
-        source = (
-            f" (from {', '.join(ENV_PREFIX + n.upper() for n in culprits)})" if culprits else ""
-        )
+        source = f" (from {', '.join(env_variable(n) for n in culprits)})" if culprits else ""
         raise ConfigError(f"invalid configuration: {exc}{source}") from None

@@ -4,12 +4,22 @@ return of everything a departed consumer held).
 
 Rule: an IN_FLIGHT record sits in exactly one window's `held`; it leaves it by ack (GONE),
 requeue or return (READY again, or DELAYED), or dead letter (GONE). Each return counts a
-delivery; past the queue's max deliveries the message is dead-lettered instead.
+delivery, except a message its consumer hands back unstarted; past the queue's max
+deliveries the message is dead-lettered instead.
 """
 
 from __future__ import annotations
 
-from ..protocol import Ack, Consume, DeadLetter, ErrorCode, Requeue, encode, encode_dispatch
+from ..protocol import (
+    REQUEUE_UNSTARTED,
+    Ack,
+    Consume,
+    DeadLetter,
+    ErrorCode,
+    Requeue,
+    encode,
+    encode_dispatch,
+)
 from ..protocol import Dispatch as DispatchMessage
 from .context import Context
 from .deadletters import DeadLetters
@@ -192,8 +202,13 @@ class Dispatch:
         if record is None:
             return
         ctx = self._ctx
-        record.expires_at = ctx.now + message.ttl * NS_PER_SECOND if message.ttl else 0
         queue = self._queues.by_name[message.queue]
+        if message.flags is not None and message.flags & REQUEUE_UNSTARTED:
+            # Never started (a prefetched message of a stopping worker): not a delivery.
+            self.give_back(queue, record, to_head=True, counted=False)
+            ctx.counters.returned_unstarted += 1
+            return
+        record.expires_at = ctx.now + message.ttl * NS_PER_SECOND if message.ttl else 0
         if message.delay_ms:
             self._delay(queue, record, message.delay_ms)
         else:
@@ -274,10 +289,11 @@ class Dispatch:
 
     # ----------------------------------------------------------------- returns and delays
 
-    def give_back(self, queue: Queue, record: Record, to_head: bool) -> None:
-        """A message comes back from a consumer: that was one more delivery. Past the queue's
-        max-deliveries it is dead-lettered instead of being dispatched again."""
-        if not self._dead.count_delivery(queue, record):
+    def give_back(self, queue: Queue, record: Record, to_head: bool, counted: bool = True) -> None:
+        """A message comes back from a consumer: that was one more delivery (unless not
+        `counted`: it was handed back unstarted). Past the queue's max-deliveries it is
+        dead-lettered instead of being dispatched again."""
+        if counted and not self._dead.count_delivery(queue, record):
             return
         record.state = READY
         self._queues.place(queue, record, to_head)

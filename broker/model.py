@@ -461,6 +461,7 @@ class Counters:
         "lease_committed",
         "lease_released",
         "leases_timed_out",
+        "returned_unstarted",
     )
 
     def __init__(self) -> None:

@@ -11,11 +11,11 @@ from typing import Any
 
 import zmq
 
-from .config import BrokerConfig
+from .config import BrokerConfig, env_variable
 from .core import Core
 from .keyring import LINK_KEY_NAME, KeyFileError, KeyPair, read_allowed, read_key_pair
 from .permissions import Permissions, PermissionsError, load_permissions
-from .transports.auth import KeyRingAuthenticator
+from .transports.auth import HandshakeWatch, KeyRingAuthenticator
 
 log = logging.getLogger("phpmq.broker")
 
@@ -36,8 +36,9 @@ class Security:
         self.config = config
         if bool(config.curve_secret) != bool(config.curve_clients):
             raise SecurityError(
-                "CURVE needs both --curve-secret (the broker's .key_secret file) and"
-                " --curve-clients (a directory or file of allowed client keys)"
+                f"CURVE needs both --curve-secret or {env_variable('curve_secret')} (the"
+                f" broker's .key_secret file) and --curve-clients or"
+                f" {env_variable('curve_clients')} (a directory or file of allowed client keys)"
             )
         try:
             self.keys: KeyPair | None = (
@@ -48,6 +49,7 @@ class Security:
         except (KeyFileError, PermissionsError) as exc:
             raise SecurityError(str(exc)) from None
         self._authenticator: KeyRingAuthenticator | None = None
+        self._watch: HandshakeWatch | None = None
         self._core: Core | None = None
         self.reloads = 0
 
@@ -66,6 +68,12 @@ class Security:
             return
         self._authenticator = KeyRingAuthenticator(context, self._ring(self.allowed))
         self._authenticator.start()
+
+    def watch(self, router: zmq.Socket) -> None:
+        """Count the handshakes of `router` that fail before ZAP (a client without a key)."""
+        if self.keys is not None:
+            self._watch = HandshakeWatch(router)
+            self._watch.start()
 
     def apply(self, core: Core) -> None:
         self._core = core
@@ -110,11 +118,14 @@ class Security:
         )
 
     def stats(self) -> dict[str, Any]:
-        authenticator = self._authenticator
+        authenticator, watch = self._authenticator, self._watch
+        denied = (authenticator.denied if authenticator is not None else 0) + (
+            watch.failed if watch is not None else 0
+        )
         return {
             "curve": self.keys is not None,
             "allowed_keys": len(self.allowed),
-            "handshakes_denied": authenticator.denied if authenticator is not None else 0,
+            "handshakes_denied": denied,
             "permissions": self.config.permissions or None,
             "reloads": self.reloads,
             "refused": dict(self._core.guard.refused) if self._core is not None else {},
@@ -122,6 +133,9 @@ class Security:
         }
 
     def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         if self._authenticator is not None:
             self._authenticator.stop()
             self._authenticator = None

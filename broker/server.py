@@ -53,6 +53,8 @@ class BrokerServer:
         self.config = config
         self.clock = clock or SystemClock()
         self._stop_requests = 0
+        #: The signal that asked for the first stop (None: none did).
+        self.stopped_by: int | None = None
         self._reload_requested = False
         self._context = zmq.Context()
         try:
@@ -67,6 +69,7 @@ class BrokerServer:
             self.security.stop()
             self._context.term()
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
+        self.security.watch(self.router.socket)
         self.endpoint = self.router.endpoint
         self.store: DurableStore | None = None
         if config.data_dir:
@@ -229,14 +232,16 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ control
 
-    def request_stop(self) -> None:
+    def request_stop(self, signum: int | None = None) -> None:
         """First call: drain gracefully. Second call: stop at once. Safe from signal handlers."""
+        if self.stopped_by is None:
+            self.stopped_by = signum
         self._stop_requests += 1
 
     def install_signal_handlers(self) -> None:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(signum, lambda *_: self.request_stop())
+                signal.signal(signum, lambda number, _: self.request_stop(number))
             signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
 
     def request_reload(self) -> None:

@@ -174,6 +174,8 @@ class ShardSupervisor:
         self._slots = [_Slot(shard) for shard in shard_configs(config)]
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
+        #: The signal that asked for the first stop.
+        self.stopped_by: int | None = None
 
     def run(self) -> int:
         """Start the shards, keep them running until a signal, stop them; the exit status."""
@@ -193,6 +195,8 @@ class ShardSupervisor:
             for slot in self._slots:
                 if slot.process is not None and slot.process.is_alive():
                     slot.process.kill()
+        else:
+            self.stopped_by = signum
         self._stopping = True
 
     def _pass_on(self, signum: int, _frame: object) -> None:

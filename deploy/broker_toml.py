@@ -44,8 +44,9 @@ DEPLOY_EXAMPLES = {
 DEPLOY_NOTES = {
     "grace_seconds": "Keep the unit's TimeoutStopSec (30 s in phpmq-broker.service) well above.",
     "admin_secret": (
-        "Better in the unit's environment (PHPMQ_ADMIN_SECRET) than here; operators on other "
-        "hosts export the same PHPMQ_ADMIN_SECRET for `phpmq queue purge` and the like."
+        "Better in the unit's environment (PHPMQ_BROKER_ADMIN_SECRET) than here; operators on"
+        " other hosts export the same secret as PHPMQ_ADMIN_SECRET for `phpmq queue purge` and"
+        " the like."
     ),
     "log_level": "Logs go to stderr: the journal under systemd.",
 }

@@ -93,6 +93,9 @@ class Requeue(msgspec.Struct, frozen=True, gc=False):
     """005: a client puts a message back at the tail of its queue with a new TTL.
 
     `delay_ms` (extension packet) keeps it out of the queue that long first: a retry backoff.
+    `flags` (extension packet) with REQUEUE_UNSTARTED: the consumer never started it, so it
+    goes back to the head as it was (TTL and delivery count unchanged; `ttl` and `delay_ms`
+    are ignored).
     """
 
     TYPE: ClassVar[MessageType] = MessageType.REQUEUE
@@ -100,6 +103,11 @@ class Requeue(msgspec.Struct, frozen=True, gc=False):
     message_id: bytes
     ttl: int
     delay_ms: int | None = None
+    flags: int | None = None
+
+
+#: REQUEUE flag: the consumer hands the message back without having started it.
+REQUEUE_UNSTARTED = 1
 
 
 class DeadLetter(msgspec.Struct, frozen=True, gc=False):

@@ -104,7 +104,7 @@ SPECS: dict[MessageType, TypeSpec] = {
             ),
         ),
         TypeSpec(m.Ack, (P.QUEUE, P.MESSAGE_ID)),
-        TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS,)),
+        TypeSpec(m.Requeue, (P.QUEUE, P.MESSAGE_ID, P.TTL), (P.DELAY_MS, P.FLAGS)),
         TypeSpec(m.DeadLetter, (P.QUEUE, P.MESSAGE_ID), (P.REASON,)),
         TypeSpec(
             m.Error,

@@ -38,6 +38,9 @@ class DrivenMessage:
     def dead_letter(self, reason: str | None = None) -> None:
         self._driver.result(self.message.dead_letter(reason))
 
+    def return_unstarted(self) -> None:
+        self._driver.result(self.message.return_unstarted())
+
 
 class DrivenClient:
     """Either client behind `Client`'s blocking interface: a method's coroutine is run on

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -135,18 +136,22 @@ def test_commands_without_a_broker_fail_with_one_line_within_the_timeout() -> No
         result = phpmq(*command, "--broker", address, "--timeout", "0.5", timeout=10)
         took = time.monotonic() - started
         assert result.returncode == 1, command
-        assert result.stderr == f"phpmq: no broker answered at {address} within 0.5s\n", command
+        assert result.stderr == (
+            f"phpmq: no broker answered at {address} within 0.5s: nothing accepts connections"
+            " there: is the broker running, at this address?\n"
+        ), command
         assert took < 4, (command, took)  # 0.5 s and a Python start-up
 
 
 def test_a_malformed_broker_address_is_a_usage_error() -> None:
-    for command in (["send", "q", "x"], ["stats"], ["queue", "list"], ["consume", "q"]):
-        result = phpmq(*command, "--broker", "localhost:5555")
-        assert result.returncode == 2, command
-        assert "Invalid value for '--broker': not a ZeroMQ address: 'localhost:5555'" in (
-            result.stderr
+    commands = {"send": ["q", "x"], "stats": [], "queue list": [], "consume": ["q"]}
+    for path, arguments in commands.items():
+        result = phpmq(*path.split(), *arguments, "--broker", "localhost:5555")
+        assert result.returncode == 2, path
+        assert result.stderr == (
+            "phpmq: invalid value for '--broker': not a ZeroMQ address: 'localhost:5555'"
+            f" (see 'phpmq {path} --help')\n"
         )
-        assert "Traceback" not in result.stderr
 
 
 def test_bad_configuration_is_refused_with_one_line(tmp_path) -> None:
@@ -192,6 +197,8 @@ def test_send_loads_the_client_but_not_the_broker_sqlite_or_spark(broker: Broker
         text=True,
         timeout=30,
         cwd=REPO,
+        # A client's variable is known without reading the broker's settings.
+        env={**os.environ, "PHPMQ_ADMIN_SECRET": "s"},
     )
     assert result.returncode == 0, result.stderr
     assert "sent 1 message to q" in result.stderr
@@ -287,3 +294,45 @@ def test_every_overload_benchmark_runs_to_its_figures() -> None:
     )
     for figure in figures:
         assert figure in output, figure
+
+
+def test_an_unknown_phpmq_variable_is_told_with_the_name_it_may_mean() -> None:
+    environ = {**os.environ, "PHPMQ_BROKR": "tcp://127.0.0.1:1", "PHPMQ_MAX_WINDOW": "5"}
+    address = f"tcp://127.0.0.1:{free_port()}"
+    result = phpmq("stats", "--broker", address, "--timeout", "0.2", env=environ)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "phpmq: warning: PHPMQ_BROKR is not a phpmq variable: ignored; did you mean PHPMQ_BROKER?",
+        f"phpmq: no broker answered at {address} within 0.2s: nothing accepts connections there:"
+        " is the broker running, at this address?",
+    ]
+
+
+def test_a_shell_holding_a_clients_curve_keys_still_starts_a_plain_broker(tmp_path) -> None:
+    """docs/security.md has clients export PHPMQ_CURVE_SECRET/_SERVER; a broker started in
+    that shell is not the client: it starts, saying which variable would be its own."""
+    environ = {
+        **os.environ,
+        "PHPMQ_CURVE_SECRET": str(tmp_path / "client.key_secret"),
+        "PHPMQ_CURVE_SERVER": str(tmp_path / "broker.key"),
+    }
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "phpmq", "broker", "--bind", bind],
+        env=environ,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        first = process.stderr.readline()  # type: ignore[union-attr]
+        listening = process.stderr.readline()  # type: ignore[union-attr]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        status = process.wait(20)
+    assert first == (
+        "phpmq: warning: PHPMQ_CURVE_SECRET is a client's variable; this broker's curve_secret"
+        " is --curve-secret or PHPMQ_BROKER_CURVE_SECRET, not set\n"
+    )
+    assert f"listening on {bind}" in listening
+    assert status == 0

@@ -3,6 +3,7 @@ a quiet exit 130, live commands that run until interrupted."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -164,3 +165,43 @@ def test_consume_on_a_refused_subscription_prints_the_reason_and_exits_1(
         assert refused.returncode == 1
         assert refused.stderr.count("\n") == 1, refused.stderr
         assert "422" in refused.stderr and "maximum window 10" in refused.stderr
+
+
+def test_usage_errors_are_one_line_naming_where_to_look() -> None:
+    """docs/cli.md: every failure is one line starting `phpmq: ` (issue 33, item 6): not
+    click's three (Usage, Try, Error)."""
+    cases = {
+        ("send",): "phpmq: missing argument 'QUEUE' (see 'phpmq send --help')",
+        ("send", "q", "x", "--ttl", "abc"): (
+            "phpmq: invalid value for '--ttl': 'abc' is not a valid integer range"
+            " (see 'phpmq send --help')"
+        ),
+        ("send", "q", "x", "--bogus"): "phpmq: no such option '--bogus' (see 'phpmq send --help')",
+        ("sned", "q"): "phpmq: no such command 'sned'. Did you mean 'send'? (see 'phpmq --help')",
+        ("schedule", "add", "s", "x", "--queue", "q"): (
+            "phpmq: give --every or --cron (one of them) (see 'phpmq schedule add --help')"
+        ),
+    }
+    for args, line in cases.items():
+        result = phpmq(*args)
+        assert (result.returncode, result.stderr) == (2, line + "\n"), args
+
+
+def test_a_bad_broker_address_from_the_environment_names_the_variable() -> None:
+    environ = {**os.environ, "PHPMQ_BROKER": "nonsense"}
+    result = phpmq("send", "q", "x", env=environ)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "phpmq: invalid value for PHPMQ_BROKER: not a ZeroMQ address: 'nonsense'"
+        " (see 'phpmq send --help')\n"
+    )
+
+
+def test_the_broker_exits_130_after_ctrl_c_and_0_after_sigterm(tmp_path: Path) -> None:
+    for signum, status in ((signal.SIGINT, INTERRUPTED), (signal.SIGTERM, 0)):
+        broker = BrokerProcess(tmp_path / f"broker-{signum}.log")
+        try:
+            broker.signal(signum)
+            assert broker.wait(20) == status, broker.log()
+        finally:
+            broker.stop()

@@ -57,3 +57,12 @@ def test_help_shows_the_timeout_default_for_commands_that_talk_to_a_broker() -> 
     for command in (["send"], ["consume"], ["stats"], ["dlq", "list"], ["queue", "purge"]):
         shown = phpmq(*command, "--help").stdout
         assert "--timeout" in shown and "[default: 5.0;" in shown, command
+
+
+def test_workers_help_names_the_public_imports_and_what_prefetch_counts() -> None:
+    """Issue 33, item 6: the help named `workers.Retry` where the docs import `phpmq.Retry`,
+    and said --prefetch counts messages ahead of the running one (the window includes it)."""
+    text = " ".join(phpmq("workers", "--help").stdout.split())
+    assert "from phpmq import Retry" in text and "from phpmq import Reject" in text
+    assert "workers.Retry" not in text and "workers.Reject" not in text
+    assert "Messages each worker holds at a time, the one it runs included" in text

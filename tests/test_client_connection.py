@@ -321,15 +321,38 @@ def test_a_draining_broker_says_it_is_leaving_and_nothing_is_given_up() -> None:
 def test_goodbye_follows_the_settles_and_kbai_answers_it() -> None:
     connection = greeted()
     connection.receive(dispatch(ID_1), now=1.0)
-    connection.received[0].ack()
-    connection.goodbye()
-    assert decoded(connection.take_settles()) == [
+    connection.received.popleft().ack()
+    assert decoded(connection.leave_step()) == [
         p.Ack(QUEUE, ID_1),
         p.Disconnect("client closing"),
         p.Kbai(),
     ]
     assert connection.receive(p.encode(p.Kbai()), now=1.1) == [GoodbyeAnswered()]
     assert connection.goodbye_answered
+    assert connection.leave_step() is None
+
+
+def test_a_consumer_leaves_in_two_steps_handing_back_what_it_never_handed_out() -> None:
+    """Dispatches may be on their way when a consumer closes: DISCONNECT first (no new work),
+    and once its KBAI answer proved they all came, those never handed out go back unstarted
+    (delivery count kept, docs/protocol.md §3.6), last first, before the goodbye."""
+    connection = greeted()
+    connection.subscribe(QUEUE, 10)
+    connection.receive(dispatch(ID_1), now=1.0)
+    connection.received.popleft().ack()
+    assert decoded(connection.leave_step()) == [p.Ack(QUEUE, ID_1), p.Disconnect("client closing")]
+    connection.receive(dispatch(ID_2) + dispatch(ID_3) + p.encode(p.Kbai()), now=1.1)
+    assert connection.goodbye_answered
+    unstarted = p.REQUEUE_UNSTARTED
+    assert decoded(connection.leave_step()) == [
+        p.Requeue(QUEUE, ID_3, 0, None, unstarted),
+        p.Requeue(QUEUE, ID_2, 0, None, unstarted),
+        p.Disconnect("client closing"),
+        p.Kbai(),
+    ]
+    assert not connection.goodbye_answered and not connection.received
+    connection.receive(p.encode(p.Kbai()), now=1.2)
+    assert connection.goodbye_answered and connection.leave_step() is None
 
 
 # --------------------------------------------------------------------------- producing

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from phpmq.broker.config import BrokerConfig, ConfigError, load_config
+from phpmq.broker.config import ENVIRONMENT_VARIABLES, BrokerConfig, ConfigError, load_config
+from phpmq.broker.security import Security, SecurityError
 
 
 def test_defaults_are_safe_for_a_lan() -> None:
@@ -45,3 +46,23 @@ def test_bad_values_raise_config_error(tmp_path, toml: str, environ: dict, messa
 def test_missing_file_is_a_config_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "missing.toml", environ={})
+
+
+def test_the_brokers_key_and_admin_secret_have_variables_apart_from_the_clients() -> None:
+    """Issue 33, item 6: PHPMQ_CURVE_SECRET and PHPMQ_ADMIN_SECRET are what clients read
+    (docs/security.md); a shell exporting them can still start a broker, which reads its own
+    under PHPMQ_BROKER_*."""
+    clients = {"PHPMQ_CURVE_SECRET": "client.key_secret", "PHPMQ_ADMIN_SECRET": "offered"}
+    assert load_config(environ=clients) == BrokerConfig()
+    brokers = {"PHPMQ_BROKER_CURVE_SECRET": "broker.key_secret", "PHPMQ_BROKER_ADMIN_SECRET": "s"}
+    config = load_config(environ={**clients, **brokers})
+    assert (config.curve_secret, config.admin_secret) == ("broker.key_secret", "s")
+    assert ENVIRONMENT_VARIABLES.isdisjoint({"PHPMQ_CURVE_SECRET", "PHPMQ_ADMIN_SECRET"})
+    assert {"PHPMQ_BIND", "PHPMQ_MAX_WINDOW", "PHPMQ_BROKER_CURVE_SECRET"} <= ENVIRONMENT_VARIABLES
+    assert "PHPMQ_QUEUES" not in ENVIRONMENT_VARIABLES  # a table: only the TOML file sets it
+
+
+def test_half_a_curve_setting_names_the_brokers_variables() -> None:
+    config = load_config(environ={"PHPMQ_BROKER_CURVE_SECRET": "only.key_secret"})
+    with pytest.raises(SecurityError, match=r"PHPMQ_BROKER_CURVE_SECRET .* PHPMQ_CURVE_CLIENTS"):
+        Security(config)

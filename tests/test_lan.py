@@ -116,5 +116,5 @@ def test_messages_cross_the_lan_stop_at_a_partition_and_flow_after_it_heals(
 
 
 def test_a_broker_that_cannot_start_raises_with_its_log(lan_capable: None, tmp_path: Path) -> None:
-    with lan.lan(1) as net, pytest.raises(lan.LanError, match="No such option '--no-such-flag'"):
+    with lan.lan(1) as net, pytest.raises(lan.LanError, match="no such option '--no-such-flag'"):
         LanBroker(net.nodes[0], "--no-such-flag", log_path=tmp_path / "broker.log")

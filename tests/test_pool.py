@@ -155,6 +155,15 @@ class PoolProcess:
 
     # ------------------------------------------------------------------ stopping
 
+    def stop_gracefully(self, timeout: float) -> None:
+        """SIGTERM; the pool must exit with status 0 within `timeout` seconds."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            status = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(self.failure("the pool did not stop within its grace period"))
+        assert status == 0, self.failure(f"exit status {status}")
+
     def stop(self) -> None:
         """SIGTERM, then SIGKILL; then kill, one by one, whatever it left behind."""
         started = self.group_pids()
@@ -553,12 +562,7 @@ def test_sigterm_lets_running_jobs_finish_and_leaves_the_rest_queued(
     pool.wait_for(lambda: len(pool.records("start")) >= 6, 20, "the second round of jobs")
 
     stopped_at = time.monotonic()
-    pool.process.send_signal(signal.SIGTERM)
-    try:
-        status = pool.process.wait(10)
-    except subprocess.TimeoutExpired:
-        pytest.fail(pool.failure("the pool did not stop within its grace period"))
-    assert status == 0, pool.failure(f"exit status {status}")
+    pool.stop_gracefully(10)
     assert time.monotonic() - stopped_at < 5
     assert "pool stopped" in pool.log()
 
@@ -570,6 +574,50 @@ def test_sigterm_lets_running_jobs_finish_and_leaves_the_rest_queued(
     stats = queue_stats(broker, "work")
     assert stats["ready"] + len(ends) == 40, (stats, len(ends))
     assert stats["consumers"] == 0
+
+
+@pytest.mark.parametrize("prefetch", ["1", "3"])
+@pytest.mark.parametrize("handler", ["slow", "async_slow"])
+def test_a_stopping_pool_starts_no_new_job_and_hands_back_the_rest_undelivered(
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess], handler: str, prefetch: str
+) -> None:
+    """Issue 33, items 1 and 3: after SIGTERM each worker finishes the job it runs and starts
+    no other, even one its window refilled with as it acked; the messages it held but never
+    ran go back with their delivery count unchanged."""
+    contents = [f"job-{i}" for i in range(6)]
+    send(broker, "drain", contents)
+    pool = start_pool(
+        handler, "-q", "drain", "-p", "2", "--prefetch", prefetch, "--grace-seconds", "20",
+        *FAST, env={"POOL_SLEEP": "1.5"},
+    )  # fmt: skip
+    pool.wait_for(lambda: len(pool.records("start")) >= 2, 20, "both workers running a job")
+    stopped_at = time.time()
+    pool.stop_gracefully(20)
+
+    late = [r["content"] for r in pool.records("start") if r["time"] > stopped_at]
+    assert late == [], pool.failure(f"jobs started after the stop: {late}")
+    ran = {r["content"] for r in pool.records("end")}
+    assert len(ran) == 2, pool.failure(f"ran {sorted(ran)}")
+    assert broker.stats()["counters"]["redelivered"] == 0
+    with broker.client() as client:
+        back = {m.content.decode(): m.delivery_count for m in client.consume("drain", 10, 2)}
+    assert back == dict.fromkeys(sorted(set(contents) - ran), 1), pool.failure(f"{back}")
+
+
+def test_ctrl_c_stops_the_pool_gracefully_with_status_130(
+    start_pool: Callable[..., PoolProcess],
+) -> None:
+    """docs/cli.md's exit codes: 130 after Ctrl-C (SIGINT), as for every command; SIGTERM
+    (above) is a plain stop, 0."""
+    pool = start_pool("record", "-q", "jobs", "-p", "2", *FAST)
+    pool.wait_for(lambda: len(pool.worker_pids()) == 2, 20, "both workers")
+    pool.process.send_signal(signal.SIGINT)
+    try:
+        status = pool.process.wait(20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(pool.failure("the pool did not stop after Ctrl-C"))
+    assert status == 130, pool.failure(f"exit status {status}")
+    assert "pool stopped" in pool.log()
 
 
 # --------------------------------------------------------------------------- weights
@@ -602,7 +650,10 @@ def test_a_malformed_broker_address_is_a_usage_error(
         pytest.fail(pool.failure("the pool still runs with the broker address 'nonsense'"))
     assert status == 2
     last = pool.log().strip().splitlines()[-1]
-    assert last == "Error: Invalid value for '--broker': not a ZeroMQ address: 'nonsense'", last
+    assert last == (
+        "phpmq: invalid value for '--broker': not a ZeroMQ address: 'nonsense'"
+        " (see 'phpmq workers --help')"
+    ), last
 
 
 @pytest.mark.parametrize(

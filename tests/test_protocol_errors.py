@@ -148,7 +148,7 @@ def test_unknown_message_type(type_code: bytes) -> None:
         (b"H0100302", QUEUE + CONTENT, "carries 3-10 packets, header says 2"),
         (b"H0100311", DISPATCH[8:] + pkt(12, b"1") * 7, "carries 3-10 packets, header says 11"),
         (b"H0100403", QUEUE + ID + TTL, "carries 2 packets, header says 3"),
-        (b"H0100502", QUEUE + ID, "carries 3-4 packets, header says 2"),
+        (b"H0100502", QUEUE + ID, "carries 3-5 packets, header says 2"),
         (b"H0100604", QUEUE + ID + pkt(11, b"x") * 2, "carries 2-3 packets, header says 4"),
         (b"H0110201", pkt(13, b"{}"), "carries 0 packets, header says 1"),
         (b"H0110002", pkt(10, b"400") + pkt(11, b"x"), None),  # valid: control case

@@ -317,3 +317,51 @@ def test_a_broker_reachable_from_the_network_without_curve_warns_and_closes_admi
         Security(config).apply(core)  # nothing is bound: only what the broker would say
         assert ("reachable from the network without CURVE" in caplog.text) is warned, bind
         assert core.guard.admin_open is not warned
+
+
+def test_every_failed_handshake_is_counted_and_the_cli_says_what_is_likely_wrong(
+    tmp_path: Path, keys: Path
+) -> None:
+    """Issue 33, item 6: a client without a key at a CURVE broker was told only "no broker
+    answered", and `handshakes_denied` stayed 0 (libzmq refuses it before ZAP is asked)."""
+    cases = {  # (PHPMQ_CURVE_SECRET, PHPMQ_CURVE_SERVER) -> what the CLI says is likely wrong
+        None: "the broker requires CURVE and this client has no key: set PHPMQ_CURVE_SECRET",
+        ("mallory", "broker"): "the broker refused this client's CURVE key",
+        ("alice", "bob"): "is PHPMQ_CURVE_SERVER this broker's public key",
+    }
+    broker = curve_broker(tmp_path, keys)
+    try:
+        for pair, says in cases.items():
+            denied = broker.stats()["security"]["handshakes_denied"]
+            result = phpmq(
+                "stats", "--broker", broker.address, "--timeout", "0.5", env=_env(keys, pair)
+            )
+            assert result.returncode == 1
+            [line] = result.stderr.splitlines()
+            assert line.startswith(f"phpmq: no broker answered at {broker.address} within 0.5s: ")
+            assert says in line, line
+            _wait_for(lambda: broker.stats()["security"]["handshakes_denied"] > denied)  # noqa: B023
+    finally:
+        broker.stop()
+    assert "refused a CURVE handshake: the client has no CURVE key" in broker.log()
+    assert "refused a CURVE handshake: not encrypted to this broker's key" in broker.log()
+
+
+def test_a_curve_client_of_a_plain_broker_is_told_so(broker: BrokerProcess, keys: Path) -> None:
+    result = phpmq(
+        "stats", "--broker", broker.address, "--timeout", "0.5", env=_env(keys, ("alice", "broker"))
+    )
+    assert result.returncode == 1
+    assert (
+        "this client uses CURVE (PHPMQ_CURVE_SECRET, PHPMQ_CURVE_SERVER) and the broker does not"
+        in result.stderr
+    )
+
+
+def _env(keys: Path, pair: tuple[str, str] | None) -> dict[str, str]:
+    """The environment of a client with `pair`'s (secret, server) keys, or without CURVE."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PHPMQ_CURVE_")}
+    if pair is not None:
+        environ["PHPMQ_CURVE_SECRET"] = str(keys / f"{pair[0]}.key_secret")
+        environ["PHPMQ_CURVE_SERVER"] = str(keys / f"{pair[1]}.key")
+    return environ

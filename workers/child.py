@@ -117,6 +117,21 @@ class WeightedPick:
     def __len__(self) -> int:
         return sum(len(waiting) for waiting in self.waiting.values())
 
+    def put_back(self, message: ReceivedMessage) -> None:
+        """A picked message that will not run now: first of its queue again."""
+        self.waiting.setdefault(message.queue, deque()).appendleft(message)
+
+    def forget(self, queue: str) -> None:
+        self.waiting.pop(queue, None)
+
+    def drain(self) -> list[ReceivedMessage]:
+        """Every waiting message, each queue's last-dispatched first (the order that hands
+        them back to the head of their queue in their order); none wait after."""
+        drained = [message for waiting in self.waiting.values() for message in reversed(waiting)]
+        for waiting in self.waiting.values():
+            waiting.clear()
+        return drained
+
     def pick(self) -> ReceivedMessage | None:
         ready = [name for name, waiting in self.waiting.items() if waiting]
         if not ready:
@@ -177,6 +192,14 @@ class ChildBase:
                 self.notes[command[1]] = (command[2], command[3])
             elif command[0] == "stop":
                 self.stopping = True
+
+    def _stop_before(self, message: ReceivedMessage) -> bool:
+        """Read the supervisor (a note about this very message, or a stop, may have come
+        meanwhile); True if stopping: the message waits again, to go back unstarted."""
+        self._read_supervisor()
+        if self.stopping:
+            self.picker.put_back(message)
+        return self.stopping
 
     def _settlement_before(self, message: ReceivedMessage) -> Settlement | None:
         """The end of a message that must not run again, or None (then `_begin` it)."""
@@ -247,14 +270,14 @@ class Child(ChildBase):
                 if os.getppid() != parent:
                     return "supervisor gone"
                 message = self._next_message()
-                if message is None:
+                if message is None or not self._handle(message):
                     continue
-                self._handle(message)
                 jobs += 1
                 if self.spec.max_jobs and jobs >= self.spec.max_jobs:
                     return f"recycled after {jobs} jobs"
             return "stopped"
         except QueueDeleted as exc:
+            self.picker.forget(exc.queue)
             return _queue_deleted(exc)
         finally:
             self._leave()
@@ -266,8 +289,10 @@ class Child(ChildBase):
             message = self.client.receive(timeout=0)
         return self.picker.pick()
 
-    def _handle(self, message: ReceivedMessage) -> None:
-        self._read_supervisor()  # a note about this very message may have come meanwhile
+    def _handle(self, message: ReceivedMessage) -> bool:
+        """Run the message and settle it; False if a stop came first (it did not run)."""
+        if self._stop_before(message):
+            return False
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
@@ -279,13 +304,21 @@ class Child(ChildBase):
             settlement = self._settlement_after(message, failure, result)
         getattr(message, settlement.method)(*settlement.args)
         self.slot.end(settlement.outcome)
+        return True
 
     def _leave(self) -> None:
         """Stop taking work and say goodbye: what was prefetched but not started goes back
-        to the head of its queue at once."""
+        to the head of its queue at once, unstarted (its delivery count as it was)."""
+        client = self.client
         with contextlib.suppress(ClientError):
-            self.client.flush()
-        self.client.close()
+            for queue in self.picker.waiting:
+                client.subscribe(queue, 0)
+            while (message := client.receive(timeout=0)) is not None:
+                self.picker.add(message)
+            for message in self.picker.drain():
+                message.return_unstarted()
+            client.flush()
+        client.close()
 
 
 class AsyncChild(ChildBase):
@@ -307,14 +340,14 @@ class AsyncChild(ChildBase):
                 if os.getppid() != parent:
                     return "supervisor gone"
                 message = await self._next_message()
-                if message is None:
+                if message is None or not await self._handle(message):
                     continue
-                await self._handle(message)
                 jobs += 1
                 if self.spec.max_jobs and jobs >= self.spec.max_jobs:
                     return f"recycled after {jobs} jobs"
             return "stopped"
         except QueueDeleted as exc:
+            self.picker.forget(exc.queue)
             return _queue_deleted(exc)
         finally:
             await self._leave()
@@ -326,8 +359,10 @@ class AsyncChild(ChildBase):
             message = await self.client.receive(timeout=0)
         return self.picker.pick()  # type: ignore[return-value]
 
-    async def _handle(self, message: AsyncReceivedMessage) -> None:
-        self._read_supervisor()  # a note about this very message may have come meanwhile
+    async def _handle(self, message: AsyncReceivedMessage) -> bool:
+        """Run the message and settle it; False if a stop came first (it did not run)."""
+        if self._stop_before(message):
+            return False
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
@@ -339,11 +374,20 @@ class AsyncChild(ChildBase):
             settlement = self._settlement_after(message, failure, result)
         await getattr(message, settlement.method)(*settlement.args)
         self.slot.end(settlement.outcome)
+        return True
 
     async def _leave(self) -> None:
+        """As `Child._leave`: prefetched messages go back unstarted, then goodbye."""
+        client = self.client
         with contextlib.suppress(ClientError):
-            await self.client.flush()
-        await self.client.close()
+            for queue in self.picker.waiting:
+                await client.subscribe(queue, 0)
+            while (message := await client.receive(timeout=0)) is not None:
+                self.picker.add(message)
+            for message in self.picker.drain():
+                await message.return_unstarted()  # type: ignore[misc]
+            await client.flush()
+        await client.close()
 
 
 def _reply(message: ReceivedMessage, failure: Exception | None, result: Any) -> Settlement:

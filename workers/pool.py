@@ -92,6 +92,8 @@ class Pool:
         self._reload_queue: list[int] = []
         self._next_memory_check = 0.0
         self._next_summary = 0.0
+        #: The signal that asked for the graceful stop (None: none yet).
+        self.stopped_by: int | None = None
 
     # ------------------------------------------------------------------ running
 
@@ -304,6 +306,7 @@ class Pool:
                 "stopping: workers finish their current job (up to %.0fs), then exit",
                 self.spec.grace_seconds,
             )
+            self.stopped_by = signum
             self._stop_deadline = time.monotonic() + self.spec.grace_seconds
             self._restart_at.clear()
             for worker in self.workers.values():

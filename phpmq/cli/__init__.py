@@ -3,12 +3,15 @@
 A thin shell over the public API, one module per command group; each command imports what it
 needs when it runs, so `phpmq send` loads the client and not the broker or Spark. Every
 command that talks to a broker takes --broker (or PHPMQ_BROKER) and --timeout. Errors print
-one line on stderr and exit non-zero: 1 for a refused or failed request, 2 for bad usage, 130
-when stopped by Ctrl-C (quietly: no traceback). docs/cli.md lists every command.
+one line on stderr (`phpmq: ...`, usage errors too) and exit non-zero: 1 for a refused or
+failed request, 2 for bad usage, 130 when stopped by Ctrl-C (quietly: no traceback; the
+broker and the worker pool after their graceful stop). docs/cli.md lists every command.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
@@ -30,16 +33,37 @@ from . import (
     top,
     workers,
 )
-from .shared import EXIT_INTERRUPTED
+from .environment import warn_unknown_variables
+from .shared import EXIT_INTERRUPTED, usage_line
 
 __all__ = ["main"]
+
+#: What click raises for a group called without a command (click 8.2 and later).
+NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class InterruptibleGroup(click.Group):
     """Ctrl-C ends any command with status 130 and no traceback (click's own handling
-    prints "Aborted!" and exits 1, which a script cannot tell from a failure)."""
+    prints "Aborted!" and exits 1, which a script cannot tell from a failure), and a usage
+    error is one line, `phpmq: ...`, exit 2 (click's own is three: Usage, Try, Error)."""
+
+    def main(self, *args: Any, **options: Any) -> Any:
+        options["standalone_mode"] = False
+        try:
+            status = super().main(*args, **options)
+        except NO_ARGS_IS_HELP as exc:  # `phpmq` or a group alone: its help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(usage_line(exc), err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:  # a declined confirmation (Ctrl-C at a prompt exits in invoke)
+            click.echo("phpmq: aborted", err=True)
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
+        warn_unknown_variables(os.environ)
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:

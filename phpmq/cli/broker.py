@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..protocol import DEFAULT_ADDRESS
-from .shared import fail
+from .shared import fail, stop_status
+
+if TYPE_CHECKING:
+    from ..broker.config import BrokerConfig
 
 
 @click.command()
@@ -55,7 +59,8 @@ from .shared import fail
 @click.option(
     "--admin-secret",
     help="Without CURVE: a HELLO carrying this secret may run admin commands (purge, delete,"
-    " replay, schedules); prefer PHPMQ_ADMIN_SECRET. [default: none: only on a loopback bind]",
+    " replay, schedules); prefer PHPMQ_BROKER_ADMIN_SECRET. [default: none: only on a loopback"
+    " bind]",
 )
 @click.option(
     "--metrics-bind",
@@ -155,8 +160,11 @@ def broker(config_path: str | None, **flags: Any) -> None:
     PHPMQ_* variable changes them.
 
     Settings come from (later wins) defaults, --config FILE.toml, PHPMQ_* environment
-    variables (e.g. PHPMQ_BIND) and these flags. On the first signal the broker stops taking
-    sends, waits --grace-seconds for acks, and exits; a second signal exits at once.
+    variables (e.g. PHPMQ_BIND; the key file and admin secret are PHPMQ_BROKER_CURVE_SECRET
+    and PHPMQ_BROKER_ADMIN_SECRET, apart from the clients' PHPMQ_CURVE_SECRET and
+    PHPMQ_ADMIN_SECRET) and these flags. On the first signal the broker stops taking sends,
+    waits --grace-seconds for acks, and exits (0; 130 after Ctrl-C); a second signal exits at
+    once.
     """
     # The CLI names the broker's modules here and nowhere else: they load for this command only.
     from ..broker.config import ConfigError, load_config
@@ -169,6 +177,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    _note_client_variables(config)
     if config.shard_count() > 1 or config.cluster_file:
         from ..broker.shards import ShardSupervisor
 
@@ -176,10 +185,26 @@ def broker(config_path: str | None, **flags: Any) -> None:
             supervisor = ShardSupervisor(config)
         except ValueError as exc:
             fail(str(exc))
-        raise SystemExit(supervisor.run())
+        raise SystemExit(supervisor.run() or stop_status(supervisor.stopped_by))
     try:
         server = BrokerServer(config)
     except BrokerError as exc:
         fail(str(exc))
     server.install_signal_handlers()
     server.run()
+    raise SystemExit(stop_status(server.stopped_by))
+
+
+def _note_client_variables(config: BrokerConfig) -> None:
+    """A client's key file or admin secret exported where the broker starts is not the
+    broker's own: when the broker has none, say which name it reads."""
+    from ..broker.config import BROKER_ONLY_VARIABLES, ENV_PREFIX
+
+    for setting, broker_variable in BROKER_ONLY_VARIABLES.items():
+        client_variable = ENV_PREFIX + setting.upper()  # the clients' name for the same thing
+        if client_variable in os.environ and not getattr(config, setting):
+            click.echo(
+                f"phpmq: warning: {client_variable} is a client's variable; this broker's"
+                f" {setting} is --{setting.replace('_', '-')} or {broker_variable}, not set",
+                err=True,
+            )

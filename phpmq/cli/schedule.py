@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
+from datetime import datetime
 
 import click
 
@@ -92,7 +93,8 @@ def schedule_add(
         ),
     )
     verb = "replaced" if reply["replaced"] else "added"
-    click.echo(f"{verb} schedule {name}; next run {_when(reply['next_run'])}")
+    zone = tz if cron is not None else None
+    click.echo(f"{verb} schedule {name}; next run {_when(reply['next_run'], zone)}")
 
 
 @schedule.command("list")
@@ -115,8 +117,8 @@ def schedule_list(address: str, timeout: float) -> None:
             s["name"],
             target,
             _schedule_when(s),
-            _when(s["next_run"]),
-            _when(s["last_run"]),
+            _when(s["next_run"], s["tz"] if s["cron"] is not None else None),
+            _when(s["last_run"], s["tz"] if s["cron"] is not None else None),
             str(s["runs"]),
             str(s["refused"]),
         )
@@ -150,8 +152,16 @@ def _interval(ms: int) -> str:
     return f"{ms}ms"
 
 
-def _when(wall: float | None) -> str:
-    """A wall-clock time, local, to the second; '-' for none."""
+def _when(wall: float | None, zone: str | None = None) -> str:
+    """A wall-clock time to the second with its zone: in the IANA `zone` a cron expression
+    is read in, else this machine's; '-' for none."""
     if wall is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
+    moment = datetime.fromtimestamp(wall).astimezone()
+    if zone is not None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        # A zone the broker knows and this machine does not: shown in this machine's.
+        with contextlib.suppress(ZoneInfoNotFoundError):
+            moment = moment.astimezone(ZoneInfo(zone))
+    return moment.strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..protocol import DEFAULT_ADDRESS
+from .environment import BROKER_VARIABLE
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -40,7 +42,7 @@ def checked_address(ctx: click.Context, param: click.Parameter, address: str) ->
 broker_option = click.option(
     "--broker",
     "address",
-    envvar="PHPMQ_BROKER",
+    envvar=BROKER_VARIABLE,
     default=DEFAULT_ADDRESS,
     show_default=True,
     callback=checked_address,
@@ -56,8 +58,25 @@ timeout_option = click.option(
 )
 
 
+class Seconds(float):
+    """A duration in seconds that shows itself as it was written (`50ms`), so that a message
+    naming the value quotes what was typed, not `0.05`."""
+
+    text: str
+
+    def __new__(cls, seconds: float, text: str) -> Seconds:
+        duration = super().__new__(cls, seconds)
+        duration.text = text
+        return duration
+
+    def __repr__(self) -> str:  # the client's refusals quote repr(value) themselves
+        return self.text
+
+    __str__ = __repr__
+
+
 class Duration(click.ParamType):
-    """A duration such as 500ms, 10s, 5m, 2h or 1.5 (seconds), as seconds."""
+    """A duration such as 500ms, 10s, 5m, 2h or 1.5 (seconds), as Seconds."""
 
     name = "duration"
     UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -75,7 +94,29 @@ class Duration(click.ParamType):
             self.fail(f"{value!r} is not a duration such as 500ms, 10s, 5m or 2h", param, ctx)
         if seconds < 0:
             self.fail(f"{value!r} is negative", param, ctx)
-        return seconds
+        return Seconds(seconds, str(value).strip())
+
+
+def usage_line(error: click.ClickException) -> str:
+    """A usage error as the one line every failure is: `phpmq: what was wrong (where to
+    look)`, naming the environment variable when that is where the bad value came from."""
+    context = getattr(error, "ctx", None)
+    parameter = getattr(error, "param", None)
+    if isinstance(error, click.BadParameter) and context is not None and parameter is not None:
+        source = context.get_parameter_source(parameter.name or "")
+        if source is click.core.ParameterSource.ENVIRONMENT and parameter.envvar:
+            error.param_hint = str(parameter.envvar)
+    message = error.format_message().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    if isinstance(error, click.UsageError) and context is not None:
+        message += f" (see '{context.command_path} --help')"
+    return f"phpmq: {message}"
+
+
+def stop_status(signum: int | None) -> int:
+    """The exit status of a command that stopped gracefully on `signum`: 130 after Ctrl-C
+    (as the exit-code table says for every command), 0 after SIGTERM."""
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else 0
 
 
 def fail(message: str) -> NoReturn:
@@ -102,8 +143,7 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
         except ClientError:
             client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
             logging.getLogger("phpmq.client").disabled = True
-            hint = " (CURVE keys from PHPMQ_CURVE_*: is this key allowed?)" if client.curve else ""
-            fail(f"no broker answered at {address} within {timeout:g}s{hint}")
+            fail(f"no broker answered at {address} within {timeout:g}s{_why_silent(client)}")
         result = action(client)
         client.close()
         return result
@@ -113,6 +153,14 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
         if not client.closed:
             with contextlib.suppress(ClientError):
                 client.close()
+
+
+def _why_silent(client: Client) -> str:
+    """What a fresh connection's handshake says about a broker that did not answer."""
+    from ..client.probe import handshake_problem
+
+    hint = handshake_problem(client.address, client.curve, wait=min(client.send_timeout, 1.0))
+    return f": {hint}" if hint else ""
 
 
 def admin(client: Client, command: str, **options: Any) -> dict[str, Any]:

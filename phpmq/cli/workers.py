@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .shared import broker_option, fail
+from .shared import broker_option, fail, stop_status
 
 
 def _queue_weight(value: str) -> tuple[str, int]:
@@ -50,7 +50,8 @@ def _queue_weight(value: str) -> tuple[str, int]:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Messages each worker holds ahead of the one it runs (split among queues by weight).",
+    help="Messages each worker holds at a time, the one it runs included (its window, split"
+    " among the queues by weight, each at least its weight); 1: the next comes once one is done.",
 )
 @click.option(
     "--timeout",
@@ -140,10 +141,11 @@ def workers(
     """Run HANDLER (module:function) over queues in supervised worker processes.
 
     The handler gets each message (.content, .queue, .id, .ttl, .delivery_count, .headers).
-    Returning acks it; raising workers.Retry(delay=...) or any exception requeues it with
-    backoff until --max-retries, then dead-letters it with the exception as reason; raising
-    workers.Reject dead-letters it at once. Async handlers are awaited. SIGTERM/SIGINT stop
-    gracefully (a second signal kills), SIGHUP reloads the handler code worker by worker.
+    Returning acks it; raising Retry(delay=...) (from phpmq import Retry) or any exception
+    requeues it with backoff until --max-retries, then dead-letters it with the exception as
+    reason; raising Reject (from phpmq import Reject) dead-letters it at once. Async handlers
+    are awaited. SIGTERM/SIGINT stop gracefully (a second signal kills), SIGHUP reloads the
+    handler code worker by worker.
     """
     from ..workers.child import ChildSpec, load_handler
     from ..workers.logs import configure_logging
@@ -189,4 +191,5 @@ def workers(
         summary_seconds=summary_seconds,
         log_json=log_json,
     )
-    sys.exit(Pool(spec).run())
+    pool = Pool(spec)
+    sys.exit(pool.run() or stop_status(pool.stopped_by))

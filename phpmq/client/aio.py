@@ -313,11 +313,12 @@ class AsyncClient(
         await _cancel(self._liveness)
         self._liveness = None
         try:
-            if self._connection.greeted:  # something was sent: make sure it all arrived
+            connection = self._connection
+            if connection.greeted:  # something was sent: make sure it all arrived
                 self._start()
-                self._connection.goodbye()
-                await self._send_frame(self._connection.take_settles())  # tells nothing yet
-                await self._await_goodbye_answer()
+                while (payload := connection.leave_step()) is not None:
+                    await self._send_frame(payload)  # settles flushed, telling nothing yet
+                    await self._await_goodbye_answer()
         except ClientError as exc:
             log.warning("closing %s: %s", self.address, exc)
         finally:
@@ -393,6 +394,8 @@ class AsyncClient(
                 raise ClientError("client is closed")
             connection = self._connection
             frame = connection.frame(payload)
+            if not frame:  # a greeting-only send whose greeting another task sent meanwhile
+                return
             try:
                 await self._socket.send(frame)
             except zmq.Again:

@@ -132,6 +132,8 @@ class Connection:
         #: could have taken with it (exact counts need confirms).
         self.sent_since_heard = 0
         self.goodbye_answered = False
+        #: How far leaving has come: 0 not begun, 1 dispatches stopped, 2 goodbye said.
+        self._leaving = 0
 
     # ------------------------------------------------------------------ transports
 
@@ -355,10 +357,29 @@ class Connection:
         """Buffer again what `take_settles` gave and the transport did not take."""
         self._outbox.keep(payload)
 
-    def goodbye(self) -> None:
-        """Buffer DISCONNECT + KBAI behind the settles; the broker's KBAI answer then proves
-        it read everything before (docs/protocol.md §1, Leaving)."""
-        self._outbox.goodbye()
+    def leave_step(self) -> bytes | None:
+        """The next payload of leaving, after which the driver awaits the broker's KBAI
+        answer (`goodbye_answered`); None once the goodbye was said.
+
+        A client that consumed leaves in two steps. First the settles and DISCONNECT: the
+        broker sends no new work, and its KBAI answer proves that every dispatch to us has
+        arrived. Then what came but was never handed out goes back unstarted, last first
+        (docs/protocol.md §3.6: its delivery count stays), with DISCONNECT + KBAI, whose
+        answer proves the broker read it all (§1, Leaving). Others say the goodbye at once.
+        """
+        self.goodbye_answered = False
+        if self._leaving == 0 and self._windows:
+            self._leaving = 1
+            self._outbox.stop_dispatches()
+            return self._outbox.take()
+        if self._leaving < 2:
+            self._leaving = 2
+            received = self.received
+            while received:
+                self._outbox.add(received.pop().unstarted_frame())
+            self._outbox.goodbye()
+            return self._outbox.take()
+        return None
 
     # ------------------------------------------------------------------ admin
 

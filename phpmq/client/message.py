@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ..protocol import (
+    REQUEUE_UNSTARTED,
     DeadLetter,
     Dispatch,
     ErrorCode,
@@ -56,7 +57,8 @@ def queue_packet(queue: str) -> bytes:
 
 
 class ReceivedMessage:
-    """A dispatched message. Settle it exactly once: ack, requeue or dead_letter."""
+    """A dispatched message. Settle it exactly once: ack, requeue or dead_letter (or, not
+    started at all, return_unstarted)."""
 
     __slots__ = (
         "_generation",
@@ -146,6 +148,17 @@ class ReceivedMessage:
     def dead_letter(self, reason: str | None = None) -> None:
         self._settle(self._dead_letter_frame(reason), self._generation)
 
+    def return_unstarted(self) -> None:
+        """Back to the head of the queue, for a message this consumer took but never
+        started (a worker that stops with prefetched messages): its delivery count is not
+        raised and its TTL is kept (docs/protocol.md §3.6). Hand back several last-first to
+        keep their order."""
+        self._settle(self.unstarted_frame(), self._generation)
+
+    def unstarted_frame(self) -> bytes:
+        """The 005 that hands this message back unstarted."""
+        return encode(Requeue(self.queue, self._id, 0, None, REQUEUE_UNSTARTED))
+
     def _ack_frame(self) -> bytes:
         return encode_ack(queue_packet(self.queue), self._id)
 
@@ -180,6 +193,10 @@ class AsyncReceivedMessage(ReceivedMessage):
 
     async def dead_letter(self, reason: str | None = None) -> None:  # type: ignore[override]
         await self._settle(self._dead_letter_frame(reason), self._generation)  # type: ignore[misc]
+
+    async def return_unstarted(self) -> None:  # type: ignore[override]
+        """Back to the head of the queue unstarted; see ReceivedMessage.return_unstarted."""
+        await self._settle(self.unstarted_frame(), self._generation)  # type: ignore[misc]
 
     async def reply(  # type: ignore[override]
         self, content: bytes | str = b"", error: str | None = None

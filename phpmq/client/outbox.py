@@ -16,7 +16,8 @@ from ..protocol import Disconnect, Kbai, encode
 MAX_BUFFERED_OUT = 512
 #: How a client leaves: stop sending me work, forget me (taking back what I did not settle).
 #: The broker answers KBAI, which also proves it read everything sent before.
-GOODBYE = encode(Disconnect("client closing")) + encode(Kbai())
+STOP_DISPATCHES = encode(Disconnect("client closing"))
+GOODBYE = STOP_DISPATCHES + encode(Kbai())
 
 
 class Outbox:
@@ -45,6 +46,10 @@ class Outbox:
         """Keep again, first, what `take` gave and the transport did not take."""
         if payload:
             self._out.insert(0, payload)
+
+    def stop_dispatches(self) -> None:
+        """DISCONNECT alone: the broker sends no new work, and answers KBAI."""
+        self._out.append(STOP_DISPATCHES)
 
     def goodbye(self) -> None:
         self._out.append(GOODBYE)

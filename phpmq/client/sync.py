@@ -369,11 +369,11 @@ class Client(
             if self.closed:
                 return
             try:
-                if self._connection.greeted:  # something was sent: make sure it all arrived
-                    self._connection.goodbye()
-                    payload = self._connection.take_settles()  # flush, telling nothing yet
-                    self._send_frame(payload)
-                    self._await_goodbye_answer()
+                connection = self._connection
+                if connection.greeted:  # something was sent: make sure it all arrived
+                    while (payload := connection.leave_step()) is not None:
+                        self._send_frame(payload)  # settles flushed, telling nothing yet
+                        self._await_goodbye_answer()
             except ClientError as exc:
                 log.warning("closing %s: %s", self.address, exc)
             finally:
@@ -423,6 +423,8 @@ class Client(
             if self.closed:
                 raise ClientError("client is closed")
             frame = self._connection.frame(payload)
+            if not frame:  # a greeting-only send whose greeting went out meanwhile
+                return
             self._dealer.send(frame)
             self._connection.sent(frame, time.monotonic(), messages, tags)
 
