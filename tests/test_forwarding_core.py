@@ -14,11 +14,18 @@ REMOTE = next(f"q{i}" for i in range(100) if MAP.owner(f"q{i}").name == "t/1")
 LOCAL = next(f"q{i}" for i in range(100) if MAP.owner(f"q{i}").name == "t/0")
 PEER = b"\x00peer"
 LINK = b"\x00link"
-LINK_HELLO = p.Hello({"role": "link", "name": "t/0", "heartbeat_ms": 1000, "liveness": 3})
+SECRET = "the-cluster-s-own"
+LINK_HELLO = p.Hello(
+    {"role": "link", "name": "t/0", "heartbeat_ms": 1000, "liveness": 3, "link_secret": SECRET}
+)
+#: Who a forwarded peer is: the entry shard's word (packet 28), checked again at the owner.
+ANYONE = b'[null,"10.0.0.1:1000","router",false]'
 
 
 def shard(name: str, **config: object) -> CoreHarness:
-    return CoreHarness(cluster=encode_map(MAP).decode(), shard=name, **config)
+    return CoreHarness(
+        cluster=encode_map(MAP).decode(), shard=name, link_secret=SECRET, **config
+    )
 
 
 class Pair:
@@ -134,13 +141,16 @@ def test_a_lost_owner_refuses_its_queues_with_503_naming_it() -> None:
 def test_only_links_may_forward_and_relayed_peers_are_never_forwarded_again() -> None:
     owner = shard("t/1")
     inner = p.encode(p.Send(REMOTE, b"x", 0))
-    out = owner.send(b"\x00else", p.Hello({}), p.Forward(b"r", inner, 1))
-    assert [e.code for e in out if type(e) is p.Error] == [405]
+    out = owner.send(b"\x00else", p.Hello({}), p.Forward(b"r", inner, 1, ANYONE))
+    assert [e.code for e in out if type(e) is p.Error] == [403]
+    posing = p.Hello({"role": "link", "name": "t/0"})  # says it is a link, cannot prove it
+    out = owner.send(b"\x00poser", posing, p.Forward(b"r", inner, 1, ANYONE))
+    assert [e.code for e in out if type(e) is p.Error] == [403]
     assert REMOTE not in owner.core.queues
     # A FORWARD for a queue this shard does not own (maps that disagree) is kept here,
     # never sent on: no loops between shards.
     owner.send(LINK, LINK_HELLO)
-    owner.send(LINK, p.Forward(b"r", p.encode(p.Send(LOCAL, b"x", 0)), 0))
+    owner.send(LINK, p.Forward(b"r", p.encode(p.Send(LOCAL, b"x", 0)), 0, ANYONE))
     assert owner.stats(LOCAL)["ready"] == 1
     assert owner.core.forwarding.forwarded == 0  # type: ignore[union-attr]
 
