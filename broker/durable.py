@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 
 from .checkpoints import Checkpointer
+from .data_lock import DataDirInUse, DataDirLock
 from .journal import (
     BACK,
     BIND,
@@ -216,8 +217,10 @@ class StorageError(Exception):
 class DurableStore:
     def __init__(self, data_dir: str | Path) -> None:
         self.directory = Path(data_dir)
+        lock: DataDirLock | None = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            lock = DataDirLock(self.directory)
             self.path = self.directory / DB_NAME
             self._db = db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False
@@ -242,8 +245,13 @@ class DurableStore:
             )
             self._incremental_vacuum_on()
             self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
+        except DataDirInUse as exc:
+            raise StorageError(str(exc)) from None
         except (OSError, sqlite3.Error) as exc:
+            if lock is not None:
+                lock.release()
             raise StorageError(f"cannot open the data directory {data_dir}: {exc}") from None
+        self._lock: DataDirLock | None = lock
         self.commits = 0
         self.last_commit_ms = 0.0
         self.longest_commit_ms = 0.0
@@ -480,3 +488,5 @@ class DurableStore:
     def close(self) -> None:
         self._checkpointer.stop()
         self._db.close()
+        if self._lock is not None:
+            self._lock.release()
