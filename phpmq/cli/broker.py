@@ -174,6 +174,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
 
         try:
             supervisor = ShardSupervisor(config)
+            supervisor.wait_for_addresses()  # an earlier supervisor's shards may be draining
         except ValueError as exc:
             fail(str(exc))
         raise SystemExit(supervisor.run())
