@@ -24,6 +24,7 @@ import msgspec
 
 from .checkpoints import Checkpointer
 from .data_lock import DataDirInUse, DataDirLock
+from .disk import WAL_LIMIT_CHECKPOINTS, Reserve, checkpoint_bytes, free_and_total
 from .journal import (
     BACK,
     BIND,
@@ -50,10 +51,6 @@ from .journal import (
 log = logging.getLogger("phpmq.broker")
 
 DB_NAME = "phpmq.sqlite3"
-#: When the WAL starts over, SQLite cuts the file back to this size (journal_size_limit).
-#: Above the checkpoint threshold: a WAL that starts over then overwrites blocks it already
-#: has, and the loop's fsyncs need not record a growing file. Idle, the WAL is emptied anyway.
-WAL_SIZE_LIMIT = 32 * 1024 * 1024
 #: Free pages kept for reuse; above this the loop gives them back to the file system...
 RECLAIM_FREE_PAGES = 256
 #: ...at most this many per turn: a slice of about a millisecond (~7.5 us a page, measured).
@@ -222,29 +219,18 @@ class DurableStore:
             self.directory.mkdir(parents=True, exist_ok=True)
             lock = DataDirLock(self.directory)
             self.path = self.directory / DB_NAME
-            self._db = db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False
-            )
-            # Only takes effect before the first table exists (a new store); an old store is
-            # converted below.
-            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            db.execute("PRAGMA journal_mode=WAL")
-            # FULL: the WAL is fsynced at every commit, so a commit is on disk when it returns.
-            db.execute("PRAGMA synchronous=FULL")
-            # The loop never checkpoints (a checkpoint inside a COMMIT stalls the turn): the
-            # checkpoint thread does. The WAL file shrinks back to this size when it restarts.
-            db.execute("PRAGMA wal_autocheckpoint=0")
-            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-            db.executescript(_SCHEMA)
-            self._ids_as_blobs()
-            self._add_columns()
-            # Only leased rows are in it: a lease's commit finds them without a queue scan.
-            db.execute(
-                "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
-                " WHERE lease IS NOT NULL"
-            )
-            self._incremental_vacuum_on()
-            self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
+            #: The WAL's budget, from the size of the volume (broker/disk.py): checkpointed
+            #: past the first, never (much) past the second.
+            self.checkpoint_bytes = checkpoint_bytes(free_and_total(self.directory)[1])
+            self.wal_limit_bytes = WAL_LIMIT_CHECKPOINTS * self.checkpoint_bytes
+            #: Room kept for a store that cannot write for want of space (StoreKeeper).
+            self.reserve = Reserve(self.directory, self.checkpoint_bytes)
+            try:
+                self._open()
+            except sqlite3.Error:
+                if not self.reserve.release():
+                    raise
+                self._open()  # a full disk: with the room the reserve gave
         except DataDirInUse as exc:
             raise StorageError(str(exc)) from None
         except (OSError, sqlite3.Error) as exc:
@@ -265,8 +251,42 @@ class DurableStore:
         self.pages_reclaimed = 0
         self.reclaims = 0
         self.last_reclaim_ms = 0.0
+        #: Set while the volume is under its floor: the checkpoint thread then empties the
+        #: WAL whenever it has copied it all, not only when the store is idle.
+        self.disk_low = False
         self._checkpointer = Checkpointer(self)
         self._checkpointer.start()
+
+    def _open(self) -> None:
+        self._db = db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        #: Where load() and the other readers read (read_with: a copy in memory).
+        self._reader = db
+        try:
+            # Only takes effect before the first table exists (a new store); an old store is
+            # converted below.
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            db.execute("PRAGMA journal_mode=WAL")
+            # FULL: the WAL is fsynced at every commit, so a commit is on disk when it returns.
+            db.execute("PRAGMA synchronous=FULL")
+            # The loop never checkpoints (a checkpoint inside a COMMIT stalls the turn): the
+            # checkpoint thread does. The WAL file shrinks back to this size when it restarts:
+            # one that starts over then overwrites blocks it already has, and the loop's
+            # fsyncs need not record a growing file. Idle, the WAL is emptied anyway.
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            db.execute(f"PRAGMA journal_size_limit={self.wal_limit_bytes}")
+            db.executescript(_SCHEMA)
+            self._ids_as_blobs()
+            self._add_columns()
+            # Only leased rows are in it: a lease's commit finds them without a queue scan.
+            db.execute(
+                "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
+                " WHERE lease IS NOT NULL"
+            )
+            self._incremental_vacuum_on()
+            self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
+        except sqlite3.Error:
+            db.close()
+            raise
 
     def _incremental_vacuum_on(self) -> None:
         """A store written before auto_vacuum was set never gives space back: rebuild it once
@@ -316,7 +336,7 @@ class DurableStore:
         """Every message in queue order, and every dead letter oldest first."""
         messages = [
             StoredMessage(*row)
-            for row in self._db.execute(
+            for row in self._reader.execute(
                 "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight,"
                 " event, reply_to, correlation, visible_wall, message_key, lease"
                 " FROM messages ORDER BY queue, seq"
@@ -324,7 +344,7 @@ class DurableStore:
         ]
         dead = [
             StoredDeadLetter(*row)
-            for row in self._db.execute(
+            for row in self._reader.execute(
                 "SELECT queue, id, content, reason, deliveries, dead_at, headers, message_key"
                 " FROM dead_letters ORDER BY position"
             )
@@ -334,19 +354,20 @@ class DurableStore:
     def load_bindings(self) -> tuple[list[tuple[str, str]], list[tuple[str, int]]]:
         """Every (queue, pattern) binding, in the order bound, and every queue's
         delete-when-unused setting (queue, ms)."""
-        bindings = list(self._db.execute("SELECT queue, pattern FROM bindings ORDER BY rowid"))
-        unused = list(self._db.execute("SELECT queue, unused_ms FROM queue_settings"))
+        reader = self._reader
+        bindings = list(reader.execute("SELECT queue, pattern FROM bindings ORDER BY rowid"))
+        unused = list(reader.execute("SELECT queue, unused_ms FROM queue_settings"))
         return bindings, unused
 
     def load_schedules(self) -> list[tuple[str, bytes, float | None, int]]:
         """Every schedule: (name, spec JSON, last run wall time or None, runs)."""
-        return list(self._db.execute("SELECT name, spec, last_run, runs FROM schedules"))
+        return list(self._reader.execute("SELECT name, spec, last_run, runs FROM schedules"))
 
     def load_keys(self) -> list[StoredKey]:
         """Every idempotency key on disk (some may have expired while the broker was down)."""
         return [
             StoredKey(*row)
-            for row in self._db.execute("SELECT queue, key, id, expires_wall FROM keys")
+            for row in self._reader.execute("SELECT queue, key, id, expires_wall FROM keys")
         ]
 
     # ------------------------------------------------------------------ writing
@@ -359,16 +380,13 @@ class DurableStore:
         """
         started = time.perf_counter()
         db = self._db
-        if self.hand_off:
+        # Past its limit the WAL is copied here whatever the thread managed (a write faster
+        # than its checkpoints): this transaction then starts it over, within its budget.
+        if self.hand_off or self.wal_bytes() > self.wal_limit_bytes:
             self._take_hand_off(db)
         try:
             db.execute("BEGIN")
-            for kind, rows in _runs(operations):
-                if kind in (DEAD, DELETE_QUEUE):
-                    for row in rows:
-                        self._apply(db, (kind, *row))
-                else:
-                    db.executemany(_STATEMENTS[kind], rows)
+            self._write(db, operations)
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -380,6 +398,38 @@ class DurableStore:
         self.commits += 1
         self.last_commit_ms = (time.perf_counter() - started) * 1000
         self.longest_commit_ms = max(self.longest_commit_ms, self.last_commit_ms)
+
+    def _write(self, db: sqlite3.Connection, operations: Iterable[tuple]) -> None:
+        for kind, rows in _runs(operations):
+            if kind in (DEAD, DELETE_QUEUE):
+                for row in rows:
+                    self._apply(db, (kind, *row))
+            else:
+                db.executemany(_STATEMENTS[kind], rows)
+
+    def read_with(self, operations: list[tuple]) -> None:
+        """Until `read_done()`, load() and the other readers read a copy of the store in
+        memory with `operations` applied: operations a stop could not write (the disk was
+        full), to be written before any others once it can.
+
+        Raises:
+            StorageError: the store cannot be read.
+        """
+        copy = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            self._db.backup(copy)
+            copy.execute("BEGIN")
+            self._write(copy, operations)
+            copy.execute("COMMIT")
+        except sqlite3.Error as exc:
+            copy.close()
+            raise StorageError(f"cannot read the store: {exc}") from None
+        self._reader = copy
+
+    def read_done(self) -> None:
+        if self._reader is not self._db:
+            self._reader.close()
+            self._reader = self._db
 
     def reclaim(self) -> None:
         """Give one slice of free pages back, in a transaction of its own (a turn that had
@@ -483,9 +533,12 @@ class DurableStore:
             "longest_hand_off_ms": round(self.longest_hand_off_ms, 3),
             "longest_checkpoint_ms": round(checkpointer.longest_ms, 3),
             "checkpoint_errors": checkpointer.errors,
+            "checkpoint_at_wal_bytes": self.checkpoint_bytes,
+            "wal_limit_bytes": self.wal_limit_bytes,
         }
 
     def close(self) -> None:
+        self.read_done()
         self._checkpointer.stop()
         self._db.close()
         if self._lock is not None:

@@ -99,9 +99,9 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
     )
     try:
-        server.store.close()  # the data directory's lock passes to the broken store
+        server.keeper.store.close()  # the data directory's lock passes to the broken store
         store = BrokenStore(tmp_path / "d")
-        server.store = store
+        server.store = server.keeper.store = store
         core = server.core
         core.admin.storage_stats = store.stats
         hello = p.encode(p.Hello({}))
@@ -142,9 +142,9 @@ def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
     sent: list[tuple[bytes, bytes]] = []
     server._send = sent.extend  # type: ignore[method-assign]
     try:
-        server.store.close()  # the data directory's lock passes to the broken store
+        server.keeper.store.close()  # the data directory's lock passes to the broken store
         store = BrokenStore(tmp_path / "d")
-        server.store = store
+        server.store = server.keeper.store = store
         core = server.core
 
         def turn(*messages: p.Message) -> list[p.Message]:

@@ -139,6 +139,13 @@ from .shared import fail
     " [default: 40%]",
 )
 @click.option(
+    "--min-free-disk",
+    help="With --data-dir: free space the volume keeps; below it sends are refused (507)"
+    " while consumers drain: bytes, 256MB, a share of the volume such as 5%, 'auto' or 0"
+    " for no floor. [default: auto: 4 WAL checkpoints' worth or 2% of the volume, at most"
+    " 1 GiB]",
+)
+@click.option(
     "--dedup-window-seconds",
     type=float,
     help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",
