@@ -20,7 +20,7 @@ _MX_FRAME = struct.Struct("=I")
 #: `checkpoint_bytes` (sized to the volume, broker/disk.py: each checkpoint syncs the
 #: database beside the loop's WAL syncs, so fewer, larger ones cost less, but one may have to
 #: grow the database by as much), or once nothing was written for this long (then it also
-#: truncates the WAL to nothing), or at once while the disk is low.
+#: truncates the WAL to nothing).
 CHECKPOINT_IDLE_S = 1.0
 #: How often the checkpoint thread looks at the WAL's size.
 CHECKPOINT_POLL_S = 0.05
@@ -39,7 +39,6 @@ class Store(Protocol):
     hand_off: bool
     checkpoint_bytes: int
     wal_limit_bytes: int
-    disk_low: bool
 
     @property
     def reclaimable(self) -> bool: ...
@@ -98,16 +97,15 @@ class Checkpointer(threading.Thread):
             if seen != writes:
                 writes, quiet_since = seen, now
             wal = self._wal_frames_bytes()
-            low = store.disk_low
-            idle = store.wal_bytes() > 0 and (low or now - quiet_since >= CHECKPOINT_IDLE_S)
+            idle = store.wal_bytes() > 0 and now - quiet_since >= CHECKPOINT_IDLE_S
             try:
                 if wal >= store.checkpoint_bytes and not store.hand_off:
-                    # Past the limit the loop copies what is left itself, however much: a
-                    # longer hand-off, but a WAL that stays within its budget.
-                    store.hand_off = self._catch_up() or wal >= store.wal_limit_bytes
+                    # Past the limit the loop copies what is left itself, however much (a
+                    # longer hand-off, but a WAL that keeps to its budget).
+                    store.hand_off = self._catch_up()
                 elif idle:
                     busy, frames, copied = self._checkpoint("PASSIVE")
-                    if not busy and frames == copied and (low or not store.reclaimable):
+                    if not busy and frames == copied and not store.reclaimable:
                         self._truncate()
             except sqlite3.Error as exc:
                 self.errors += 1
@@ -135,11 +133,13 @@ class Checkpointer(threading.Thread):
         one commit, is then the loop's to copy (DurableStore._take_hand_off).
 
         A checkpoint copies the frames committed when it began, and the WAL can only start
-        over (and shrink back to its journal_size_limit) at a write that begins when every frame is
-        copied; the loop is mostly in the middle of a commit, so without the hand-off the
+        over (and shrink back to its journal_size_limit) at a write that begins when every
+        frame is copied; the loop is mostly in the middle of a commit, so without the hand-off the
         WAL would grow for as long as the loop is busy."""
         done = -1
         for _ in range(CHECKPOINT_CATCH_UP):
+            if self._wal_frames_bytes() >= self._store.wal_limit_bytes:
+                return True  # the loop copies the rest: a checkpoint here would make it busy
             busy, _, copied = self._checkpoint("PASSIVE")
             if busy or copied < 0:
                 return False

@@ -36,6 +36,9 @@ AUTO_FLOOR_MAX = 1024 * MIB
 #: Sends are taken again once the free space is the floor plus this share of it.
 RESUME_SHARE = 4
 RESERVE_NAME = "phpmq.reserve"
+#: The reserve's last part, kept for a stop: this share of it, at least RESERVE_LAST_MIN.
+RESERVE_LAST_SHARE = 4
+RESERVE_LAST_MIN = 256 * 1024
 #: At most one notice of the disk going under its floor per this many seconds.
 NOTICE_EVERY_S = 60.0
 
@@ -65,23 +68,30 @@ def _mib(size: int) -> str:
 
 
 class Reserve:
-    """A file of `size` bytes kept in the data directory while space allows, and removed the
-    moment the store cannot write for want of space (a failed commit, a start or a stop on
-    a full disk): that much room for the acks, the checkpoint and the operations a stop must
-    keep, even when something else filled the volume. A file system that does not really
-    allocate (compression, copy-on-write) makes it an empty promise: docs/durability.md."""
+    """A file of `size` bytes kept in the data directory while space allows, and given back
+    the moment the store cannot write for want of space (a failed commit, a start or a stop
+    on a full disk): that much room for the acks, the checkpoint and the operations a stop
+    must keep, even when something else filled the volume. A running broker gives up all but
+    its `last` part; a stop that still has something to write, or a start that cannot open
+    the store, gives up the rest. A file system that does not really allocate (compression,
+    copy-on-write) makes it an empty promise: docs/durability.md."""
 
     def __init__(self, directory: Path, size: int) -> None:
         self.path = directory / RESERVE_NAME
         self.size = size
+        self.last = min(size, max(size // RESERVE_LAST_SHARE, RESERVE_LAST_MIN))
         self.releases = 0
         try:
-            self.held = self.path.stat().st_size >= size
+            self.held_bytes = self.path.stat().st_size
         except OSError:
-            self.held = False
+            self.held_bytes = 0
+
+    @property
+    def held(self) -> bool:
+        return self.held_bytes >= self.size
 
     def hold(self) -> bool:
-        """Allocate the file (whole, or not at all); whether it is now held."""
+        """Allocate the whole file; whether it is now held."""
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         except OSError:
@@ -90,25 +100,30 @@ class Reserve:
             os.posix_fallocate(fd, 0, self.size)
             os.fsync(fd)
         except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+            with contextlib.suppress(OSError):  # what it did allocate goes back
+                os.ftruncate(fd, self.held_bytes)
             return False
         finally:
             os.close(fd)
-        self.held = True
+        self.held_bytes = self.size
         return True
 
-    def release(self) -> bool:
-        """Remove the file; whether it freed anything."""
-        if not self.held:
+    def release(self, keep_last: bool = True) -> bool:
+        """Give the file's room back to the volume, all but its last part if `keep_last`;
+        whether that freed anything."""
+        keep = self.last if keep_last else 0
+        if self.held_bytes <= keep:
             return False
         try:
-            self.path.unlink()
+            if keep:
+                os.truncate(self.path, keep)
+            else:
+                self.path.unlink()
         except OSError:
             return False
-        self.held = False
+        freed, self.held_bytes = self.held_bytes - keep, keep
         self.releases += 1
-        log.warning("the disk is full: gave up the %s reserve in %s", _mib(self.size), self.path)
+        log.warning("the disk is full: gave up %s of the reserve %s", _mib(freed), self.path)
         return True
 
 

@@ -51,6 +51,8 @@ from .journal import (
 log = logging.getLogger("phpmq.broker")
 
 DB_NAME = "phpmq.sqlite3"
+#: A store that could not be opened for writing (a full disk) tries again this often.
+REOPEN_S = 1.0
 #: Free pages kept for reuse; above this the loop gives them back to the file system...
 RECLAIM_FREE_PAGES = 256
 #: ...at most this many per turn: a slice of about a millisecond (~7.5 us a page, measured).
@@ -215,6 +217,14 @@ class DurableStore:
     def __init__(self, data_dir: str | Path) -> None:
         self.directory = Path(data_dir)
         lock: DataDirLock | None = None
+        self._db: sqlite3.Connection | None = None
+        #: While read_with runs: a copy of the store in memory, which the readers read.
+        self._copy: sqlite3.Connection | None = None
+        #: Read-only (a full disk): why the store could not be opened for writing, when it
+        #: is tried next, and the database file opened as immutable, to read what it holds.
+        self.unopened: str | None = None
+        self._open_at = 0.0
+        self._immutable: sqlite3.Connection | None = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             lock = DataDirLock(self.directory)
@@ -225,12 +235,7 @@ class DurableStore:
             self.wal_limit_bytes = WAL_LIMIT_CHECKPOINTS * self.checkpoint_bytes
             #: Room kept for a store that cannot write for want of space (StoreKeeper).
             self.reserve = Reserve(self.directory, self.checkpoint_bytes)
-            try:
-                self._open()
-            except sqlite3.Error:
-                if not self.reserve.release():
-                    raise
-                self._open()  # a full disk: with the room the reserve gave
+            self._open_or_read()
         except DataDirInUse as exc:
             raise StorageError(str(exc)) from None
         except (OSError, sqlite3.Error) as exc:
@@ -251,15 +256,80 @@ class DurableStore:
         self.pages_reclaimed = 0
         self.reclaims = 0
         self.last_reclaim_ms = 0.0
-        #: Set while the volume is under its floor: the checkpoint thread then empties the
-        #: WAL whenever it has copied it all, not only when the store is idle.
-        self.disk_low = False
         self._checkpointer = Checkpointer(self)
+        if self._db is not None:
+            self._checkpointer.start()
+
+    def _open_or_read(self) -> None:
+        """Open the store for writing; on a full disk, again with the reserve's room; if
+        that fails too, only read it (a start on a full disk, served read-only until
+        `try_open` succeeds)."""
+        try:
+            self._open()
+            return
+        except sqlite3.Error as exc:
+            problem = exc
+        if self.reserve.release(keep_last=False):
+            try:
+                self._open()  # with the room the reserve gave
+                return
+            except sqlite3.Error as exc:
+                problem = exc
+        self._read_only(problem)
+
+    def _read_only(self, problem: sqlite3.Error) -> None:
+        """Read the database file as it is, without the WAL index SQLite could not create
+        (a full disk). Only sound when no WAL holds frames the file lacks: a clean stop
+        leaves none; after a crash SQLite's own files exist and the open does not fail so.
+
+        Raises:
+            sqlite3.Error: `problem`, when it cannot be done.
+        """
+        if self.wal_bytes() or not self.path.exists():
+            raise problem
+        self._immutable = sqlite3.connect(
+            f"{self.path.resolve().as_uri()}?immutable=1", uri=True, check_same_thread=False
+        )
+        self._reader = self._immutable
+        self.free_pages = 0
+        self.unopened = str(problem)
+        self._open_at = time.monotonic() + REOPEN_S
+        log.warning(
+            "cannot open the store for writing (%s): serving what it holds, refusing sends,"
+            " until it can",
+            problem,
+        )
+
+    @property
+    def read_only(self) -> bool:
+        return self._db is None
+
+    def try_open(self) -> bool:
+        """Read-only: open the store for writing, at most every REOPEN_S; whether it is."""
+        if self._db is not None:
+            return True
+        now = time.monotonic()
+        if now < self._open_at:
+            return False
+        self._open_at = now + REOPEN_S
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            self.unopened = str(exc)
+            self._reader = self._copy or self._immutable  # type: ignore[assignment]
+            return False
+        if self._immutable is not None:
+            self._immutable.close()
+            self._immutable = None
+        self.unopened = None
+        if self._copy is not None:
+            self._reader = self._copy
         self._checkpointer.start()
+        log.warning("the store is open for writing again")
+        return True
 
     def _open(self) -> None:
         self._db = db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        #: Where load() and the other readers read (read_with: a copy in memory).
         self._reader = db
         try:
             # Only takes effect before the first table exists (a new store); an old store is
@@ -275,23 +345,23 @@ class DurableStore:
             db.execute("PRAGMA wal_autocheckpoint=0")
             db.execute(f"PRAGMA journal_size_limit={self.wal_limit_bytes}")
             db.executescript(_SCHEMA)
-            self._ids_as_blobs()
-            self._add_columns()
+            self._ids_as_blobs(db)
+            self._add_columns(db)
             # Only leased rows are in it: a lease's commit finds them without a queue scan.
             db.execute(
                 "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
                 " WHERE lease IS NOT NULL"
             )
-            self._incremental_vacuum_on()
+            self._incremental_vacuum_on(db)
             self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
         except sqlite3.Error:
             db.close()
+            self._db = None
             raise
 
-    def _incremental_vacuum_on(self) -> None:
+    def _incremental_vacuum_on(self, db: sqlite3.Connection) -> None:
         """A store written before auto_vacuum was set never gives space back: rebuild it once
         in INCREMENTAL mode (VACUUM rewrites the whole file: seconds for a big store)."""
-        db = self._db
         if db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
             return
         started = time.monotonic()
@@ -312,23 +382,21 @@ class DurableStore:
         reclaim() in turns that write nothing)."""
         return self.free_pages > RECLAIM_FREE_PAGES
 
-    def _add_columns(self) -> None:
+    def _add_columns(self, db: sqlite3.Connection) -> None:
         """A store written before events, requests or delayed sends lacks their columns: add
         them (empty: a plain send)."""
         for table, added in (("messages", _ADDED_COLUMNS), ("dead_letters", _ADDED_DEAD_COLUMNS)):
-            columns = [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")]
+            columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
             for name, declaration in added:
                 if name not in columns:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
-    def _ids_as_blobs(self) -> None:
+    def _ids_as_blobs(self, db: sqlite3.Connection) -> None:
         """Message IDs are bytes in the broker and BLOBs here; a store written when they were
         str holds TEXT, which would never equal a BLOB: convert it once, at open."""
-        with self._db:
+        with db:
             for table in ("messages", "dead_letters", "keys"):
-                self._db.execute(
-                    f"UPDATE {table} SET id = CAST(id AS BLOB) WHERE typeof(id) = 'text'"
-                )
+                db.execute(f"UPDATE {table} SET id = CAST(id AS BLOB) WHERE typeof(id) = 'text'")
 
     # ------------------------------------------------------------------ reading
 
@@ -372,17 +440,21 @@ class DurableStore:
 
     # ------------------------------------------------------------------ writing
 
-    def commit(self, operations: Iterable[tuple]) -> None:
-        """Apply a turn's operations in one transaction and fsync it.
+    def commit(self, operations: Iterable[tuple], copy_first: bool = False) -> None:
+        """Apply a turn's operations in one transaction and fsync it; with `copy_first`,
+        after copying the WAL into the database (so that this write starts it over).
 
         Raises:
             StorageError: nothing was written (the transaction was rolled back).
         """
         started = time.perf_counter()
+        if not self.try_open():
+            raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
         db = self._db
+        assert db is not None
         # Past its limit the WAL is copied here whatever the thread managed (a write faster
         # than its checkpoints): this transaction then starts it over, within its budget.
-        if self.hand_off or self.wal_bytes() > self.wal_limit_bytes:
+        if copy_first or self.hand_off or self.wal_bytes() > self.wal_limit_bytes:
             self._take_hand_off(db)
         try:
             db.execute("BEGIN")
@@ -415,21 +487,23 @@ class DurableStore:
         Raises:
             StorageError: the store cannot be read.
         """
-        copy = sqlite3.connect(":memory:", isolation_level=None)
+        copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
-            self._db.backup(copy)
+            self._reader.backup(copy)
             copy.execute("BEGIN")
             self._write(copy, operations)
             copy.execute("COMMIT")
         except sqlite3.Error as exc:
             copy.close()
             raise StorageError(f"cannot read the store: {exc}") from None
-        self._reader = copy
+        self._copy = self._reader = copy
 
     def read_done(self) -> None:
-        if self._reader is not self._db:
-            self._reader.close()
-            self._reader = self._db
+        """The end of read_with's copy."""
+        if self._copy is not None:
+            self._copy.close()
+            self._copy = None
+            self._reader = self._db or self._immutable  # type: ignore[assignment]
 
     def reclaim(self) -> None:
         """Give one slice of free pages back, in a transaction of its own (a turn that had
@@ -439,6 +513,8 @@ class DurableStore:
             StorageError: nothing was given back this time.
         """
         db = self._db
+        if db is None:
+            raise StorageError("the store is read-only")
         try:
             db.execute("BEGIN")
             free_pages = self._reclaim_slice(db)
@@ -535,11 +611,14 @@ class DurableStore:
             "checkpoint_errors": checkpointer.errors,
             "checkpoint_at_wal_bytes": self.checkpoint_bytes,
             "wal_limit_bytes": self.wal_limit_bytes,
+            "read_only": self.read_only,
         }
 
     def close(self) -> None:
         self.read_done()
         self._checkpointer.stop()
-        self._db.close()
+        for db in (self._db, self._immutable):
+            if db is not None:
+                db.close()
         if self._lock is not None:
             self._lock.release()

@@ -30,6 +30,8 @@ log = logging.getLogger("phpmq.broker")
 LEFT_OVER_NAME = "phpmq.unwritten"
 #: A stop retries a failing store this often while it waits for it.
 RETRY_S = 0.1
+#: Operations per transaction when a full disk made the turn's one transaction fail.
+SLICE_OPERATIONS = 64
 #: After a failed attempt to allocate the reserve, the next waits this long.
 RESERVE_RETRY_S = 10.0
 #: Message IDs a stop that could keep its operations nowhere names in its log, at most...
@@ -58,6 +60,8 @@ class StoreKeeper:
         self.write_errors = 0
         #: When the reserve may be allocated again after an attempt failed.
         self._retry_at = 0.0
+        #: A left-over file was read: removed once its operations are written.
+        self._left_over_read = False
         self._read_left_over()
         self.watch()
 
@@ -75,6 +79,7 @@ class StoreKeeper:
             self.store.close()
             raise StorageError(f"cannot read {self.left_over}: {exc}") from None
         operations = [tuple(op) for op in msgspec.msgpack.decode(data)]
+        self._left_over_read = True
         log.warning(
             "%d operations the last stop could not write are in %s", len(operations), self.left_over
         )
@@ -90,48 +95,66 @@ class StoreKeeper:
         """Why sends are refused now (None: they are not)."""
         if self.write_failure is not None:
             return f"storage unavailable: {self.write_failure}"
+        if self.store.read_only:
+            return f"storage unavailable: the store is read-only ({self.store.unopened})"
         return self.floor.reason() if self.floor.low else None
 
     def commit(self, operations: list[tuple]) -> bool:
-        """Write what earlier commits left and `operations` in one transaction; when it
-        fails, keep them for the next call (with the reserve given up first, if a full disk
-        let go of it). Measures the free space first. Whether nothing is left unwritten."""
+        """Write what earlier commits left, then `operations`; what cannot be written is
+        kept for the next call. Measures the free space first. Whether nothing is left
+        unwritten."""
         self.watch()
         pending = self.unwritten + operations if self.unwritten else operations
         if not pending:
+            self.store.try_open()  # read-only (a full disk): is there room again?
             return True
-        try:
-            self._commit(pending)
-        except StorageError as exc:
+        self.unwritten, failure = self._write(pending)
+        if failure is not None:
             self.write_errors += 1
             if self.write_failure is None:
-                log.error("storage write failed, refusing sends until it recovers: %s", exc)
-            self.write_failure = str(exc)
-            self.unwritten = pending
+                log.error("storage write failed, refusing sends until it recovers: %s", failure)
+            self.write_failure = str(failure)
             return False
         if self.write_failure is not None:
             log.warning("storage writes again (%d pending operations written)", len(pending))
             self.write_failure = None
-        self.unwritten = []
-        if self.left_over.exists():
+        if self._left_over_read:
+            self._left_over_read = False
             with contextlib.suppress(OSError):
                 self.left_over.unlink()
         return True
 
-    def _commit(self, operations: list[tuple]) -> None:
+    def _write(self, operations: list[tuple]) -> tuple[list[tuple], StorageError | None]:
+        """Write `operations` in one transaction; failing that (a full disk), again with the
+        room the reserve gives, then in slices, each after a checkpoint of its own, so that
+        the WAL starts over in the room it has instead of growing. What is left, and why
+        (nothing and None: all written)."""
+        store = self.store
         try:
-            self.store.commit(operations)
-        except StorageError:
-            if not self.store.reserve.release():
-                raise
-            self.store.commit(operations)  # with the room the reserve gave
+            store.commit(operations)
+            return [], None
+        except StorageError as exc:
+            failure = exc
+        if store.read_only:
+            return operations, failure
+        if store.reserve.release():
+            try:
+                store.commit(operations)
+                return [], None
+            except StorageError as exc:
+                failure = exc
+        for start in range(0, len(operations), SLICE_OPERATIONS):
+            try:
+                store.commit(operations[start : start + SLICE_OPERATIONS], copy_first=True)
+            except StorageError as exc:
+                return operations[start:], exc
+        return [], None
 
     def watch(self) -> None:
         """Read the free space: the floor's state, and the reserve held again once the
         volume can spare it."""
         floor = self.floor
         floor.measure()
-        self.store.disk_low = floor.low
         reserve = self.store.reserve
         if reserve.held or self.write_failure is not None or time.monotonic() < self._retry_at:
             return
@@ -144,6 +167,8 @@ class StoreKeeper:
         """At a stop: retry what is left unwritten for up to `seconds` (the checkpoint
         thread may free space meanwhile). Whether it was all written."""
         deadline = time.monotonic() + seconds
+        if self.unwritten and self.store.reserve.release(keep_last=False):
+            self.commit([])
         while self.unwritten:
             if time.monotonic() >= deadline:
                 return False
@@ -187,8 +212,9 @@ class StoreKeeper:
     def _name_losses(operations: list[tuple], why: OSError) -> None:
         ids = [op[_ID_AT[op[0]]].decode(errors="replace") for op in operations if op[0] in _ID_AT]
         log.error(
-            "exiting with %d operations neither the store nor %s could keep (%s): %s; the"
-            " messages they concern (IDs%s): %s",
+            "exiting with %d operations neither the store nor %s could keep (%s): %s; after a"
+            " restart these messages are as the store last wrote them (acked ones come back;"
+            " IDs%s): %s",
             len(operations),
             LEFT_OVER_NAME,
             _kinds(operations),
