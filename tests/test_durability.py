@@ -86,10 +86,10 @@ class BrokenStore(DurableStore):
 
     full = False
 
-    def commit(self, operations):  # type: ignore[no-untyped-def]
+    def commit(self, operations, copy_first=False):  # type: ignore[no-untyped-def]
         if self.full:
             raise StorageError("database or disk is full")
-        super().commit(operations)
+        super().commit(operations, copy_first)
 
 
 def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) -> None:

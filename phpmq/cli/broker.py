@@ -141,9 +141,8 @@ from .shared import fail
 @click.option(
     "--min-free-disk",
     help="With --data-dir: free space the volume keeps; below it sends are refused (507)"
-    " while consumers drain: bytes, 256MB, a share of the volume such as 5%, 'auto' or 0"
-    " for no floor. [default: auto: 4 WAL checkpoints' worth or 2% of the volume, at most"
-    " 1 GiB]",
+    " while consumers drain: bytes, 256MB, a share of the volume such as 5%, 0 for no floor,"
+    " or auto (4 WAL checkpoints' worth or 2% of the volume, at most 1 GiB). [default: auto]",
 )
 @click.option(
     "--dedup-window-seconds",
