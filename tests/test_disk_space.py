@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, dispatches, free_port
+from harness import BrokerProcess, dispatches, free_port, phpmq
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.durable import DB_NAME, StorageError
 from phpmq.broker.keeper import LEFT_OVER_NAME
@@ -302,3 +302,22 @@ def test_min_free_disk_is_checked_and_shown(tmp_path: Path) -> None:
                 for _ in range(20):  # ~12 MB more: under it
                     client.send_many("q", [KB] * 600, confirm=True)
         assert storage(broker)["disk_low"] is True
+        shown = phpmq("stats", "--broker", broker.address)
+        assert shown.returncode == 0, shown.stderr
+        assert "(floor 10.0 MiB) [disk low: sends refused]" in shown.stdout, shown.stdout
+
+
+def test_the_budget_and_the_floor_follow_the_volume() -> None:
+    from phpmq.broker.config import ConfigError, load_config
+    from phpmq.broker.disk import checkpoint_bytes, min_free_bytes
+
+    gib = 1024 * MIB
+    sizes = (20 * MIB, 256 * MIB, gib, 100 * gib)
+    assert [checkpoint_bytes(size) for size in sizes] == [MIB, 8 * MIB, 16 * MIB, 16 * MIB]
+    assert [min_free_bytes("auto", size) for size in sizes] == [4 * MIB, 32 * MIB, 64 * MIB, gib]
+    assert min_free_bytes("5%", 100 * MIB) == 5 * MIB
+    assert min_free_bytes("256MiB", gib) == 256 * MIB
+    assert min_free_bytes(0, gib) == 0
+    assert load_config(overrides={"min_free_disk": "10%"}).min_free_disk == "10%"
+    with pytest.raises(ConfigError, match="min_free_disk '12x' is not a size"):
+        load_config(overrides={"min_free_disk": "12x"})

@@ -131,10 +131,13 @@ def _render(result: dict[str, Any], address: str) -> Any:
 
 
 def _disk_line(storage: dict[str, Any]) -> str:
-    """The durable store's disk figures (docs/durability.md, "Disk space")."""
+    """The durable store's disk figures (docs/durability.md, "Disk space"), escaped: rich
+    would read its brackets as markup."""
+    from rich.markup import escape
+
     floor = storage["min_free_disk_bytes"]
-    low = " [disk low: sends refused]" if storage["disk_low"] else ""
-    read_only = " [read-only: sends refused]" if storage["read_only"] else ""
+    low = escape(" [disk low: sends refused]") if storage["disk_low"] else ""
+    read_only = escape(" [read-only: sends refused]") if storage["read_only"] else ""
     unwritten = storage["unwritten_operations"]
     return (
         f"disk: {_mib(storage['disk_free_bytes'])} free of {_mib(storage['disk_total_bytes'])}"
