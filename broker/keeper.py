@@ -72,13 +72,15 @@ class StoreKeeper:
         can; if not, the recovery reads the store with them applied (read_with) and they
         stay first in line, so what it loads is what they say."""
         try:
-            data = self.left_over.read_bytes()
+            operations = [tuple(op) for op in msgspec.msgpack.decode(self.left_over.read_bytes())]
         except FileNotFoundError:
             return
-        except OSError as exc:
+        except (OSError, msgspec.DecodeError, TypeError) as exc:
             self.store.close()
-            raise StorageError(f"cannot read {self.left_over}: {exc}") from None
-        operations = [tuple(op) for op in msgspec.msgpack.decode(data)]
+            raise StorageError(
+                f"cannot read {self.left_over} (operations the last stop could not write):"
+                f" {exc}; move it away to start without them"
+            ) from None
         self._left_over_read = True
         log.warning(
             "%d operations the last stop could not write are in %s", len(operations), self.left_over
@@ -86,7 +88,11 @@ class StoreKeeper:
         if self.commit(operations):
             log.info("wrote the %d operations of %s", len(operations), self.left_over)
             return
-        self.store.read_with(operations)
+        try:
+            self.store.read_with(operations)
+        except StorageError:
+            self.store.close()
+            raise
 
     # ------------------------------------------------------------------ every turn
 

@@ -321,3 +321,13 @@ def test_the_budget_and_the_floor_follow_the_volume() -> None:
     assert load_config(overrides={"min_free_disk": "10%"}).min_free_disk == "10%"
     with pytest.raises(ConfigError, match="min_free_disk '12x' is not a size"):
         load_config(overrides={"min_free_disk": "12x"})
+
+
+def test_a_damaged_left_over_file_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / LEFT_OVER_NAME).write_bytes(b"\xc1 not msgpack")
+    result = phpmq("broker", "--bind", f"tcp://127.0.0.1:{free_port()}", "--data-dir", str(data))
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"phpmq: cannot read {data / LEFT_OVER_NAME}") and "move it away" in line
