@@ -16,10 +16,11 @@ log = logging.getLogger("phpmq.broker")
 
 _MX_FRAME = struct.Struct("=I")
 
-#: The checkpoint thread copies the WAL into the database once it is this big (each
-#: checkpoint syncs the database beside the loop's WAL syncs: fewer, larger ones cost less)...
-CHECKPOINT_WAL_BYTES = 16 * 1024 * 1024
-#: ...or once nothing was written for this long (then it also truncates the WAL to nothing).
+#: The checkpoint thread copies the WAL into the database once it holds the store's
+#: `checkpoint_bytes` (sized to the volume, broker/disk.py: each checkpoint syncs the
+#: database beside the loop's WAL syncs, so fewer, larger ones cost less, but one may have to
+#: grow the database by as much), or once nothing was written for this long (then it also
+#: truncates the WAL to nothing).
 CHECKPOINT_IDLE_S = 1.0
 #: How often the checkpoint thread looks at the WAL's size.
 CHECKPOINT_POLL_S = 0.05
@@ -36,6 +37,8 @@ class Store(Protocol):
     commits: int
     reclaims: int
     hand_off: bool
+    checkpoint_bytes: int
+    wal_limit_bytes: int
 
     @property
     def reclaimable(self) -> bool: ...
@@ -96,12 +99,14 @@ class Checkpointer(threading.Thread):
             wal = self._wal_frames_bytes()
             idle = store.wal_bytes() > 0 and now - quiet_since >= CHECKPOINT_IDLE_S
             try:
-                if idle:
+                if wal >= store.checkpoint_bytes and not store.hand_off:
+                    # Past the limit the loop copies what is left itself, however much (a
+                    # longer hand-off, but a WAL that keeps to its budget).
+                    store.hand_off = self._catch_up()
+                elif idle:
                     busy, frames, copied = self._checkpoint("PASSIVE")
                     if not busy and frames == copied and not store.reclaimable:
                         self._truncate()
-                elif wal >= CHECKPOINT_WAL_BYTES and not store.hand_off and self._catch_up():
-                    store.hand_off = True
             except sqlite3.Error as exc:
                 self.errors += 1
                 if self.errors == 1 or self.errors % 1000 == 0:
@@ -109,7 +114,7 @@ class Checkpointer(threading.Thread):
 
     def _wal_frames_bytes(self) -> int:
         """How much the WAL holds since it last started over. The file's size cannot say (it
-        keeps its blocks up to durable.WAL_SIZE_LIMIT): the WAL index's header can, read without a
+        keeps its blocks up to the journal_size_limit): the WAL index's header can, read without a
         lock (mxFrame, a 32-bit native-order integer at offset 16 of the -shm file;
         sqlite.org/walformat.html). A torn read only moves a checkpoint by one poll."""
         try:
@@ -128,11 +133,13 @@ class Checkpointer(threading.Thread):
         one commit, is then the loop's to copy (DurableStore._take_hand_off).
 
         A checkpoint copies the frames committed when it began, and the WAL can only start
-        over (and shrink back to durable.WAL_SIZE_LIMIT) at a write that begins when every frame is
-        copied; the loop is mostly in the middle of a commit, so without the hand-off the
+        over (and shrink back to its journal_size_limit) at a write that begins when every
+        frame is copied; the loop is mostly in the middle of a commit, so without the hand-off the
         WAL would grow for as long as the loop is busy."""
         done = -1
         for _ in range(CHECKPOINT_CATCH_UP):
+            if self._wal_frames_bytes() >= self._store.wal_limit_bytes:
+                return True  # the loop copies the rest: a checkpoint here would make it busy
             busy, _, copied = self._checkpoint("PASSIVE")
             if busy or copied < 0:
                 return False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: to pause at 90%. Bytes, a size ("512MB", "2GiB"), a share of the machine's RAM ("40%",
     #: RabbitMQ's classic memory watermark) or 0 for no limit.
     max_memory: int | str = "40%"
+    #: Durable mode: free space the volume of `data_dir` keeps. Below it sends are refused
+    #: (507) while consumers drain and acks are written; they are taken again once the
+    #: volume has a quarter more than this free. Bytes, a size ("256MB"), a share of the
+    #: volume ("5%"), "auto" (room for the WAL to be checkpointed twice over, or 2% of the
+    #: volume if more, at most 1 GiB: docs/durability.md) or 0 for no floor.
+    min_free_disk: int | str = "auto"
     #: Frames waiting for one peer that does not read them; past this the peer counts as gone
     #: (its messages go back to their queues) instead of growing the broker's memory.
     max_backlog_frames: int = 1_000
@@ -280,6 +286,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if self.overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"overflow must be one of {', '.join(OVERFLOW_POLICIES)}")
         memory_limit(self.max_memory)  # raises ValueError for a bad size
+        if self.min_free_disk != AUTO:
+            byte_size("min_free_disk", self.min_free_disk, lambda: 1)  # the same
         self.shard_count()  # raises ValueError for a bad count
         if self.metrics_bind:
             metrics_address(self.metrics_bind)  # raises ValueError for a bad address
@@ -340,25 +348,38 @@ _SIZE_UNITS = {
 }
 
 
+#: `min_free_disk`'s default: sized from the volume when the store opens (broker/disk.py).
+AUTO = "auto"
+
+
 def memory_limit(value: int | str) -> int:
     """`max_memory` in bytes: an int, "512MB", "2GiB", "40%" of the machine's RAM, 0 = none.
 
     Raises:
         ValueError: anything else.
     """
+    return byte_size("max_memory", value, physical_memory)
+
+
+def byte_size(name: str, value: int | str, whole: Callable[[], int]) -> int:
+    """Setting `name` in bytes: an int, "512MB", "2GiB", or a share ("40%") of `whole()`.
+
+    Raises:
+        ValueError: anything else.
+    """
     if isinstance(value, int):
         if value < 0:
-            raise ValueError("max_memory cannot be negative")
+            raise ValueError(f"{name} cannot be negative")
         return value
     text = value.strip().lower()
     if text.endswith("%"):
         try:
             share = float(text[:-1])
         except ValueError:
-            raise ValueError(f"max_memory {value!r} is not a percentage") from None
+            raise ValueError(f"{name} {value!r} is not a percentage") from None
         if not 0 <= share <= 100:
-            raise ValueError("max_memory as a percentage must be 0-100%")
-        return int(physical_memory() * share / 100)
+            raise ValueError(f"{name} as a percentage must be 0-100%")
+        return int(whole() * share / 100)
     number = text.rstrip("kmgib")
     unit = text[len(number) :]
     try:
@@ -366,7 +387,7 @@ def memory_limit(value: int | str) -> int:
     except ValueError:
         amount = -1.0
     if unit not in _SIZE_UNITS or amount < 0:
-        raise ValueError(f"max_memory {value!r} is not a size (bytes, '512MB', '2GiB', '40%' or 0)")
+        raise ValueError(f"{name} {value!r} is not a size (bytes, '512MB', '2GiB', '40%' or 0)")
     return int(amount * _SIZE_UNITS[unit])
 
 

@@ -159,6 +159,30 @@ class MetricsExporter:
         self._server.server_close()
 
 
+#: Durable mode: the store's disk figures (docs/durability.md, "Disk space"), as
+#: (metric, help, key of `stats`' storage section).
+STORAGE_GAUGES = (
+    ("phpmq_disk_free_bytes", "Free bytes on the data directory's volume.", "disk_free_bytes"),
+    ("phpmq_disk_total_bytes", "Size of the data directory's volume.", "disk_total_bytes"),
+    ("phpmq_disk_min_free_bytes", "min_free_disk in bytes (0: none).", "min_free_disk_bytes"),
+    ("phpmq_disk_low", "1 while sends are refused for disk space.", "disk_low"),
+    ("phpmq_storage_reserve_bytes", "The reserve file's bytes held.", "reserve_bytes"),
+    (
+        "phpmq_storage_unwritten_operations",
+        "Operations the store could not write yet.",
+        "unwritten_operations",
+    ),
+    ("phpmq_storage_read_only", "1 while the store could not be opened for writing.", "read_only"),
+    ("phpmq_storage_wal_limit_bytes", "The WAL's budget.", "wal_limit_bytes"),
+)
+STORAGE_COUNTERS = (
+    ("phpmq_storage_checkpoints", "WAL checkpoints run.", "checkpoints"),
+    ("phpmq_storage_checkpoint_errors", "WAL checkpoints that failed.", "checkpoint_errors"),
+    ("phpmq_storage_write_errors", "Commits that failed (disk full, I/O error).", "write_errors"),
+    ("phpmq_storage_reserve_releases", "Times the reserve was given up.", "reserve_releases"),
+)
+
+
 class SnapshotCollector(Collector):
     """Turns the current snapshot into metric families; runs in the scrape thread."""
 
@@ -267,6 +291,10 @@ class SnapshotCollector(Collector):
         yield self._gauge(
             "phpmq_storage_wal_bytes", "The store's write-ahead log.", storage["wal_bytes"]
         )
+        for name, doc, key in STORAGE_GAUGES:
+            yield self._gauge(name, doc, int(storage[key]))
+        for name, doc, key in STORAGE_COUNTERS:
+            yield self._counter(name, doc, storage[key])
 
 
 def is_loopback(host: str) -> bool:

@@ -22,6 +22,7 @@ from .config import BrokerConfig
 from .core import Core, Turn
 from .durable import DurableStore, StorageError
 from .journal import Journal, NullJournal
+from .keeper import StoreKeeper
 from .loop_stats import Backlog, LoopStats
 from .security import Security, SecurityError
 from .transports import RouterTransport, TcpEndpoint
@@ -71,18 +72,19 @@ class BrokerServer:
             raise BrokerError(f"cannot bind {config.bind}: {exc}") from None
         self.security.watch(self.router.socket)
         self.endpoint = self.router.endpoint
+        #: The store, and what keeps it writing as disk space comes and goes.
+        self.keeper: StoreKeeper | None = None
         self.store: DurableStore | None = None
         if config.data_dir:
             try:
-                self.store = DurableStore(config.data_dir)
+                self.keeper = StoreKeeper(config)
             except StorageError as exc:
                 self._close_sockets()
                 raise BrokerError(str(exc)) from None
+            self.store = self.keeper.store
         journal = Journal() if self.store is not None else NullJournal()
         self.core = Core(config, self.clock, journal=journal)
         self.security.apply(self.core)
-        #: Journal operations a failed commit could not write; retried first next turn.
-        self._unwritten: list[tuple] = []
         #: The Prometheus exporter (--metrics-bind), served once everything is open.
         self.metrics: MetricsExporter | None = None
         if self.store is not None:
@@ -138,8 +140,8 @@ class BrokerServer:
                 self.links.close()
             if self.tcp is not None:
                 self.tcp.shutdown()
-            if self.store is not None:
-                self.store.close()
+            if self.keeper is not None:
+                self.keeper.close()
             self._close_sockets()
             raise BrokerError(
                 f"cannot serve metrics on {self.config.metrics_bind}: {exc}"
@@ -164,8 +166,10 @@ class BrokerServer:
         except StorageError as exc:
             self._close_sockets()
             raise BrokerError(str(exc)) from None
+        store.read_done()
         core = self.core
-        core.admin.storage_stats = store.stats
+        assert self.keeper is not None
+        core.admin.storage_stats = self.keeper.stats
         ready, were_in_flight, dead_count = core.restore(messages, dead)
         key_count = core.restore_keys(keys)
         binding_count = core.restore_bindings(bindings, unused)
@@ -207,28 +211,21 @@ class BrokerServer:
 
     def _commit(self) -> bool:
         """One transaction and one fsync for everything the turn changed (group commit).
-        While the store cannot write, sends are refused (507) and the operations are kept to
-        be written when it can again; consumers are served meanwhile. Returns False while
-        something is left unwritten."""
-        core = self.core
-        if self.store is None or not (core.journal or self._unwritten):
+        While the store cannot write, or the disk is under its floor, sends are refused
+        (507); what could not be written is kept and written first when it can again;
+        consumers are served meanwhile (broker/keeper.py). Returns False while something is
+        left unwritten."""
+        keeper, core = self.keeper, self.core
+        if keeper is None:
             return True
-        operations = self._unwritten + core.journal.take()
-        try:
-            self.store.commit(operations)
-        except StorageError as exc:
-            if core.storage_problem is None:
-                log.error("storage write failed, refusing sends until it recovers: %s", exc)
-            core.set_storage_problem(f"storage unavailable: {exc}")
-            self._unwritten = operations
-            return False
-        if self.metrics is not None:
-            self.metrics.commit_took(self.store.last_commit_ms / 1000)
-        if core.storage_problem is not None:
-            log.warning("storage writes again (%d pending operations written)", len(operations))
-            core.set_storage_problem(None)
-        self._unwritten = []
-        return True
+        commits = keeper.store.commits
+        committed = keeper.commit(core.journal.take() if core.journal else [])
+        if self.metrics is not None and keeper.store.commits != commits:
+            self.metrics.commit_took(keeper.store.last_commit_ms / 1000)
+        problem = keeper.problem
+        if problem != core.storage_problem:
+            core.set_storage_problem(problem)
+        return committed
 
     # ------------------------------------------------------------------ control
 
@@ -480,20 +477,18 @@ class BrokerServer:
 
     def _report_losses(self) -> None:
         ready, in_flight = self.core.ready, self.core.in_flight
-        if self.store is not None:
-            if self._commit():
+        keeper = self.keeper
+        if keeper is not None:
+            # What the store could not write is waited for, then kept beside it if need be.
+            if self._commit() or keeper.settle(max(self.config.grace_seconds, 1.0)):
                 self._send(self.core.release_confirms())
-            if self._unwritten:
-                log.error(
-                    "exiting with %d operations the store could not write", len(self._unwritten)
-                )
             log.info(
                 "exiting: %d ready and %d unacked messages are kept in %s",
                 ready,
                 in_flight,
-                self.store.directory,
+                keeper.store.directory,
             )
-            self.store.close()
+            keeper.close()
             return
         if ready or in_flight:
             log.warning(

@@ -7,21 +7,30 @@ give; with --metrics-bind, shard i serves its own /metrics at that port + i. Eve
 knows the map and tells HELLO peers (they go to the owner themselves). The supervisor restarts
 a shard that dies, after a pause that doubles while it keeps dying, with its durable data; on
 SIGTERM/SIGINT it asks every shard to drain and stop, and waits.
+
+A shard never outlives its supervisor: it watches multiprocessing's pipe from its parent, which
+reads end-of-file once the parent is gone (even by kill -9), and then drains and stops as on
+SIGTERM. A new supervisor waits for such shards to let go of their ports before it starts its
+own, rather than restarting shards that cannot bind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import secrets
 import signal
 import socket
+import threading
 import time
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import msgspec
@@ -29,6 +38,9 @@ import msgspec
 from ..protocol.cluster import ClusterMap, Shard, encode_map
 from .cluster_file import read_cluster_file
 from .config import BrokerConfig, metrics_address
+
+if TYPE_CHECKING:
+    from .server import BrokerServer
 
 log = logging.getLogger("phpmq.shards")
 
@@ -41,6 +53,8 @@ MAX_RESTART_DELAY_S = 30.0
 STABLE_AFTER_S = 10.0
 #: After the drain grace, how long a shard may take to exit before it is killed.
 EXIT_MARGIN_S = 5.0
+#: How often a new supervisor looks whether an earlier shard still holds a port.
+PORT_POLL_S = 0.1
 #: The supervisor's log line for each start of a shard: what tools read its pids from.
 _STARTED = re.compile(r"shard (\S+) started \(pid (\d+)\)")
 
@@ -151,7 +165,44 @@ def run_shard(config: BrokerConfig) -> None:
         log.error("%s cannot start: %s", config.shard, exc)
         raise SystemExit(1) from None
     server.install_signal_handlers()
+    _stop_with_parent(server)
     server.run()
+
+
+def _stop_with_parent(server: BrokerServer) -> None:
+    """Drain and stop, as on SIGTERM, once the supervisor is gone: the end of multiprocessing's
+    pipe from the parent reads end-of-file when the parent's end closes, which the kernel does
+    however the parent dies (a parent-death signal would be Linux-only)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        log.warning("the supervisor (pid %s) is gone: stopping", parent.pid)
+        server.request_stop()
+
+    threading.Thread(target=watch, name="phpmq-parent-watch", daemon=True).start()
+
+
+def address_in_use(address: str) -> bool:
+    """Whether a listening socket holds this tcp://host:port address now (a host ZeroMQ
+    resolves by itself, such as an interface name, counts as free: the bind will tell)."""
+    parts = urlsplit(address)
+    host = None if parts.hostname in (None, "*") else parts.hostname
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(
+            host, parts.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (OSError, ValueError):
+        return False
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as libzmq binds
+        try:
+            probe.bind(where)
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 class _Slot:
@@ -176,6 +227,29 @@ class ShardSupervisor:
         self._stopping = False
         #: The signal that asked for the first stop.
         self.stopped_by: int | None = None
+
+    def wait_for_addresses(self) -> None:
+        """Wait, up to a drain's grace and margin, until no shard's address is held: the
+        shards of a supervisor that was killed drain and stop by themselves meanwhile.
+
+        Raises:
+            ValueError: an address is still held at the end (another program has it).
+        """
+        deadline = time.monotonic() + self._grace + EXIT_MARGIN_S
+        addresses = [a for slot in self._slots for a in (slot.config.bind, slot.config.tcp_bind)]
+        held = [address for address in addresses if address and address_in_use(address)]
+        if held:
+            log.warning(
+                "%s still in use (the shards of an earlier supervisor draining?): waiting up"
+                " to %.0f s",
+                ", ".join(held),
+                deadline - time.monotonic(),
+            )
+        for address in held:
+            while address_in_use(address):
+                if time.monotonic() >= deadline:
+                    raise ValueError(f"cannot bind {address}: the address is in use")
+                time.sleep(PORT_POLL_S)
 
     def run(self) -> int:
         """Start the shards, keep them running until a signal, stop them; the exit status."""

@@ -198,14 +198,18 @@ def test_an_error_that_answers_no_send_is_an_event_and_kept() -> None:
     assert (list(connection.errors), connection.error_count) == ([error], 1)
 
 
-def test_answers_awaited_on_a_replaced_transport_are_lost() -> None:
+@pytest.mark.parametrize("replaced_by", ["a new transport", "a rejoin"])
+def test_answers_awaited_on_a_replaced_transport_are_lost(replaced_by: str) -> None:
     connection = greeted()
     tag = connection.next_tag()
     frame = connection.send(QUEUE, b"x", tag=tag, key="order-17")
     assert decoded(frame) == [p.Send(QUEUE, b"x", 0, tag, "order-17")]
     connection.sent(frame, now=1.0, messages=1, tags=[tag])
     assert connection.sent_since_heard == 1
-    connection.start(now=2.0)
+    if replaced_by == "a new transport":
+        connection.start(now=2.0)
+    else:  # the broker restarted on the address: it owes nothing it was sent before
+        connection.receive(p.encode(p.Disconnect("unknown peer: say HELLO")), now=2.0)
     assert connection.answered([tag]) == 1
     assert connection.take_answers([tag]) == [None]
 

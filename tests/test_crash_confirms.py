@@ -13,6 +13,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+from driven import Connect
+
 from harness import BrokerProcess, free_port
 from phpmq.client import RECONNECTED, REJOINED, Client, ClientError, Unconfirmed
 
@@ -249,3 +252,42 @@ def test_a_send_to_a_frozen_broker_is_unconfirmed_and_its_key_makes_the_retry_sa
     finally:
         broker.signal(signal.SIGCONT)
         broker.stop()
+
+
+def test_a_confirmed_send_gives_up_at_once_when_the_broker_restarts_under_it(
+    tmp_path: Path, connect: Connect
+) -> None:
+    """The broker is killed holding an unread confirmed send and is back on its address
+    before the client finds it silent (liveness 10 s): the client learns it on its next
+    heartbeat ("unknown peer") and the send raises Unconfirmed then, not after the whole
+    confirm_timeout; sent again with its key it is queued once."""
+    data, address = tmp_path / "d", f"tcp://127.0.0.1:{free_port()}"
+    first = start_broker(tmp_path, address, data, 0)
+    restarted: list[BrokerProcess] = []
+
+    def restart() -> None:
+        time.sleep(0.3)
+        first.kill()  # the send it never read is lost with it
+        restarted.append(start_broker(tmp_path, address, data, 1))
+
+    restarter = threading.Thread(target=restart)
+    try:
+        client = connect(address, confirm_timeout=10, liveness=10)
+        client.send(QUEUE, b"connected", confirm=True)
+        first.signal(signal.SIGSTOP)
+        restarter.start()
+        started = time.monotonic()
+        with pytest.raises(Unconfirmed):
+            client.send(QUEUE, b"order", confirm=True, key="order-1")
+        waited = time.monotonic() - started
+        restarter.join()
+        assert waited < 5, f"waited {waited:.1f}s for an answer the dead broker owed"
+        retried = client.send(QUEUE, b"order", confirm=True, key="order-1")
+        assert client.send(QUEUE, b"order", confirm=True, key="order-1") == retried
+        assert restarted[0].stats()["queues"][QUEUE]["ready"] == 2
+    finally:
+        first.kill()
+        if restarter.is_alive():
+            restarter.join()
+        for broker in restarted:
+            broker.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, dispatches, free_port
+from harness import BrokerProcess, dispatches, free_port, phpmq
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
@@ -86,10 +86,10 @@ class BrokenStore(DurableStore):
 
     full = False
 
-    def commit(self, operations):  # type: ignore[no-untyped-def]
+    def commit(self, operations, copy_first=False):  # type: ignore[no-untyped-def]
         if self.full:
             raise StorageError("database or disk is full")
-        super().commit(operations)
+        super().commit(operations, copy_first)
 
 
 def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) -> None:
@@ -99,8 +99,9 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
     )
     try:
+        server.keeper.store.close()  # the data directory's lock passes to the broken store
         store = BrokenStore(tmp_path / "d")
-        server.store = store
+        server.store = server.keeper.store = store
         core = server.core
         core.admin.storage_stats = store.stats
         hello = p.encode(p.Hello({}))
@@ -141,8 +142,9 @@ def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
     sent: list[tuple[bytes, bytes]] = []
     server._send = sent.extend  # type: ignore[method-assign]
     try:
+        server.keeper.store.close()  # the data directory's lock passes to the broken store
         store = BrokenStore(tmp_path / "d")
-        server.store = store
+        server.store = server.keeper.store = store
         core = server.core
 
         def turn(*messages: p.Message) -> list[p.Message]:
@@ -244,6 +246,30 @@ def test_an_unusable_data_dir_stops_the_broker_with_one_line(tmp_path: Path) -> 
     blocker.write_text("not a directory")
     with pytest.raises(RuntimeError, match="cannot open the data directory"):
         BrokerProcess(tmp_path / "b.log", "--data-dir", str(blocker / "sub")).stop()
+
+
+def test_a_second_broker_on_a_data_dir_in_use_names_the_holder_and_exits(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = BrokerProcess(tmp_path / "1.log", "--data-dir", str(data))
+    try:
+        with first.client() as client:
+            client.send_many("jobs", [b"m%d" % i for i in range(20)], confirm=True)
+        bind = f"tcp://127.0.0.1:{free_port()}"
+        second = phpmq("broker", "--bind", bind, "--data-dir", str(data), timeout=20)
+        assert second.returncode == 1
+        [line] = second.stderr.strip().splitlines()
+        assert line.startswith("phpmq: the data directory") and "in use" in line
+        assert f"(pid {first.process.pid})" in line
+        with first.client() as client:  # the first is untouched and still alone on its store
+            assert len(list(client.consume("jobs", window=50, timeout=0.5))) == 20
+    finally:
+        first.kill()  # the kernel releases a dead holder's lock: kill -9 leaves none behind
+    again = BrokerProcess(tmp_path / "2.log", "--data-dir", str(data))
+    try:
+        assert again.stats()["queues"]["jobs"]["ready"] == 20
+        assert (data / "phpmq.lock").read_text().strip() == str(again.process.pid)
+    finally:
+        again.stop()
 
 
 def test_a_store_written_with_text_ids_is_read_back_with_byte_ids(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from harness import BrokerProcess
-from phpmq.broker.durable import _SCHEMA, DB_NAME, DurableStore
+from phpmq.broker.durable import DB_NAME, DurableStore
 from phpmq.broker.journal import DROP, PUT
+from phpmq.broker.store_schema import SCHEMA
 
 MESSAGES = 50_000
 
@@ -63,7 +64,7 @@ def test_a_store_without_incremental_vacuum_is_converted_at_open(tmp_path: Path)
     path = tmp_path / DB_NAME
     old = sqlite3.connect(path)
     old.execute("PRAGMA journal_mode=WAL")
-    old.executescript(_SCHEMA)  # as an older broker left it: auto_vacuum NONE
+    old.executescript(SCHEMA)  # as an older broker left it: auto_vacuum NONE
     assert old.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
     old.close()
     store = DurableStore(tmp_path)

@@ -139,6 +139,10 @@ def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> Non
     assert commits >= 7  # one commit at least per confirmed send
     assert samples[("phpmq_journal_commits_total", frozenset())] >= commits
     assert samples[("phpmq_storage_size_bytes", frozenset())] > 0
+    assert samples[("phpmq_disk_free_bytes", frozenset())] > 0
+    assert samples[("phpmq_disk_low", frozenset())] == 0
+    assert samples[("phpmq_storage_write_errors_total", frozenset())] == 0
+    assert ("phpmq_storage_checkpoints_total", frozenset()) in samples
 
     # The Grafana dashboard in deploy/ asks only for metrics the broker serves.
     dashboard = (REPO / "deploy" / "grafana-dashboard.json").read_text()

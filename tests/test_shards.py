@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
@@ -117,3 +118,98 @@ def test_stats_of_a_sharded_broker_cover_every_shard(tmp_path: Path) -> None:
         assert set(result["shards"]) == {"local/0", "local/1"}
         listed = phpmq("queue", "list", "--broker", broker.address)
         assert listed.returncode == 0 and "2 shards" in listed.stdout
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's parent may be slow to reap it, or never)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _start_supervisor(log: Path, address: str, data: Path) -> BrokerProcess:
+    """A 2-shard supervisor, returned once both of its own shards listen (the shards of a
+    killed supervisor may still answer at these ports for a moment)."""
+    supervisor = BrokerProcess(
+        log, "--shards", "2", "--grace-seconds", "3", address=address, data_dir=data
+    )
+    deadline = time.monotonic() + 20
+    while supervisor.log().count(" listening on ") < 2:
+        assert time.monotonic() < deadline, supervisor.log()
+        time.sleep(0.1)
+    return supervisor
+
+
+def _wait_gone(pids: Iterable[int], within: float) -> None:
+    deadline = time.monotonic() + within
+    while any(_running(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"still running: {pids}"
+        time.sleep(0.1)
+
+
+def test_shards_exit_with_their_killed_supervisor_and_a_new_one_starts(tmp_path: Path) -> None:
+    """kill -9 of the supervisor, 3 times: its shards follow it within seconds, and the next
+    supervisor binds the same ports at its first try, with the shards' durable data."""
+    address, data = free_pair(), tmp_path / "data"
+    for cycle in range(3):
+        supervisor = _start_supervisor(tmp_path / f"{cycle}.log", address, data)
+        try:
+            assert "restarting" not in supervisor.log()  # no shard met a taken port
+            with Client(address) as client:
+                for queue in QUEUES[:4]:
+                    client.send(queue, b"cycle %d" % cycle, confirm=True)
+            shards = started_pids(supervisor.log()).values()
+        finally:
+            supervisor.kill()
+        _wait_gone(shards, within=5)
+    with _start_supervisor(tmp_path / "last.log", address, data) as supervisor:
+        merged = phpmq("stats", "--json", "--broker", address)
+        assert merged.returncode == 0, merged.stderr
+        queues = json.loads(merged.stdout)["queues"]
+        assert {q: queues[q]["ready"] for q in QUEUES[:4]} == dict.fromkeys(QUEUES[:4], 3)
+    assert supervisor.process.returncode == 0
+
+
+def test_a_new_supervisor_waits_for_draining_orphans_instead_of_fighting(tmp_path: Path) -> None:
+    """The killed supervisor's shards drain (a stock consumer holds a message, for the whole
+    grace) while a new supervisor starts on the same ports: it waits for them, then starts
+    each shard once, and the held message is back in the new shard's queue."""
+    address, data = free_pair(), tmp_path / "data"
+    first = _start_supervisor(tmp_path / "first.log", address, data)
+    try:
+        mapping = msgspec.convert(hello_answer(address)["cluster"], ClusterMap)
+        owner = mapping.owner("held").address
+        with Client(address) as client:
+            client.send("held", b"unacked", confirm=True)
+        with raw_dealer(owner) as consumer:
+            consumer.send(p.encode(p.Consume("held", 1)))
+            assert recv_messages(consumer)[0].content == b"unacked"
+            orphans = started_pids(first.log()).values()
+            first.kill()
+            second = _start_supervisor(tmp_path / "second.log", address, data)
+    finally:
+        first.kill()
+    with second:
+        log = second.log()
+        assert "still in use" in log and "restarting" not in log, log
+        assert log.count(" started (pid ") == 2, log
+        _wait_gone(orphans, within=2)
+        with Client(address) as client:
+            assert next(client.consume("held", window=1, timeout=5)).content == b"unacked"
+
+
+def test_a_port_another_program_keeps_stops_the_supervisor_with_one_line() -> None:
+    address = free_pair()
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.socket() as squatter:
+        squatter.bind((host, int(port) + 1))
+        squatter.listen()
+        started = time.monotonic()
+        result = phpmq("broker", "--shards", "2", "--grace-seconds", "0", "--bind", address)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"phpmq: cannot bind {shard_address(address, 1)}: the address is in use"
+    )
+    assert time.monotonic() - started < 15  # a wait for draining shards, not a restart loop

@@ -144,6 +144,12 @@ if TYPE_CHECKING:
     " [default: 40%]",
 )
 @click.option(
+    "--min-free-disk",
+    help="With --data-dir: free space the volume keeps; below it sends are refused (507)"
+    " while consumers drain: bytes, 256MB, a share of the volume such as 5%, 0 for no floor,"
+    " or auto (4 WAL checkpoints' worth or 2% of the volume, at most 1 GiB). [default: auto]",
+)
+@click.option(
     "--dedup-window-seconds",
     type=float,
     help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",
@@ -183,6 +189,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
 
         try:
             supervisor = ShardSupervisor(config)
+            supervisor.wait_for_addresses()  # an earlier supervisor's shards may be draining
         except ValueError as exc:
             fail(str(exc))
         raise SystemExit(supervisor.run() or stop_status(supervisor.stopped_by))

@@ -119,12 +119,34 @@ def _render(result: dict[str, Any], address: str) -> Any:
             f" {_mib(limit) if limit else 'no limit'}{share}{alarm};"
             f" {memory['paused_producers']} producers paused broker-wide"
         )
+    storage = result.get("storage") or {}
+    if "disk_free_bytes" in storage:
+        parts.append(_disk_line(storage))
     counters = ", ".join(f"{k} {v}" for k, v in result["counters"].items())
     draining = " [draining]" if result.get("draining") else ""
     parts.append(
         f"peers {result['peers']}, up {result['uptime_seconds']:.0f}s{draining}; {counters}"
     )
     return Group(*parts)
+
+
+def _disk_line(storage: dict[str, Any]) -> str:
+    """The durable store's disk figures (docs/durability.md, "Disk space"), escaped: rich
+    would read its brackets as markup."""
+    from rich.markup import escape
+
+    floor = storage["min_free_disk_bytes"]
+    low = escape(" [disk low: sends refused]") if storage["disk_low"] else ""
+    read_only = escape(" [read-only: sends refused]") if storage["read_only"] else ""
+    unwritten = storage["unwritten_operations"]
+    return (
+        f"disk: {_mib(storage['disk_free_bytes'])} free of {_mib(storage['disk_total_bytes'])}"
+        f" (floor {_mib(floor) if floor else 'none'}){low}{read_only}; WAL"
+        f" {_mib(storage['wal_bytes'])} of {_mib(storage['wal_limit_bytes'])},"
+        f" {storage['checkpoints']} checkpoints ({storage['checkpoint_errors']} failed),"
+        f" {storage['write_errors']} write errors"
+        + (f", {unwritten} operations not yet written" if unwritten else "")
+    )
 
 
 def _clients_table(clients: list[dict[str, Any]]) -> Any:

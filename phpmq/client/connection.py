@@ -140,13 +140,15 @@ class Connection:
     def start(self, now: float) -> None:
         """A new transport (the first, or one replacing a lost one): HELLO and the consumes
         go first; messages, settles and awaited answers of the last one are given up."""
-        self._answers.give_up()
         self._start_over()
         self._liveness.last_heard = self._liveness.last_sent = now
 
     def _start_over(self) -> None:
         """A new peer for the broker (a new transport, or a rejoin on the same one): what it
-        dispatched, and its pauses, are gone (it asks again); the greeting is owed."""
+        dispatched, and its pauses, are gone (it asks again); the greeting is owed. The
+        answers awaited are given up (LOST) either way: a broker that did not know us has
+        restarted or given up on us, and owes nothing it was sent before."""
+        self._answers.give_up()
         self.generation += 1
         self.requests.give_up("the connection to the broker was replaced before the reply")
         self.received.clear()

@@ -1,0 +1,208 @@
+"""The durable store's tables, what each journal operation does to them, and the rows read
+back at start (broker/durable.py opens and writes the store)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from .journal import (
+    BACK,
+    BIND,
+    CLEAR,
+    DEAD,
+    DELAY,
+    DELETE_QUEUE,
+    DROP,
+    FLY,
+    KEY,
+    LEASE_DONE,
+    LEASE_TAKEN,
+    PURGE,
+    PUT,
+    RAN,
+    SCHEDULE,
+    UNBIND,
+    UNDEAD,
+    UNKEY,
+    UNSCHEDULE,
+    UNUSED,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+    id TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    content BLOB NOT NULL,
+    headers BLOB NOT NULL,
+    expires_wall REAL NOT NULL,
+    deliveries INTEGER NOT NULL,
+    in_flight INTEGER NOT NULL,
+    event BLOB NOT NULL DEFAULT x'',
+    reply_to TEXT,
+    correlation TEXT,
+    visible_wall REAL NOT NULL DEFAULT 0,
+    message_key BLOB NOT NULL DEFAULT x'',
+    lease TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_by_position ON messages (queue, seq);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    position INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    id TEXT NOT NULL,
+    content BLOB NOT NULL,
+    reason TEXT NOT NULL,
+    deliveries INTEGER NOT NULL,
+    dead_at REAL NOT NULL,
+    headers BLOB NOT NULL,
+    message_key BLOB NOT NULL DEFAULT x''
+);
+CREATE TABLE IF NOT EXISTS keys (
+    queue TEXT NOT NULL,
+    key TEXT NOT NULL,
+    id TEXT NOT NULL,
+    expires_wall REAL NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+CREATE INDEX IF NOT EXISTS keys_by_expiry ON keys (expires_wall);
+CREATE TABLE IF NOT EXISTS bindings (
+    queue TEXT NOT NULL,
+    pattern TEXT NOT NULL,
+    PRIMARY KEY (queue, pattern)
+);
+CREATE TABLE IF NOT EXISTS queue_settings (
+    queue TEXT PRIMARY KEY,
+    unused_ms INTEGER
+);
+CREATE TABLE IF NOT EXISTS schedules (
+    name TEXT PRIMARY KEY,
+    spec BLOB NOT NULL,
+    last_run REAL,
+    runs INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+STATEMENTS = {
+    PUT: "INSERT OR REPLACE INTO messages (id, queue, seq, content, headers, expires_wall,"
+    " deliveries, in_flight, event, reply_to, correlation, visible_wall, message_key)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
+    FLY: "UPDATE messages SET in_flight = 1"
+    " WHERE queue = ? AND seq BETWEEN ? AND ? AND in_flight = 0",
+    BACK: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 0,"
+    " lease = NULL WHERE id = ?1",
+    LEASE_TAKEN: "UPDATE messages SET in_flight = 3, lease = ?"
+    " WHERE queue = ? AND seq BETWEEN ? AND ? AND in_flight = 0",
+    LEASE_DONE: "DELETE FROM messages WHERE queue = ? AND lease = ?",
+    DELAY: "UPDATE messages SET seq = ?2, expires_wall = ?3, deliveries = ?4, in_flight = 2"
+    " WHERE id = ?1",
+    DROP: "DELETE FROM messages WHERE id = ?",
+    UNDEAD: "DELETE FROM dead_letters WHERE queue = ? AND id = ?",
+    PURGE: "DELETE FROM dead_letters WHERE queue = ?",
+    CLEAR: "DELETE FROM messages WHERE queue = ? AND in_flight = 0",
+    KEY: "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?)",
+    UNKEY: "DELETE FROM keys WHERE expires_wall <= ?",
+    BIND: "INSERT OR IGNORE INTO bindings VALUES (?, ?)",
+    UNBIND: "DELETE FROM bindings WHERE queue = ? AND pattern = ?",
+    UNUSED: "INSERT OR REPLACE INTO queue_settings VALUES (?, ?)",
+    SCHEDULE: "INSERT OR REPLACE INTO schedules (name, spec, last_run, runs)"
+    " VALUES (?, ?, NULL, 0)",
+    UNSCHEDULE: "DELETE FROM schedules WHERE name = ?",
+    RAN: "UPDATE schedules SET last_run = ?2, runs = ?3 WHERE name = ?1",
+}
+
+
+#: Columns of `messages` added since the first stores were written, in table order.
+ADDED_COLUMNS = (
+    ("event", "BLOB NOT NULL DEFAULT x''"),
+    ("reply_to", "TEXT"),
+    ("correlation", "TEXT"),
+    ("visible_wall", "REAL NOT NULL DEFAULT 0"),
+    ("message_key", "BLOB NOT NULL DEFAULT x''"),
+    ("lease", "TEXT"),
+)
+#: The same for `dead_letters`.
+ADDED_DEAD_COLUMNS = (("message_key", "BLOB NOT NULL DEFAULT x''"),)
+
+
+class StoredMessage(msgspec.Struct, frozen=True, array_like=True):
+    id: bytes
+    queue: str
+    seq: int
+    content: bytes
+    headers: bytes
+    expires_wall: float
+    deliveries: int
+    #: 0 ready, 1 in flight (comes back with one more delivery), 2 delayed (counted), 3 in
+    #: the batch lease `lease`.
+    in_flight: int
+    #: The event of a published copy (b"": a send).
+    event: bytes = b""
+    #: A request's reply route and correlation id (None: not a request).
+    reply_to: str | None = None
+    correlation: str | None = None
+    #: A delayed send: wall-clock time it becomes visible (0: at once).
+    visible_wall: float = 0.0
+    message_key: bytes = b""
+    lease: str | None = None
+
+
+class StoredDeadLetter(msgspec.Struct, frozen=True, array_like=True):
+    queue: str
+    id: bytes
+    content: bytes
+    reason: str
+    deliveries: int
+    dead_at: float
+    headers: bytes
+    message_key: bytes = b""
+
+
+class StoredKey(msgspec.Struct, frozen=True, array_like=True):
+    queue: str
+    key: str
+    id: bytes
+    expires_wall: float
+
+
+def _runs(operations: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:
+    """Consecutive operations of one kind, as (kind, their arguments): one executemany each
+    keeps the order that matters (an insert before its update) and the per-row cost low."""
+    kind = None
+    rows: list[tuple] = []
+    for operation in operations:
+        if operation[0] != kind:
+            if rows:
+                yield kind, rows  # type: ignore[misc]
+            kind, rows = operation[0], []
+        rows.append(operation[1:])
+    if rows:
+        yield kind, rows  # type: ignore[misc]
+
+
+def write(db: sqlite3.Connection, operations: Iterable[tuple]) -> None:
+    """Apply the journal's operations inside the open transaction of `db`."""
+    for kind, rows in _runs(operations):
+        if kind in (DEAD, DELETE_QUEUE):
+            for row in rows:
+                _apply(db, (kind, *row))
+        else:
+            db.executemany(STATEMENTS[kind], rows)
+
+
+def _apply(db: sqlite3.Connection, operation: tuple) -> None:
+    kind = operation[0]
+    if kind == DEAD:
+        db.execute("DELETE FROM messages WHERE id = ?", (operation[2],))
+        db.execute(
+            "INSERT INTO dead_letters (queue, id, content, reason, deliveries, dead_at,"
+            " headers, message_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            operation[1:],
+        )
+    elif kind == DELETE_QUEUE:
+        for table in ("messages", "dead_letters", "bindings", "queue_settings"):
+            db.execute(f"DELETE FROM {table} WHERE queue = ?", operation[1:])
+    else:
+        db.execute(STATEMENTS[kind], operation[1:])
