@@ -150,6 +150,8 @@ def _bridge(
                 name,
                 "--broker",
                 broker.address,
+                "--report-seconds",
+                "1",  # refusals are collected (and logged) at each report
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
