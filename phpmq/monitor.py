@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-Row = TypeVar("Row", "QueueRow", "PeerRow")
+Row = TypeVar("Row")
 
 #: Figures of each shard's stats that add up to the cluster's.
 SUMMED = ("peers", "bindings")

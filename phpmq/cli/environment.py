@@ -19,9 +19,13 @@ BROKER_VARIABLE = "PHPMQ_BROKER"
 
 
 def client_variables() -> frozenset[str]:
+    """The names clients read, and `phpmq web`'s (a client too)."""
     from ..client.curve import ADMIN_SECRET_VARIABLE, SECRET_VARIABLE, SERVER_VARIABLE
+    from .web import WEB_VARIABLES
 
-    return frozenset({BROKER_VARIABLE, SECRET_VARIABLE, SERVER_VARIABLE, ADMIN_SECRET_VARIABLE})
+    return frozenset(
+        {BROKER_VARIABLE, SECRET_VARIABLE, SERVER_VARIABLE, ADMIN_SECRET_VARIABLE, *WEB_VARIABLES}
+    )
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
