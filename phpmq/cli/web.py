@@ -12,12 +12,10 @@ from typing import Any
 
 import click
 
+from .environment import WEB_BIND_VARIABLE as BIND_VARIABLE
+from .environment import WEB_USERS_VARIABLE as USERS_VARIABLE
 from .shared import broker_option, fail, timeout_option
 
-BIND_VARIABLE = "PHPMQ_WEB_BIND"
-USERS_VARIABLE = "PHPMQ_WEB_USERS"
-#: The variables `phpmq web` reads (phpmq/cli/environment.py knows them).
-WEB_VARIABLES = frozenset({BIND_VARIABLE, USERS_VARIABLE})
 DEFAULT_BIND = "127.0.0.1:8080"
 
 
@@ -61,12 +59,12 @@ class HostPort(click.ParamType):
 @click.option(
     "--certfile",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Serve HTTPS with this certificate (PEM; with --keyfile).",
+    help="Serve HTTPS with this certificate (PEM; with --keyfile).  [default: none: HTTP]",
 )
 @click.option(
     "--keyfile",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The certificate's private key (PEM).",
+    help="The certificate's private key (PEM).  [default: none]",
 )
 @click.option(
     "--insecure",
@@ -103,7 +101,7 @@ def web(
     if hash_password:
         _print_hash()
         return
-    from ..web.app import ConsoleSettings
+    from ..web.console import ConsoleSettings
     from ..web.exposure import refusal_to_start
     from ..web.users import UsersFileError, load_users
 

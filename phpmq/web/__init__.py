@@ -5,7 +5,8 @@ A process of its own, like nsqadmin: it talks to the broker with the ordinary cl
 serves HTTP. Its parts:
 
 - `watch`: the one client, polling `stats` (of every shard) and keeping the rates and graphs;
-- `app`, `pages`, `actions`: the routes, the pages (read) and the actions (write);
+- `app` the application and its routes, `console` what every route needs (settings,
+  templates, notices), `pages` the pages (read) and `actions` the actions (write);
 - `access`: sessions, logins, roles and CSRF; `users` the users file, `throttle` failed logins,
   `exposure` where the console may listen without a login or TLS;
 - `content`, `tables`: what the pages show, pure (content made safe, sorted rows, graphs).

@@ -21,7 +21,7 @@ from phpmq import BrokerRefused, ClientError, InvalidArgument
 
 from ..broker.routing import Bindings
 from ..client.schedules import schedule_options
-from .app import Console, flash, queue_url
+from .console import Console, flash, queue_url
 from .users import User
 
 audit = logging.getLogger("phpmq.web.audit")

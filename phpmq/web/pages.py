@@ -16,7 +16,7 @@ from phpmq import ClientError
 
 from ..protocol import ErrorCode
 from .access import safe_next
-from .app import Console, flash
+from .console import Console, flash
 from .content import shown
 from .tables import QUEUE_TABLE_COLUMNS, overview_figures, rate_graph, table_order
 from .users import User
