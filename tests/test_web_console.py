@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -231,3 +233,56 @@ def test_the_console_stops_on_sigterm_with_status_0(start_console: Console) -> N
     console = start_console()
     assert console.stop() == 0
     assert "Traceback" not in console.log()
+
+
+def test_a_sharded_broker_is_shown_as_one_with_each_queues_shard(tmp_path: Path) -> None:
+    from phpmq.testing import free_ports
+
+    names = [f"q{n}" for n in range(8)]
+    with BrokerProcess(
+        tmp_path / "broker.log", "--shards", "2", "--grace-seconds", "1", address=free_ports(2)
+    ) as sharded:
+        with sharded.client() as client:
+            for name in names:
+                client.send(name, f"hello {name}".encode(), confirm=True)
+            owners = {name: client.shard_of(name) for name in names}
+        assert len(set(owners.values())) == 2
+        with_console = ConsoleProcess(sharded.address, tmp_path / "web.log")
+        try:
+            session = Session(with_console.url)
+            page = wait_until(lambda: _all_listed(session, names))
+            for name, shard in owners.items():
+                assert re.search(rf'data-queue="{name}">\s*<td>.*?</td>\s*<td>{shard}</td>', page)
+                assert f"hello {name}" in session.request(f"/queue?name={name}")[2]
+            overview = session.request("/")[2]
+            assert all(f"<td>{shard}</td>" in overview for shard in set(owners.values()))
+        finally:
+            with_console.stop()
+
+
+def _all_listed(session: Session, names: list[str]) -> str | None:
+    page = session.request("/queues")[2]
+    return page if all(f'data-queue="{name}"' in page for name in names) else None
+
+
+def test_with_tls_it_serves_https_and_its_cookie_is_secure(
+    start_console: Console, tmp_path: Path
+) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (it makes the test's certificate)")
+    key, certificate = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(certificate)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    users = write_users(tmp_path / "users.toml")
+    console = start_console(
+        "--users", str(users), "--certfile", str(certificate), "--keyfile", str(key)
+    )
+    assert console.url.startswith("https://")
+    session = Session(console.url)
+    status, headers, _ = session.request("/login")
+    assert status == 200 and "; secure" in headers["set-cookie"].lower()
+    session.log_in("alice")
+    assert "alice" in session.request("/")[2]

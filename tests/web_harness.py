@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -33,6 +34,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 #: Copy the screenshots here too (docs/images when the docs' pictures are renewed).
 SCREENSHOTS_VARIABLE = "WEB_SCREENSHOTS"
+#: For the tests' self-signed certificates.
+UNVERIFIED = ssl._create_unverified_context()
 PASSWORDS = {"alice": "alice's long password", "bob": "bob's long password"}
 
 
@@ -56,7 +59,8 @@ class ConsoleProcess:
 
     def __init__(self, broker: str, log_path: Path, *flags: str) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        scheme = "https" if "--certfile" in flags else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.log_path = log_path
         command = [
             sys.executable, "-m", "phpmq", "web", "--broker", broker,
@@ -72,7 +76,9 @@ class ConsoleProcess:
             if self.process.poll() is not None:
                 raise AssertionError(f"phpmq web exited: {self.log()}")
             try:
-                urllib.request.urlopen(f"{self.url}/static/console.css", timeout=1).close()
+                urllib.request.urlopen(
+                    f"{self.url}/static/console.css", timeout=1, context=UNVERIFIED
+                ).close()
                 return
             except OSError:
                 time.sleep(0.1)
@@ -114,7 +120,9 @@ class Session:
                 return None
 
         self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(self.cookies), NoRedirect()
+            urllib.request.HTTPCookieProcessor(self.cookies),
+            urllib.request.HTTPSHandler(context=UNVERIFIED),
+            NoRedirect(),
         )
 
     def request(self, path: str, form: dict[str, str] | None = None) -> tuple[int, Any, str]:
