@@ -17,6 +17,8 @@ from .environment import WEB_USERS_VARIABLE as USERS_VARIABLE
 from .shared import broker_option, fail, timeout_option
 
 DEFAULT_BIND = "127.0.0.1:8080"
+#: Connections and requests served at once; more are answered 503 by uvicorn.
+MAX_CONCURRENT = 64
 
 
 class HostPort(click.ParamType):
@@ -168,6 +170,7 @@ def _serve(settings: Any, sock: socket.socket) -> None:
         access_log=False,
         log_config=None,
         server_header=False,
+        limit_concurrency=MAX_CONCURRENT,
     )
     host, port = sock.getsockname()[:2]
     scheme = "https" if settings.tls else "http"

@@ -22,7 +22,6 @@ async function refreshLiveParts() {
     response = await fetch(window.location.href, {
       credentials: "same-origin",
       redirect: "manual",
-      headers: { "X-Live": "1" },
     });
   } catch (error) {
     document.body.classList.add("stale");
