@@ -286,3 +286,13 @@ def test_with_tls_it_serves_https_and_its_cookie_is_secure(
     assert status == 200 and "; secure" in headers["set-cookie"].lower()
     session.log_in("alice")
     assert "alice" in session.request("/")[2]
+
+
+def test_the_web_benchmark_runs_to_its_figures() -> None:
+    """`phpmq bench --web` at a tiny size: both kinds of run finish and the medians print
+    (the figures are not judged here)."""
+    result = phpmq("bench", "--web", "--messages", "2000", timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "Traceback" not in output, output
+    assert "round 3, with console" in output and "broker/relay ratio" not in output
+    assert "median msgs/s: without the console" in output
