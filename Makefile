@@ -1,6 +1,7 @@
 # The two set-up commands (see README.md): `make broker` and `make test`.
 # Both create .venv on first use: `make broker` with the broker's own dependencies only,
-# `make test` adds the test tools and the optional Spark pipeline (pyspark, ~460 MB).
+# `make test` adds the test tools, the optional Spark pipeline (pyspark, ~460 MB) and the web
+# console (`phpmq web`) with its browser-test driver.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,7 +17,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,spark]'
+	$(BIN)/pip install --quiet -e '.[test,spark,web]'
 	touch $@
 
 broker: $(VENV)/.core
@@ -24,8 +25,10 @@ broker: $(VENV)/.core
 
 test: $(VENV)/.test
 	@# php-cli for the stock-client end-to-end test, tmux for the `phpmq top` test,
-	@# systemd-analyze (package systemd) for the deploy/ units; in CI a missing one fails its test.
-	@for tool in php:php-cli tmux:tmux systemd-analyze:systemd; do \
+	@# systemd-analyze (package systemd) for the deploy/ units, chromium and chromedriver for the
+	@# web console's browser tests; in CI a missing one fails its test.
+	@for tool in php:php-cli tmux:tmux systemd-analyze:systemd chromium:chromium \
+	    chromedriver:chromium-driver; do \
 	  if [ -n "$$CI" ] && ! command -v $${tool%%:*} >/dev/null 2>&1; then \
 	    apt-get install -y -q --no-install-recommends $${tool#*:} >/dev/null 2>&1 \
 	    || { apt-get update -q >/dev/null \

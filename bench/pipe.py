@@ -247,13 +247,20 @@ def _percentiles(raw: bytes, prefix: str) -> dict[str, float]:
     }
 
 
+def run_pipe_through(
+    address: str, messages: int, size: int, window: int, confirm: bool = False
+) -> dict:
+    """The pipe through the broker at `address` (the web workload attaches a console first)."""
+    return _run(address, _consume_broker, messages, size, window, confirm)
+
+
 def run_broker_pipe(
     messages: int, size: int, window: int, data_dir: str | None = None, confirm: bool = False
 ) -> dict:
     """The pipe through a real broker process; with `data_dir`, a durable one; with
     `confirm`, the producer waits for publisher confirms (pipelined)."""
     with BrokerProcess("--log-level", "WARNING", data_dir=data_dir) as broker:
-        result = _run(broker.address, _consume_broker, messages, size, window, confirm)
+        result = run_pipe_through(broker.address, messages, size, window, confirm)
         if data_dir:
             result["storage"] = broker.stats()["storage"]
         return result

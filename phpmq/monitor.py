@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-Row = TypeVar("Row", "QueueRow", "PeerRow")
+Row = TypeVar("Row")
+
+#: Figures of each shard's stats that add up to the cluster's.
+SUMMED = ("peers", "bindings")
 
 #: The queue table's columns, in order: (title, QueueRow attribute).
 QUEUE_COLUMNS = (
@@ -202,3 +205,44 @@ def _address(client: dict[str, Any]) -> str:
 
 def _column(columns: tuple[tuple[str, str], ...], attribute: str) -> int:
     return [name for _, name in columns].index(attribute)
+
+
+def merged_stats(
+    answers: dict[str, dict[str, Any]],
+    addresses: dict[str, str],
+    unreachable: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Every shard's `stats` answer as one broker's: queues and clients of all (each queue
+    with its `shard`), counters and memory summed, `shards` listing each shard's address,
+    peers, queues and uptime, and each shard in `unreachable` with why it did not answer
+    (`phpmq stats`, `phpmq top` and the web console show it)."""
+    first = next(iter(answers.values()))
+    merged: dict[str, Any] = {**first, "queues": {}, "clients": [], "pools": {}, "bridges": {}}
+    merged["counters"] = dict.fromkeys(first["counters"], 0)
+    merged["memory"] = {**first["memory"], "held_bytes": 0, "paused_producers": 0}
+    for name in SUMMED:
+        merged[name] = 0
+    merged["shards"] = {}
+    for shard, answer in answers.items():
+        for queue, figures in answer["queues"].items():
+            merged["queues"][queue] = {**figures, "shard": shard}
+        merged["clients"] += answer["clients"]
+        merged["pools"].update(answer["pools"])
+        merged["bridges"].update(answer["bridges"])
+        for counter, value in answer["counters"].items():
+            merged["counters"][counter] = merged["counters"].get(counter, 0) + value
+        merged["memory"]["held_bytes"] += answer["memory"]["held_bytes"]
+        merged["memory"]["paused_producers"] += answer["memory"]["paused_producers"]
+        merged["memory"]["alarm"] = merged["memory"]["alarm"] or answer["memory"]["alarm"]
+        for name in SUMMED:
+            merged[name] += answer[name]
+        merged["shards"][shard] = {
+            "address": addresses[shard],
+            "peers": answer["peers"],
+            "queues": len(answer["queues"]),
+            "uptime_seconds": answer["uptime_seconds"],
+        }
+    for shard, why in (unreachable or {}).items():
+        merged["shards"][shard] = {"address": addresses[shard], "unreachable": why}
+    merged["queues"] = dict(sorted(merged["queues"].items()))
+    return merged

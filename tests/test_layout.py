@@ -39,6 +39,7 @@ ABOVE_THE_BROKER = (
     "phpmq.bridges",
     "phpmq.pipeline",
     "phpmq.bench",
+    "phpmq.web",
 )
 
 

@@ -31,6 +31,7 @@ from . import (
     schedule,
     stats,
     top,
+    web,
     workers,
 )
 from .environment import warn_unknown_variables
@@ -105,3 +106,4 @@ main.add_command(workers.workers)
 main.add_command(bench.bench)
 main.add_command(pipeline.pipeline)
 main.add_command(keys.keys)
+main.add_command(web.web)

@@ -78,6 +78,12 @@ import click
     " msgs/s.",
 )
 @click.option(
+    "--web",
+    is_flag=True,
+    help="Run the web workload: the pipe without and with `phpmq web` attached and polling,"
+    " alternated for 3 rounds (needs the web extra; docs/web.md).",
+)
+@click.option(
     "--shards",
     type=click.IntRange(min=2),
     default=None,
@@ -155,6 +161,7 @@ def bench(
     events: bool,
     curve: bool,
     rpc: bool,
+    web: bool,
     shards: int | None,
     queues: int,
     pipe: bool,
@@ -173,8 +180,8 @@ def bench(
 
     --flood, --memory and --steady run the long overload workloads instead of the pipe (add
     --pipe to keep it), in that order, each printing its figures beside its targets; so does
-    --events (event routing: publish once, a copy to every bound queue) and --rpc (requests
-    and replies through a worker pool).
+    --events (event routing: publish once, a copy to every bound queue), --rpc (requests
+    and replies through a worker pool) and --web (the pipe without and with a web console).
     Figures are printed, never asserted.
     """
     from ..bench.pipe import run_pipe_benchmark
@@ -183,7 +190,7 @@ def bench(
         from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
-    if pipe or not (flood or memory or steady or events or rpc or shards or curve):
+    if pipe or not (flood or memory or steady or events or rpc or shards or curve or web):
         run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
         from ..bench.pipe import run_durable_pipe
@@ -223,3 +230,7 @@ def bench(
         from ..bench.rpc import run_rpc_benchmark
 
         run_rpc_benchmark(size=size, pipe_messages=messages)
+    if web:
+        from ..bench.web import run_web_benchmark
+
+        run_web_benchmark(messages=messages, size=size, window=window)

@@ -16,12 +16,19 @@ import click
 PREFIX = "PHPMQ_"
 #: The CLI's broker address (shared.broker_option).
 BROKER_VARIABLE = "PHPMQ_BROKER"
+#: Where `phpmq web` listens, and its users file (cli/web.py).
+WEB_BIND_VARIABLE = "PHPMQ_WEB_BIND"
+WEB_USERS_VARIABLE = "PHPMQ_WEB_USERS"
 
 
 def client_variables() -> frozenset[str]:
+    """The names clients read, and `phpmq web`'s (a client too)."""
     from ..client.curve import ADMIN_SECRET_VARIABLE, SECRET_VARIABLE, SERVER_VARIABLE
 
-    return frozenset({BROKER_VARIABLE, SECRET_VARIABLE, SERVER_VARIABLE, ADMIN_SECRET_VARIABLE})
+    return frozenset(
+        {BROKER_VARIABLE, SECRET_VARIABLE, SERVER_VARIABLE, ADMIN_SECRET_VARIABLE}
+        | {WEB_BIND_VARIABLE, WEB_USERS_VARIABLE}
+    )
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
