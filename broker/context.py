@@ -39,6 +39,7 @@ class Context:
         "now",
         "outbox",
         "refusals",
+        "repeats",
         "schedule",
         "started_ns",
         "storage_problem",
@@ -87,6 +88,11 @@ class Context:
         self._refusal: _Refusal | None = None
         #: Refusals by error code since start, for /metrics (docs/metrics.md).
         self.refusals: dict[int, int] = {}
+        #: How many 001s like the one being handled follow it in its frame, unread (the core
+        #: sets it, protocol/runs.py): a part that refuses it for a reason they share takes
+        #: them (`take_repeats`) and refuses them with it, so a refused frame costs one
+        #: refusal, not one decode and one refusal per message.
+        self.repeats = 0
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""
@@ -113,6 +119,12 @@ class Context:
             self.flush_refusals()
         self.add(peer.id, encode(message))
 
+    def take_repeats(self) -> int:
+        """The like 001s after the one being refused (see `repeats`), now refused with it."""
+        repeats = self.repeats
+        self.repeats = 0
+        return repeats
+
     def refuse(
         self,
         peer: Peer,
@@ -121,17 +133,19 @@ class Context:
         message_id: bytes | None = None,
         queue: str | None = None,
         tag: int | None = None,
+        count: int = 1,
     ) -> None:
         """An ERROR to extension peers, naming the type of the message refused; a counted,
-        rate-limited log line for stock peers.
+        rate-limited log line for stock peers. `count`: like messages refused as one (no
+        tags; see `repeats`).
 
         Refusals of one peer in a row that differ only in their tag, when the tags run on
         (tag, tag + 1, ...) or none has one, leave as one ERROR with a count: a frame of 256
         sends to a full queue costs its sender one reply, not 256 (docs/protocol.md §6.1).
         """
-        self.counters.errors += 1
-        self.refusals[code] = self.refusals.get(code, 0) + 1
-        peer.refused += 1
+        self.counters.errors += count
+        self.refusals[code] = self.refusals.get(code, 0) + count
+        peer.refused += count
         if not peer.extensions:
             self.log_limited(f"refused from {peer.id.hex()}: {code} {reason}", str(int(code)))
             return
@@ -150,14 +164,14 @@ class Context:
                     else pending.tag is not None and tag == pending.tag + pending.count
                 )
             ):
-                pending.count += 1
+                pending.count += count
                 return
             self.flush_refusals()
         if message_id is not None:
             error = Error(int(code), reason, message_id, queue, tag, self.handling)
             self.add(peer.id, encode(error))
         else:
-            self._refusal = _Refusal(peer, int(code), reason, queue, tag, self.handling)
+            self._refusal = _Refusal(peer, int(code), reason, queue, tag, self.handling, count)
 
     def flush_refusals(self) -> None:
         """The refusal being gathered goes into the outbox (after each frame, and before
@@ -217,6 +231,7 @@ class _Refusal:
         queue: str | None,
         tag: int | None,
         handling: int | None,
+        count: int = 1,
     ) -> None:
         self.peer = peer
         self.code = code
@@ -224,4 +239,4 @@ class _Refusal:
         self.queue = queue
         self.tag = tag
         self.handling = handling
-        self.count = 1
+        self.count = count

@@ -42,8 +42,10 @@ from ..protocol import (
     Requeue,
     Send,
     decode_frame,
+    decode_message,
 )
 from ..protocol.cluster import decode_map
+from ..protocol.runs import like_sends, run_queue
 from .admin import Admin as AdminCommands
 from .clock import Clock
 from .config import BrokerConfig
@@ -276,8 +278,42 @@ class Core:
     ) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages.
         `principal`: who the peer is, as its transport knows it (broker/guard.py)."""
+        queue_name = run_queue(data)
+        if queue_name is not None and self.intake.refuses_sends_to(queue_name):
+            self._handle_run(peer_id, data, profile, principal)
+            return
         messages, error = decode_frame(data, self.config.max_content_bytes)
         self.handle_messages(peer_id, messages, error, profile, data, principal)
+
+    def _handle_run(
+        self,
+        peer_id: bytes,
+        data: bytes,
+        profile: PeerProfile | None,
+        principal: Principal | None,
+    ) -> None:
+        """A frame that starts with a 001 the broker is refusing (a full queue, ...): the 001s
+        like it that follow are read by their headers only and, if it is refused, refused with
+        it (`Context.repeats`); the rest of the frame is decoded as usual."""
+        limit = self.config.max_content_bytes
+        try:
+            first, after = decode_message(data, 0, limit)
+        except ProtocolError:
+            first = None
+        if first is None:
+            messages, error = decode_frame(data, limit)
+            self.handle_messages(peer_id, messages, error, profile, data, principal)
+            return
+        like, run_end = like_sends(data, 0, after, limit)
+        ctx = self.ctx
+        ctx.repeats = like
+        self.handle_messages(peer_id, [first], None, profile, None, principal)
+        if ctx.repeats:  # not refused with it after all: read them as usual
+            ctx.repeats = 0
+            run_end = after
+        if run_end < len(data):
+            messages, error = decode_frame(data[run_end:], limit)
+            self.handle_messages(peer_id, messages, error, profile, None, principal)
 
     def handle_messages(
         self,

@@ -3,8 +3,11 @@ slots of peers that are gone or frozen, and per-turn budgets."""
 
 from __future__ import annotations
 
+import pytest
+
 import phpmq.protocol as p
 from harness import CoreHarness, dispatches, errors
+from phpmq.broker import core as core_module
 from phpmq.broker.dispatch import DISPATCH_PER_TURN
 from phpmq.broker.flow import RECORD_OVERHEAD_BYTES
 
@@ -27,6 +30,95 @@ def test_a_frame_of_refused_sends_costs_one_error_with_its_count() -> None:
     assert error.refused == p.MessageType.SEND
     assert core.core.counters.errors == 256
     assert core.core.queues["q"].refused == 256
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many messages the core decodes, per decoder call."""
+    counts: list[int] = []
+
+    def decode_frame(data: bytes, limit: int) -> tuple[list, p.ProtocolError | None]:
+        messages, error = p.decode_frame(data, limit)
+        counts.append(len(messages))
+        return messages, error
+
+    def decode_message(data: bytes, pos: int, limit: int) -> tuple[p.Message, int]:
+        counts.append(1)
+        return p.decode_message(data, pos, limit)
+
+    monkeypatch.setattr(core_module, "decode_frame", decode_frame)
+    monkeypatch.setattr(core_module, "decode_message", decode_message)
+    return counts
+
+
+@pytest.mark.parametrize("ttl", [None, 0])
+def test_a_frame_of_sends_to_a_full_queue_is_refused_reading_one(
+    decoded: list[int], ttl: int | None
+) -> None:
+    """Finding 10 of issue 27: the sends like the first refused one are counted from their
+    headers, not decoded one by one, and refused with it: one ERROR, every counter right."""
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    decoded.clear()
+    packet = p.queue_packet("q")
+    frame = b"".join(p.encode_send(packet, b"x" * (n % 5), ttl) for n in range(256))
+    core.core.begin_turn()
+    core.core.handle_frame(PRODUCER, p.encode(HELLO))
+    core.core.handle_frame(PRODUCER, frame)
+    out = [m for _, f in core.core.end_turn().frames for m in p.decode_frame(f)[0]]
+    assert decoded == [1, 1]  # the HELLO, then the first send of the frame
+    [error] = errors(out)
+    assert (error.code, error.queue, error.count) == (429, "q", 256)
+    assert [(m.code, m.queue) for m in of_type(out, p.Pause)] == [(429, "q")]
+    counters = core.core.counters
+    assert (counters.errors, counters.overflowed) == (256, 256)
+    assert core.core.queues["q"].refused == 256
+    assert core.core.ctx.refusals == {429: 256}
+
+
+def test_what_follows_a_refused_run_in_its_frame_is_handled(decoded: list[int]) -> None:
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    core.send(PRODUCER, HELLO)
+    out = core.send(
+        PRODUCER,
+        *[p.Send("q", b"x", 0) for _ in range(100)],
+        p.Send("other", b"y", 0),
+        p.Send("q", b"x", 0, tag=1),
+        *[p.Send("q", b"x", 0) for _ in range(5)],
+    )
+    assert [(e.code, e.queue, e.count, e.tag) for e in errors(out)] == [
+        (429, "q", 100, None),
+        (429, "q", None, 1),
+        (429, "q", 5, None),
+    ]
+    assert core.stats("other")["ready"] == 1
+    assert core.core.queues["q"].refused == 106
+    assert decoded[-2:] == [1, 7]  # the run's first, then what follows it
+
+
+def test_a_draining_broker_refuses_a_frame_of_sends_as_one(decoded: list[int]) -> None:
+    core = CoreHarness()
+    core.send(PRODUCER, HELLO)
+    core.core.start_drain()
+    decoded.clear()
+    out = core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(50)])
+    assert [(e.code, e.count) for e in errors(out)] == [(503, 50)]
+    assert decoded == [1]
+
+
+def test_at_the_memory_limit_a_frame_of_sends_is_refused_as_one(decoded: list[int]) -> None:
+    size = 100 + RECORD_OVERHEAD_BYTES
+    core = CoreHarness(max_memory=10 * size)
+    core.send(PRODUCER, *[p.Send("q", b"x" * 100, 0) for _ in range(10)])
+    decoded.clear()
+    core.send(b"other-producer", HELLO)
+    decoded.clear()
+    out = core.send(b"other-producer", *[p.Send("q", b"y", 0) for _ in range(50)])
+    assert [(e.code, e.count) for e in errors(out)] == [(503, 50)]
+    assert decoded == [1]
+    assert core.core.counters.refused_memory == 50
+    assert core.core.queues["q"].refused == 50
 
 
 def test_refusals_of_tags_that_run_on_are_one_error_and_a_gap_starts_another() -> None:
