@@ -370,10 +370,19 @@ class Core:
         if error is not None:
             if peer.forgotten:
                 peer = peers.get(peer_id, profile)
-            ctx.handling = error.message_type
-            ctx.refuse(peer, error.code, error.reason)
+            self._refuse_input(peer, error)
         ctx.flush_refusals()
         peers.after_input(peer)
+
+    def _refuse_input(self, peer: Peer, error: ProtocolError) -> None:
+        """The error that ended a peer's input. One in an extension message (a HELLO over the
+        size limit, ...) opts the peer in, so that it hears why instead of being taken for
+        a stock peer that is only logged (issue 27, finding 11)."""
+        ctx = self.ctx
+        kind = ctx.handling = error.message_type
+        if kind is not None and kind >= FIRST_EXTENSION_TYPE:
+            peer.opt_in()
+        ctx.refuse(peer, error.code, error.reason)
 
     def _on_admin(self, peer: Peer, message: Admin) -> None:
         self.guard.audit(peer, message.options)
