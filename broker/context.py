@@ -43,6 +43,7 @@ class Context:
         "schedule",
         "started_ns",
         "storage_problem",
+        "turns",
         "_last_log",
         "_refusal",
     )
@@ -93,6 +94,8 @@ class Context:
         #: them (`take_repeats`) and refuses them with it, so a refused frame costs one
         #: refusal, not one decode and one refusal per message.
         self.repeats = 0
+        #: Loop turns begun (`Core.begin_turn`): what per-turn bounds are counted by.
+        self.turns = 0
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""
@@ -115,14 +118,20 @@ class Context:
         chunks.append(data)
 
     def reply(self, peer: Peer, message: Message) -> None:
+        self.reply_encoded(peer, encode(message))
+
+    def reply_encoded(self, peer: Peer, data: bytes) -> None:
+        """A reply already encoded (one answer many peers get, encoded once)."""
         if self._refusal is not None:
             self.flush_refusals()
-        self.add(peer.id, encode(message))
+        self.add(peer.id, data)
 
     def take_repeats(self) -> int:
         """The like 001s after the one being refused (see `repeats`), now refused with it."""
         repeats = self.repeats
         self.repeats = 0
+        #: Loop turns begun (`Core.begin_turn`): what per-turn bounds are counted by.
+        self.turns = 0
         return repeats
 
     def refuse(

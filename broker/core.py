@@ -267,6 +267,7 @@ class Core:
     def begin_turn(self) -> None:
         ctx = self.ctx
         ctx.now = ctx.clock.monotonic_ns()
+        ctx.turns += 1
         ctx.stamp_ids()
 
     def handle_frame(

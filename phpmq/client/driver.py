@@ -258,6 +258,20 @@ class Driver:
         )
 
     @staticmethod
+    def _with_page(whole: dict[str, Any] | None, page: dict[str, Any], key: str) -> dict[str, Any]:
+        """A paged admin answer (docs/protocol.md §9) with the entries of one more page (a
+        list, or for `stats` a dict of queues) under `key`."""
+        if whole is None:
+            return page
+        entries = whole[key]
+        if isinstance(entries, dict):
+            entries.update(page[key])
+        else:
+            entries.extend(page[key])
+        whole["next_offset"] = page.get("next_offset")
+        return whole
+
+    @staticmethod
     def _admin_result(options: dict[str, Any]) -> dict[str, Any]:
         """An ADMIN_REPLY's result, or BrokerRefused for the error it carries."""
         refusal = options.get("error")
