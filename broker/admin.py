@@ -7,13 +7,16 @@ dead letters, the queue commands through the queue table, the schedule commands 
 schedules part.
 
 Admin work is bounded like any other (docs/security.md, "Bounds"): one peer runs at most
-ADMIN_PER_PEER_TURN commands in a loop turn, and the answers of one turn hold at most
-ADMIN_BYTES_PER_TURN bytes; past either a command is refused (429) and may be sent again.
-Lists come in pages (broker/pages.py), so no single answer grows with the broker.
+ADMIN_PER_PEER_TURN commands in a loop turn (more are refused, 429: a frame of many commands
+is not how a client asks), and the answers built in one turn hold at most
+ADMIN_BYTES_PER_TURN bytes: past it, commands wait for a later turn (at most MAX_WAITING of
+them; more are refused). Lists come in pages (broker/pages.py), so no single answer grows
+with the broker.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -37,9 +40,11 @@ MAX_REPORT_KEYS = 50
 #: Admin commands one peer may run in one loop turn; more are refused (429): one frame of
 #: many commands cannot hold the loop.
 ADMIN_PER_PEER_TURN = 4
-#: Bytes of admin answers one loop turn builds at most (answers of pages are bounded too);
-#: past it commands wait for the next turn: refused (429) until then.
-ADMIN_BYTES_PER_TURN = 8 * 1024 * 1024
+#: Bytes of admin answers one loop turn builds at most (each answer is bounded too); past it
+#: commands wait for a later turn.
+ADMIN_BYTES_PER_TURN = 16 * 1024 * 1024
+#: Commands waiting for a later turn at most; past it they are refused (429).
+MAX_WAITING = 1_024
 
 
 class Admin:
@@ -69,6 +74,10 @@ class Admin:
         self._turn = -1
         self._ran: dict[bytes, int] = {}
         self._answered_bytes = 0
+        #: Commands waiting for a turn with room (the peer, its options), in order; how many
+        #: each peer has waiting (its later ones wait behind them, so answers keep order).
+        self.waiting: deque[tuple[Peer, dict[str, Any]]] = deque()
+        self._waiting_of: dict[bytes, int] = {}
         #: The durable store's `stats()`, for the stats command (None in memory mode).
         self.storage_stats: Callable[[], dict[str, Any]] | None = None
         #: The server loop's own figures (turns, budget, backlogs), for the stats command.
@@ -97,43 +106,65 @@ class Admin:
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:
-        """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""
-        ctx = self._ctx
+        """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals:
+        now, or in a later turn when this one's answers are at their bound."""
         options = message.options
-        try:
-            self._within_bounds(peer)
-            if options.get("command") == "stats":
-                answer = self.stats.answer(options)
-            else:
-                answer = encode(AdminReply(self.run(options, peer)))
-        except ValueError as exc:
-            ctx.counters.errors += 1
-            code = exc.code if isinstance(exc, CommandError) else int(ErrorCode.INVALID_VALUE)
-            answer = encode(AdminReply({"error": {"code": code, "reason": str(exc)}}))
-        self._answered_bytes += len(answer)
-        ctx.reply_encoded(peer, answer)
+        self._count_turn()
+        ran = self._ran.get(peer.id, 0) + 1
+        self._ran[peer.id] = ran
+        if ran > ADMIN_PER_PEER_TURN:
+            self._refuse(
+                peer,
+                f"more than {ADMIN_PER_PEER_TURN} admin commands from one peer in one loop"
+                " turn: send it again (one at a time, waiting for each answer)",
+            )
+        elif self._answered_bytes < ADMIN_BYTES_PER_TURN and not self._waiting_of:
+            self._answer(peer, options)
+        elif len(self.waiting) < MAX_WAITING:
+            self.waiting.append((peer, options))
+            self._waiting_of[peer.id] = self._waiting_of.get(peer.id, 0) + 1
+        else:
+            self._refuse(peer, f"{MAX_WAITING} admin commands are waiting: send it again")
 
-    def _within_bounds(self, peer: Peer) -> None:
-        """Count the command against this turn's bounds; CommandError (429) past them."""
+    def run_waiting(self, is_current: Callable[[Peer], bool]) -> None:
+        """Answer the commands waiting for a turn with room (once per turn, by the core),
+        those of peers that are gone dropped."""
+        self._count_turn()
+        waiting = self.waiting
+        while waiting and self._answered_bytes < ADMIN_BYTES_PER_TURN:
+            peer, options = waiting.popleft()
+            left = self._waiting_of.pop(peer.id) - 1
+            if left:
+                self._waiting_of[peer.id] = left
+            if is_current(peer):
+                self._answer(peer, options)
+
+    def _count_turn(self) -> None:
         turn = self._ctx.turns
         if turn != self._turn:
             self._turn = turn
             self._ran = {}
             self._answered_bytes = 0
-        ran = self._ran.get(peer.id, 0) + 1
-        self._ran[peer.id] = ran
-        if ran > ADMIN_PER_PEER_TURN:
-            raise CommandError(
-                f"more than {ADMIN_PER_PEER_TURN} admin commands from one peer in one loop"
-                " turn: send it again (one at a time, waiting for each answer)",
-                ErrorCode.LIMIT_REACHED,
-            )
-        if self._answered_bytes >= ADMIN_BYTES_PER_TURN:
-            raise CommandError(
-                f"this loop turn's admin answers reached {ADMIN_BYTES_PER_TURN:,} bytes:"
-                " send it again",
-                ErrorCode.LIMIT_REACHED,
-            )
+
+    def _answer(self, peer: Peer, options: dict[str, Any]) -> None:
+        try:
+            if options.get("command") == "stats":
+                answer = self.stats.answer(options)
+            else:
+                answer = encode(AdminReply(self.run(options, peer)))
+        except ValueError as exc:
+            self._ctx.counters.errors += 1
+            code = exc.code if isinstance(exc, CommandError) else int(ErrorCode.INVALID_VALUE)
+            answer = encode(AdminReply({"error": {"code": code, "reason": str(exc)}}))
+        self._answered_bytes += len(answer)
+        self._ctx.reply_encoded(peer, answer)
+
+    def _refuse(self, peer: Peer, reason: str) -> None:
+        """429 in the ADMIN_REPLY: nothing was done."""
+        ctx = self._ctx
+        ctx.counters.errors += 1
+        error = {"code": int(ErrorCode.LIMIT_REACHED), "reason": reason}
+        ctx.reply(peer, AdminReply({"error": error}))
 
     def run(self, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
         command = options.get("command")

@@ -3,8 +3,8 @@
 
 Entries are msgspec Structs, encoded straight into the ADMIN_REPLY's JSON (content as
 base64) without a dict per message. A page is one OPTIONS packet: it stops at the caller's
-`max_bytes`, PAGE_BYTES (broker/pages.py) or half the broker's packet limit, whichever is
-least, but never before its first entry, so a message of any size can be read.
+`max_bytes` or half the broker's packet limit, whichever is less, but never before its first
+entry, so a message of any size can be read.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from .config import BrokerConfig
 from .errors import CommandError
 from .flow import record_bytes
 from .model import READY, DeadLetterEntry, Queue, Record
-from .pages import PAGE_BYTES
 
 DEFAULT_PEEK_LIMIT = 10
 DEFAULT_DEAD_LIMIT = 100
@@ -82,9 +81,8 @@ def oldest_sent_at(queue: Queue) -> float | None:
 
 
 def page_budget(config: BrokerConfig, options: dict[str, Any]) -> int:
-    """Bytes of content a page may hold: the caller's `max_bytes`, within PAGE_BYTES of JSON
-    (and half a packet)."""
-    ceiling = min(config.max_content_bytes // 2, PAGE_BYTES) * 3 // 4  # base64: 4 bytes of 3
+    """Bytes of content a page may hold: the caller's `max_bytes`, within one packet."""
+    ceiling = config.max_content_bytes // 2 * 3 // 4  # base64 makes 4 bytes of 3
     value = options.get("max_bytes", ceiling)
     if type(value) is not int or value < 1:
         raise CommandError("'max_bytes' must be a positive integer")

@@ -424,6 +424,9 @@ class Core:
                 on_due[kind](when, target)
         if schedule.needs_compaction():
             schedule.compact(self._entry_is_live)
+        if self.admin.waiting:
+            by_id = self._peers.by_id
+            self.admin.run_waiting(lambda peer: by_id.get(peer.id) is peer)
         if ctx.dirty:
             dirty = ctx.dirty
             ctx.dirty = {}
@@ -481,7 +484,7 @@ class Core:
         """Monotonic ns of the next thing the core must do on its own: now, if a queue is
         waiting for a dispatch pass, else the earliest scheduled deadline, else None."""
         ctx = self.ctx
-        if ctx.dirty and not ctx.draining:
+        if (ctx.dirty and not ctx.draining) or self.admin.waiting:
             return ctx.now
         return ctx.schedule.next_due()  # overdue entries left by the budget: in the past
 

@@ -14,9 +14,10 @@ import phpmq.protocol as p
 from harness import BrokerProcess, CoreHarness, raw_dealer, recv_messages
 from phpmq import Client
 from phpmq.bench.measure import MB, rss_bytes
+from phpmq.broker import admin as admin_module
 from phpmq.broker import stats as stats_module
 from phpmq.broker.admin import ADMIN_PER_PEER_TURN
-from phpmq.broker.pages import PAGE_BYTES, PAGE_ENTRIES
+from phpmq.broker.pages import PAGE_ENTRIES
 
 OPS = b"ops"
 STATS = p.Admin({"command": "stats"})
@@ -100,11 +101,41 @@ def test_leases_and_schedules_are_listed_in_pages() -> None:
     assert leases == {"leases": [], "next_offset": None}
 
 
-def test_a_peek_page_is_bounded_in_bytes() -> None:
-    core = CoreHarness(max_content_bytes=64 * MB)
-    core.send(b"producer", *[p.Send("big", b"x" * (PAGE_BYTES // 4), 0) for _ in range(8)])
-    [page] = answers(core.send(OPS, p.Admin({"command": "queue-peek", "queue": "big"})))
-    assert 1 <= len(page["entries"]) < 4 and page["truncated"]
+def test_past_a_turns_answer_bytes_commands_wait_for_a_later_turn_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Peers that each ask one command are not refused for sharing a busy turn: what does not
+    fit this turn's answer bytes is answered in the next, each peer's answers in order."""
+    core = with_queues(20)
+    [one] = answers(core.send(OPS, STATS))
+    page_bytes = len(msgspec.json.encode(one))
+    monkeypatch.setattr(admin_module, "ADMIN_BYTES_PER_TURN", 3 * page_bytes)
+    peers = [b"peer-%d" % n for n in range(6)]
+    asks = [STATS, p.Admin({"command": "queue-bindings", "queue": "q00001"})]
+    out = core.turn(*[(peer, asks) for peer in peers])
+    now = [peer for peer in peers if answers(out.get(peer, []))]
+    assert len(now) == 3 and core.core.admin.waiting
+    assert core.core.next_deadline() == core.core.now  # the loop does not sleep on them
+    replies_of = {peer: answers(out.get(peer, [])) for peer in peers}
+    for _ in range(3):  # three pages a turn: the rest goes in the turns after
+        for peer, replies in core.turn().items():
+            replies_of[peer] += answers(replies)
+    for replies in replies_of.values():
+        assert [("queue_count" in r, r.get("queue")) for r in replies] == [
+            (True, None),
+            (False, "q00001"),
+        ]
+    assert not core.core.admin.waiting
+
+
+def test_waiting_commands_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    core = with_queues(1)
+    monkeypatch.setattr(admin_module, "ADMIN_BYTES_PER_TURN", 0)
+    monkeypatch.setattr(admin_module, "MAX_WAITING", 5)
+    out = core.turn(*[(b"peer-%d" % n, [STATS]) for n in range(8)])
+    refused = [r for replies in out.values() for r in answers(replies)]
+    assert [r["error"]["code"] for r in refused] == [429] * 3
+    assert len(core.core.admin.waiting) == 5
 
 
 # ----------------------------------------------------------------- a real broker
