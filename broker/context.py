@@ -39,6 +39,8 @@ class Context:
         "now",
         "outbox",
         "refusals",
+        "refused_sends",
+        "refusing",
         "repeats",
         "schedule",
         "started_ns",
@@ -96,6 +98,11 @@ class Context:
         self.repeats = 0
         #: Loop turns begun (`Core.begin_turn`): what per-turn bounds are counted by.
         self.turns = 0
+        #: Whether a send was refused for a reason its like share (a part took `repeats`) in
+        #: this turn, and in this turn or the last: only while it is, the core looks for runs
+        #: of refused sends, so a broker that refuses nothing pays nothing for it.
+        self.refused_sends = False
+        self.refusing = False
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""
@@ -130,8 +137,7 @@ class Context:
         """The like 001s after the one being refused (see `repeats`), now refused with it."""
         repeats = self.repeats
         self.repeats = 0
-        #: Loop turns begun (`Core.begin_turn`): what per-turn bounds are counted by.
-        self.turns = 0
+        self.refused_sends = self.refusing = True
         return repeats
 
     def refuse(

@@ -268,6 +268,7 @@ class Core:
         ctx = self.ctx
         ctx.now = ctx.clock.monotonic_ns()
         ctx.turns += 1
+        ctx.refusing, ctx.refused_sends = ctx.refused_sends, False
         ctx.stamp_ids()
 
     def handle_frame(
@@ -279,10 +280,11 @@ class Core:
     ) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages.
         `principal`: who the peer is, as its transport knows it (broker/guard.py)."""
-        queue_name = run_queue(data)
-        if queue_name is not None and self.intake.refuses_sends_to(queue_name):
-            self._handle_run(peer_id, data, profile, principal)
-            return
+        if self.ctx.refusing:  # sends were refused lately: this frame may be a run of them
+            queue_name = run_queue(data)
+            if queue_name is not None and self.intake.refuses_sends_to(queue_name):
+                self._handle_run(peer_id, data, profile, principal)
+                return
         messages, error = decode_frame(data, self.config.max_content_bytes)
         self.handle_messages(peer_id, messages, error, profile, data, principal)
 

@@ -57,8 +57,7 @@ def test_a_frame_of_sends_to_a_full_queue_is_refused_reading_one(
 ) -> None:
     """Finding 10 of issue 27: the sends like the first refused one are counted from their
     headers, not decoded one by one, and refused with it: one ERROR, every counter right."""
-    core = CoreHarness(max_queue_length=10)
-    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    core = full_and_refusing()
     decoded.clear()
     packet = p.queue_packet("q")
     frame = b"".join(p.encode_send(packet, b"x" * (n % 5), ttl) for n in range(256))
@@ -71,15 +70,41 @@ def test_a_frame_of_sends_to_a_full_queue_is_refused_reading_one(
     assert (error.code, error.queue, error.count) == (429, "q", 256)
     assert [(m.code, m.queue) for m in of_type(out, p.Pause)] == [(429, "q")]
     counters = core.core.counters
-    assert (counters.errors, counters.overflowed) == (256, 256)
-    assert core.core.queues["q"].refused == 256
-    assert core.core.ctx.refusals == {429: 256}
+    assert (counters.errors, counters.overflowed) == (257, 257)
+    assert core.core.queues["q"].refused == 257
+    assert core.core.ctx.refusals == {429: 257}
+
+
+def full_and_refusing() -> CoreHarness:
+    """A broker with a full queue `q` that refused a send to it in the last turn."""
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    core.send(OTHER, p.Send("q", b"x", 0))
+    return core
+
+
+def test_a_broker_that_refuses_nothing_does_not_look_for_runs(decoded: list[int]) -> None:
+    """Runs are looked for only while sends are refused (this turn or the last): the first
+    refused frame is decoded as any, the next ones are not, and a quiet turn ends it."""
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    decoded.clear()
+    frame = p.encode_all([p.Send("q", b"x", 0)] * 50)
+    turns = core.core.ctx.turns
+    core.turn((PRODUCER, frame), (PRODUCER, frame))
+    assert decoded == [50, 1]
+    assert core.core.ctx.turns == turns + 1  # refusals leave the turn count alone
+    core.turn()
+    core.turn()
+    decoded.clear()
+    core.turn((PRODUCER, frame))
+    assert decoded == [50]
+    assert core.core.queues["q"].refused == 150
 
 
 def test_what_follows_a_refused_run_in_its_frame_is_handled(decoded: list[int]) -> None:
-    core = CoreHarness(max_queue_length=10)
-    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
-    core.send(PRODUCER, HELLO)
+    core = full_and_refusing()
+    core.turn((PRODUCER, HELLO), (OTHER, p.Send("q", b"x", 0)))
     out = core.send(
         PRODUCER,
         *[p.Send("q", b"x", 0) for _ in range(100)],
@@ -93,7 +118,7 @@ def test_what_follows_a_refused_run_in_its_frame_is_handled(decoded: list[int]) 
         (429, "q", 5, None),
     ]
     assert core.stats("other")["ready"] == 1
-    assert core.core.queues["q"].refused == 106
+    assert core.core.queues["q"].refused == 108
     assert decoded[-2:] == [1, 7]  # the run's first, then what follows it
 
 
@@ -101,6 +126,7 @@ def test_a_draining_broker_refuses_a_frame_of_sends_as_one(decoded: list[int]) -
     core = CoreHarness()
     core.send(PRODUCER, HELLO)
     core.core.start_drain()
+    core.send(OTHER, p.Send("q", b"x", 0))  # refused: a drain refuses every send
     decoded.clear()
     out = core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(50)])
     assert [(e.code, e.count) for e in errors(out)] == [(503, 50)]
@@ -113,12 +139,13 @@ def test_at_the_memory_limit_a_frame_of_sends_is_refused_as_one(decoded: list[in
     core.send(PRODUCER, *[p.Send("q", b"x" * 100, 0) for _ in range(10)])
     decoded.clear()
     core.send(b"other-producer", HELLO)
+    core.send(OTHER, p.Send("q", b"x", 0))  # refused: memory is at its limit
     decoded.clear()
     out = core.send(b"other-producer", *[p.Send("q", b"y", 0) for _ in range(50)])
     assert [(e.code, e.count) for e in errors(out)] == [(503, 50)]
     assert decoded == [1]
-    assert core.core.counters.refused_memory == 50
-    assert core.core.queues["q"].refused == 50
+    assert core.core.counters.refused_memory == 51
+    assert core.core.queues["q"].refused == 51
 
 
 def test_refusals_of_tags_that_run_on_are_one_error_and_a_gap_starts_another() -> None:
