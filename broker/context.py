@@ -46,6 +46,7 @@ class Context:
         "started_ns",
         "storage_problem",
         "turns",
+        "_flushed",
         "_last_log",
         "_refusal",
     )
@@ -89,6 +90,8 @@ class Context:
         #: The refusal being gathered: like refusals in a row from one peer leave as one ERROR
         #: with a count (see `refuse`).
         self._refusal: _Refusal | None = None
+        #: The refusal flushed last and its ERROR's bytes (`reopen_refusal`).
+        self._flushed: tuple[_Refusal, bytes] | None = None
         #: Refusals by error code since start, for /metrics (docs/metrics.md).
         self.refusals: dict[int, int] = {}
         #: How many 001s like the one being handled follow it in its frame, unread (the core
@@ -196,20 +199,32 @@ class Context:
             return
         self._refusal = None
         count = pending.count if pending.count > 1 else None
-        self.add(
-            pending.peer.id,
-            encode(
-                Error(
-                    pending.code,
-                    pending.reason,
-                    None,
-                    pending.queue,
-                    pending.tag,
-                    pending.handling,
-                    count,
-                )
-            ),
+        error = encode(
+            Error(
+                pending.code,
+                pending.reason,
+                None,
+                pending.queue,
+                pending.tag,
+                pending.handling,
+                count,
+            )
         )
+        self.add(pending.peer.id, error)
+        self._flushed = (pending, error)
+
+    def reopen_refusal(self, peer_id: bytes) -> None:
+        """Take back the refusal of `peer_id` just flushed while its ERROR is still the last
+        thing for the peer, so that like refusals after it (the rest of the same frame,
+        handled apart) join its count."""
+        flushed, self._flushed = self._flushed, None
+        if flushed is None or self._refusal is not None or flushed[0].peer.id != peer_id:
+            return
+        pending, error = flushed
+        chunks = self.outbox.get(peer_id)
+        if chunks and chunks[-1] is error:
+            chunks.pop()
+            self._refusal = pending
 
     def log_limited(self, line: str, key: str) -> None:
         """At most one line per second per key, with the count of lines held back."""

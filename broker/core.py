@@ -316,6 +316,7 @@ class Core:
             run_end = after
         if run_end < len(data):
             messages, error = decode_frame(data[run_end:], limit)
+            ctx.reopen_refusal(peer_id)  # the frame's refusals in a row stay one ERROR
             self.handle_messages(peer_id, messages, error, profile, None, principal)
 
     def handle_messages(

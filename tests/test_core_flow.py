@@ -122,6 +122,13 @@ def test_what_follows_a_refused_run_in_its_frame_is_handled(decoded: list[int]) 
     assert decoded[-2:] == [1, 7]  # the run's first, then what follows it
 
 
+def test_a_run_and_unlike_sends_after_it_refused_alike_are_still_one_error() -> None:
+    core = full_and_refusing()
+    core.turn((PRODUCER, HELLO), (OTHER, p.Send("q", b"x", 0)))
+    out = core.send(PRODUCER, *[p.Send("q", b"x", 0)] * 3, *[p.Send("q", b"x", 5)] * 4)
+    assert [(e.code, e.count) for e in errors(out)] == [(429, 7)]
+
+
 def test_a_draining_broker_refuses_a_frame_of_sends_as_one(decoded: list[int]) -> None:
     core = CoreHarness()
     core.send(PRODUCER, HELLO)
