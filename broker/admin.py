@@ -2,18 +2,25 @@
 and `phpmq queue` send). Each takes the command's JSON options, returns a JSON-able dict, and
 raises ValueError for a bad command (answered as a 422 inside the ADMIN_REPLY).
 
-`stats` only reads: it builds its answer from the parts on demand, so the hot path keeps no
-statistics of its own beyond plain counters. The dead-letter commands act through the part
-that owns dead letters, the queue commands through the queue table, the schedule commands
-through the schedules part.
+`stats` lives in broker/stats.py; the dead-letter commands act through the part that owns
+dead letters, the queue commands through the queue table, the schedule commands through the
+schedules part.
+
+Admin work is bounded like any other (docs/security.md, "Bounds"): one peer runs at most
+ADMIN_PER_PEER_TURN commands in a loop turn (more are refused, 429: a frame of many commands
+is not how a client asks), and the answers built in one turn hold at most
+ADMIN_BYTES_PER_TURN bytes: past it, commands wait for a later turn (at most MAX_WAITING of
+them; more are refused). Lists come in pages (broker/pages.py), so no single answer grows
+with the broker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from ..protocol import AdminReply, ErrorCode
+from ..protocol import AdminReply, ErrorCode, encode
 from . import browse
 from .context import Context
 from .deadletters import DeadLetters
@@ -27,12 +34,17 @@ from .model import Peer, Queue
 from .peers import Peers
 from .queues import Queues
 from .schedules import Schedules
+from .stats import Stats
 
-#: Peers listed by `stats` at most: those that were refused most, then the most recent.
-MAX_LISTED_CLIENTS = 50
 MAX_REPORT_KEYS = 50
-#: Bindings listed per queue by `stats` (`queue-bindings` lists them all).
-LISTED_BINDINGS = 20
+#: Admin commands one peer may run in one loop turn; more are refused (429): one frame of
+#: many commands cannot hold the loop.
+ADMIN_PER_PEER_TURN = 4
+#: Bytes of admin answers one loop turn builds at most (each answer is bounded too); past it
+#: commands wait for a later turn.
+ADMIN_BYTES_PER_TURN = 16 * 1024 * 1024
+#: Commands waiting for a later turn at most; past it they are refused (429).
+MAX_WAITING = 1_024
 
 
 class Admin:
@@ -57,6 +69,15 @@ class Admin:
         self._peers = peers
         self._dead = dead_letters
         self._intake = intake
+        #: The loop turn the counts below are of, the commands each peer ran in it, and the
+        #: bytes of the answers built in it.
+        self._turn = -1
+        self._ran: dict[bytes, int] = {}
+        self._answered_bytes = 0
+        #: Commands waiting for a turn with room (the peer, its options), in order; how many
+        #: each peer has waiting (its later ones wait behind them, so answers keep order).
+        self.waiting: deque[tuple[Peer, dict[str, Any]]] = deque()
+        self._waiting_of: dict[bytes, int] = {}
         #: The durable store's `stats()`, for the stats command (None in memory mode).
         self.storage_stats: Callable[[], dict[str, Any]] | None = None
         #: The server loop's own figures (turns, budget, backlogs), for the stats command.
@@ -65,8 +86,9 @@ class Admin:
         self.cluster_stats: Callable[[], dict[str, Any]] | None = None
         #: Refusals by right and what is enforced (broker/guard.py), for the stats command.
         self.security_stats: Callable[[], dict[str, Any]] | None = None
+        self.stats = Stats(ctx, queues, peers, intake, flow, events, self)
         self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            "stats": self._stats,
+            "stats": self.stats.everything,
             "dlq-list": self._dlq_list,
             "dlq-replay": self._dlq_replay,
             "dlq-purge": self._dlq_purge,
@@ -84,18 +106,68 @@ class Admin:
         }
 
     def on_admin(self, peer: Peer, message: Any) -> None:
-        """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals."""
-        ctx = self._ctx
-        ctx.owner = peer.owner
+        """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals:
+        now, or in a later turn when this one's answers are at their bound."""
+        options = message.options
+        self._count_turn()
+        ran = self._ran.get(peer.id, 0) + 1
+        self._ran[peer.id] = ran
+        if ran > ADMIN_PER_PEER_TURN:
+            self._refuse(
+                peer,
+                f"more than {ADMIN_PER_PEER_TURN} admin commands from one peer in one loop"
+                " turn: send it again (one at a time, waiting for each answer)",
+            )
+        elif self._answered_bytes < ADMIN_BYTES_PER_TURN and not self._waiting_of:
+            self._answer(peer, options)
+        elif len(self.waiting) < MAX_WAITING:
+            self.waiting.append((peer, options))
+            self._waiting_of[peer.id] = self._waiting_of.get(peer.id, 0) + 1
+        else:
+            self._refuse(peer, f"{MAX_WAITING} admin commands are waiting: send it again")
+
+    def run_waiting(self, is_current: Callable[[Peer], bool]) -> None:
+        """Answer the commands waiting for a turn with room (once per turn, by the core),
+        those of peers that are gone dropped."""
+        self._count_turn()
+        waiting = self.waiting
+        while waiting and self._answered_bytes < ADMIN_BYTES_PER_TURN:
+            peer, options = waiting.popleft()
+            left = self._waiting_of.pop(peer.id) - 1
+            if left:
+                self._waiting_of[peer.id] = left
+            if is_current(peer):
+                self._answer(peer, options)
+
+    def _count_turn(self) -> None:
+        turn = self._ctx.turns
+        if turn != self._turn:
+            self._turn = turn
+            self._ran = {}
+            self._answered_bytes = 0
+
+    def _answer(self, peer: Peer, options: dict[str, Any]) -> None:
+        self._ctx.owner = peer.owner  # whose quotas what the command creates counts against
         try:
-            result = self.run(message.options, peer)
+            if options.get("command") == "stats":
+                answer = self.stats.answer(options)
+            else:
+                answer = encode(AdminReply(self.run(options, peer)))
         except ValueError as exc:
-            ctx.counters.errors += 1
+            self._ctx.counters.errors += 1
             code = exc.code if isinstance(exc, CommandError) else int(ErrorCode.INVALID_VALUE)
-            result = {"error": {"code": code, "reason": str(exc)}}
+            answer = encode(AdminReply({"error": {"code": code, "reason": str(exc)}}))
         finally:
-            ctx.owner = ""
-        ctx.reply(peer, AdminReply(result))
+            self._ctx.owner = ""
+        self._answered_bytes += len(answer)
+        self._ctx.reply_encoded(peer, answer)
+
+    def _refuse(self, peer: Peer, reason: str) -> None:
+        """429 in the ADMIN_REPLY: nothing was done."""
+        ctx = self._ctx
+        ctx.counters.errors += 1
+        error = {"code": int(ErrorCode.LIMIT_REACHED), "reason": reason}
+        ctx.reply(peer, AdminReply({"error": error}))
 
     def run(self, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
         command = options.get("command")
@@ -106,63 +178,6 @@ class Admin:
             known = ", ".join([*self._commands, "report"])
             raise ValueError(f"unknown admin command {command!r}; known: {known}")
         return handler(options)
-
-    def _stats(self, options: dict[str, Any]) -> dict[str, Any]:
-        ctx = self._ctx
-        bindings = self._events.bindings
-        queues = {
-            name: {
-                "ready": queue.ready_count,
-                "in_flight": queue.in_flight,
-                "delayed": queue.delayed,
-                "consumers": len(queue.windows),
-                "dead_letters": len(queue.dead),
-                "leased": queue.leased,
-                "leases": len(queue.leases),
-                "oldest_sent_at": browse.oldest_sent_at(queue),
-                "refused": queue.refused,
-                "totals": _queue_totals(queue),
-                "paused_producers": len(queue.paused),
-                "bindings": bindings.patterns(name)[:LISTED_BINDINGS],
-                "binding_count": bindings.count(name),
-                "delete_when_unused_ms": queue.unused_ms,
-                "settings": {
-                    "max_deliveries": queue.max_deliveries,
-                    "max_length": queue.max_length,
-                    "overflow": queue.overflow,
-                },
-            }
-            for name, queue in sorted(self._queues.by_name.items())
-        }
-        peers = self._peers.by_id
-        keys = self._intake.keys
-        return {
-            "queues": queues,
-            "pools": _pools(peers.values()),
-            "bridges": {
-                peer.name or peer.id.hex(): peer.report
-                for peer in peers.values()
-                if peer.report is not None
-            },
-            "peers": len(peers),
-            "clients": _clients(peers.values(), ctx.now),
-            "memory": {
-                "held_bytes": ctx.held_bytes,
-                "limit_bytes": self._flow.limit,
-                "alarm": self._flow.memory_high,
-                "paused_producers": self._flow.paused_producers,
-            },
-            "counters": ctx.counters.as_dict(),
-            "refusals": {str(int(code)): count for code, count in sorted(ctx.refusals.items())},
-            "bindings": len(bindings),
-            "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
-            "storage": self.storage_stats() if self.storage_stats else {"mode": "memory"},
-            "server": self.server_stats() if self.server_stats else {},
-            **({"cluster": self.cluster_stats()} if self.cluster_stats else {}),
-            **({"security": self.security_stats()} if self.security_stats else {}),
-            "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
-            "draining": ctx.draining,
-        }
 
     def _named_queue(self, options: dict[str, Any]) -> Queue:
         queue = self._queues.get(_queue_name(options))
@@ -229,18 +244,6 @@ def _queue_name(options: dict[str, Any]) -> str:
     return name
 
 
-def _queue_totals(queue: Queue) -> dict[str, int]:
-    """What went through a queue since it was created (or the broker started)."""
-    return {
-        "published": queue.published,
-        "delivered": queue.delivered,
-        "acked": queue.acked,
-        "requeued": queue.requeued,
-        "expired": queue.expired,
-        "dead_lettered": queue.dead_lettered,
-    }
-
-
 def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:
     """A bridge (or any client) states its counters; `stats` lists them under `bridges`."""
     counters = options.get("counters")
@@ -248,45 +251,3 @@ def _report(peer: Peer | None, options: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"'counters' must be an object of at most {MAX_REPORT_KEYS} entries")
     peer.report = {"kind": str(options.get("kind", ""))[:50], "counters": counters}
     return {"reported": len(counters)}
-
-
-def _pools(peers: Iterable[Peer]) -> dict[str, Any]:
-    """Worker pools as their workers' HELLOs name them (`POOL/INDEX`, role `worker`): per
-    queue, how many workers consume it and how many hold a message (busy)."""
-    pools: dict[str, Any] = {}
-    for peer in peers:
-        if peer.role != "worker":
-            continue
-        pool_name = peer.name.rpartition("/")[0] or peer.name
-        pool = pools.setdefault(pool_name, {"workers": 0, "queues": {}})
-        pool["workers"] += 1
-        for queue_name, window in peer.windows.items():
-            entry = pool["queues"].setdefault(queue_name, {"workers": 0, "busy": 0, "held": 0})
-            entry["workers"] += 1
-            entry["held"] += len(window.held)
-            entry["busy"] += bool(window.held)
-    return dict(sorted(pools.items()))
-
-
-def _clients(peers: Iterable[Peer], now: int) -> list[dict[str, Any]]:
-    """The peers worth a look (most refused first, then the most recently heard), each with
-    what it holds, what it was refused, and whether it is paused or stalled."""
-    listed = sorted(peers, key=lambda peer: (-peer.refused, -peer.last_seen))[:MAX_LISTED_CLIENTS]
-    return [
-        {
-            "id": peer.id.hex(),
-            "name": peer.name,
-            "role": peer.role,
-            "transport": peer.profile.transport,
-            "address": peer.principal.address if peer.principal is not None else "",
-            "key": peer.principal.key if peer.principal is not None else None,
-            "hello": peer.hello,
-            "windows": len(peer.windows),
-            "held": sum(len(window.held) for window in peer.windows.values()),
-            "refused": peer.refused,
-            "paused_on": ["*" if queue is None else queue.name for queue in peer.paused_on],
-            "stalled": peer.stalled,
-            "silent_seconds": round((now - peer.last_seen) / 1e9, 1),
-        }
-        for peer in listed
-    ]

@@ -42,9 +42,14 @@ class Context:
         "owner",
         "quotas",
         "refusals",
+        "refused_sends",
+        "refusing",
+        "repeats",
         "schedule",
         "started_ns",
         "storage_problem",
+        "turns",
+        "_flushed",
         "_last_log",
         "_refusal",
     )
@@ -91,8 +96,22 @@ class Context:
         #: The refusal being gathered: like refusals in a row from one peer leave as one ERROR
         #: with a count (see `refuse`).
         self._refusal: _Refusal | None = None
+        #: The refusal flushed last and its ERROR's bytes (`reopen_refusal`).
+        self._flushed: tuple[_Refusal, bytes] | None = None
         #: Refusals by error code since start, for /metrics (docs/metrics.md).
         self.refusals: dict[int, int] = {}
+        #: How many 001s like the one being handled follow it in its frame, unread (the core
+        #: sets it, protocol/runs.py): a part that refuses it for a reason they share takes
+        #: them (`take_repeats`) and refuses them with it, so a refused frame costs one
+        #: refusal, not one decode and one refusal per message.
+        self.repeats = 0
+        #: Loop turns begun (`Core.begin_turn`): what per-turn bounds are counted by.
+        self.turns = 0
+        #: Whether a send was refused for a reason its like share (a part took `repeats`) in
+        #: this turn, and in this turn or the last: only while it is, the core looks for runs
+        #: of refused sends, so a broker that refuses nothing pays nothing for it.
+        self.refused_sends = False
+        self.refusing = False
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""
@@ -115,9 +134,20 @@ class Context:
         chunks.append(data)
 
     def reply(self, peer: Peer, message: Message) -> None:
+        self.reply_encoded(peer, encode(message))
+
+    def reply_encoded(self, peer: Peer, data: bytes) -> None:
+        """A reply already encoded (one answer many peers get, encoded once)."""
         if self._refusal is not None:
             self.flush_refusals()
-        self.add(peer.id, encode(message))
+        self.add(peer.id, data)
+
+    def take_repeats(self) -> int:
+        """The like 001s after the one being refused (see `repeats`), now refused with it."""
+        repeats = self.repeats
+        self.repeats = 0
+        self.refused_sends = self.refusing = True
+        return repeats
 
     def refuse(
         self,
@@ -127,17 +157,19 @@ class Context:
         message_id: bytes | None = None,
         queue: str | None = None,
         tag: int | None = None,
+        count: int = 1,
     ) -> None:
         """An ERROR to extension peers, naming the type of the message refused; a counted,
-        rate-limited log line for stock peers.
+        rate-limited log line for stock peers. `count`: like messages refused as one (no
+        tags; see `repeats`).
 
         Refusals of one peer in a row that differ only in their tag, when the tags run on
         (tag, tag + 1, ...) or none has one, leave as one ERROR with a count: a frame of 256
         sends to a full queue costs its sender one reply, not 256 (docs/protocol.md §6.1).
         """
-        self.counters.errors += 1
-        self.refusals[code] = self.refusals.get(code, 0) + 1
-        peer.refused += 1
+        self.counters.errors += count
+        self.refusals[code] = self.refusals.get(code, 0) + count
+        peer.refused += count
         if not peer.extensions:
             self.log_limited(f"refused from {peer.id.hex()}: {code} {reason}", str(int(code)))
             return
@@ -156,14 +188,14 @@ class Context:
                     else pending.tag is not None and tag == pending.tag + pending.count
                 )
             ):
-                pending.count += 1
+                pending.count += count
                 return
             self.flush_refusals()
         if message_id is not None:
             error = Error(int(code), reason, message_id, queue, tag, self.handling)
             self.add(peer.id, encode(error))
         else:
-            self._refusal = _Refusal(peer, int(code), reason, queue, tag, self.handling)
+            self._refusal = _Refusal(peer, int(code), reason, queue, tag, self.handling, count)
 
     def flush_refusals(self) -> None:
         """The refusal being gathered goes into the outbox (after each frame, and before
@@ -173,20 +205,32 @@ class Context:
             return
         self._refusal = None
         count = pending.count if pending.count > 1 else None
-        self.add(
-            pending.peer.id,
-            encode(
-                Error(
-                    pending.code,
-                    pending.reason,
-                    None,
-                    pending.queue,
-                    pending.tag,
-                    pending.handling,
-                    count,
-                )
-            ),
+        error = encode(
+            Error(
+                pending.code,
+                pending.reason,
+                None,
+                pending.queue,
+                pending.tag,
+                pending.handling,
+                count,
+            )
         )
+        self.add(pending.peer.id, error)
+        self._flushed = (pending, error)
+
+    def reopen_refusal(self, peer_id: bytes) -> None:
+        """Take back the refusal of `peer_id` just flushed while its ERROR is still the last
+        thing for the peer, so that like refusals after it (the rest of the same frame,
+        handled apart) join its count."""
+        flushed, self._flushed = self._flushed, None
+        if flushed is None or self._refusal is not None or flushed[0].peer.id != peer_id:
+            return
+        pending, error = flushed
+        chunks = self.outbox.get(peer_id)
+        if chunks and chunks[-1] is error:
+            chunks.pop()
+            self._refusal = pending
 
     def log_limited(self, line: str, key: str) -> None:
         """At most one line per second per key, with the count of lines held back."""
@@ -223,6 +267,7 @@ class _Refusal:
         queue: str | None,
         tag: int | None,
         handling: int | None,
+        count: int = 1,
     ) -> None:
         self.peer = peer
         self.code = code
@@ -230,4 +275,4 @@ class _Refusal:
         self.queue = queue
         self.tag = tag
         self.handling = handling
-        self.count = 1
+        self.count = count

@@ -42,8 +42,10 @@ from ..protocol import (
     Requeue,
     Send,
     decode_frame,
+    decode_message,
 )
 from ..protocol.cluster import decode_map
+from ..protocol.runs import like_sends, run_queue
 from .admin import Admin as AdminCommands
 from .clock import Clock
 from .config import BrokerConfig
@@ -267,6 +269,8 @@ class Core:
     def begin_turn(self) -> None:
         ctx = self.ctx
         ctx.now = ctx.clock.monotonic_ns()
+        ctx.turns += 1
+        ctx.refusing, ctx.refused_sends = ctx.refused_sends, False
         ctx.stamp_ids()
 
     def handle_frame(
@@ -278,8 +282,44 @@ class Core:
     ) -> None:
         """Process one ZeroMQ frame from a peer: one or more concatenated PHPMQ messages.
         `principal`: who the peer is, as its transport knows it (broker/guard.py)."""
+        if self.ctx.refusing:  # sends were refused lately: this frame may be a run of them
+            queue_name = run_queue(data)
+            if queue_name is not None and self.intake.refuses_sends_to(queue_name):
+                self._handle_run(peer_id, data, profile, principal)
+                return
         messages, error = decode_frame(data, self.config.max_content_bytes)
         self.handle_messages(peer_id, messages, error, profile, data, principal)
+
+    def _handle_run(
+        self,
+        peer_id: bytes,
+        data: bytes,
+        profile: PeerProfile | None,
+        principal: Principal | None,
+    ) -> None:
+        """A frame that starts with a 001 the broker is refusing (a full queue, ...): the 001s
+        like it that follow are read by their headers only and, if it is refused, refused with
+        it (`Context.repeats`); the rest of the frame is decoded as usual."""
+        limit = self.config.max_content_bytes
+        try:
+            first, after = decode_message(data, 0, limit)
+        except ProtocolError:
+            first = None
+        if first is None:
+            messages, error = decode_frame(data, limit)
+            self.handle_messages(peer_id, messages, error, profile, data, principal)
+            return
+        like, run_end = like_sends(data, 0, after, limit)
+        ctx = self.ctx
+        ctx.repeats = like
+        self.handle_messages(peer_id, [first], None, profile, None, principal)
+        if ctx.repeats:  # not refused with it after all: read them as usual
+            ctx.repeats = 0
+            run_end = after
+        if run_end < len(data):
+            messages, error = decode_frame(data[run_end:], limit)
+            ctx.reopen_refusal(peer_id)  # the frame's refusals in a row stay one ERROR
+            self.handle_messages(peer_id, messages, error, profile, None, principal)
 
     def handle_messages(
         self,
@@ -337,10 +377,19 @@ class Core:
         if error is not None:
             if peer.forgotten:
                 peer = self._identified(peers.get(peer_id, profile), profile, principal)
-            ctx.handling = error.message_type
-            ctx.refuse(peer, error.code, error.reason)
+            self._refuse_input(peer, error)
         ctx.flush_refusals()
         peers.after_input(peer)
+
+    def _refuse_input(self, peer: Peer, error: ProtocolError) -> None:
+        """The error that ended a peer's input. One in an extension message (a HELLO over the
+        size limit, ...) opts the peer in, so that it hears why instead of being taken for
+        a stock peer that is only logged (issue 27, finding 11)."""
+        ctx = self.ctx
+        kind = ctx.handling = error.message_type
+        if kind is not None and kind >= FIRST_EXTENSION_TYPE:
+            peer.opt_in()
+        ctx.refuse(peer, error.code, error.reason)
 
     def _identified(
         self, peer: Peer, profile: PeerProfile, principal: Principal | None
@@ -406,6 +455,9 @@ class Core:
                 on_due[kind](when, target)
         if schedule.needs_compaction():
             schedule.compact(self._entry_is_live)
+        if self.admin.waiting:
+            by_id = self._peers.by_id
+            self.admin.run_waiting(lambda peer: by_id.get(peer.id) is peer)
         if ctx.dirty:
             dirty = ctx.dirty
             ctx.dirty = {}
@@ -463,7 +515,7 @@ class Core:
         """Monotonic ns of the next thing the core must do on its own: now, if a queue is
         waiting for a dispatch pass, else the earliest scheduled deadline, else None."""
         ctx = self.ctx
-        if ctx.dirty and not ctx.draining:
+        if (ctx.dirty and not ctx.draining) or self.admin.waiting:
             return ctx.now
         return ctx.schedule.next_due()  # overdue entries left by the budget: in the past
 

@@ -66,11 +66,16 @@ class Flow:
         said HELLO, asked to pause."""
         if not self.memory_high:
             return True
-        ctx = self._ctx
-        ctx.counters.refused_memory += 1
-        self._pause_all(peer)  # before the ERROR it explains, as for a full queue
-        ctx.refuse(peer, ErrorCode.OVERLOADED, self._memory_reason(), None, queue_name, tag)
+        self.refuse(peer, queue_name, tag)
         return False
+
+    def refuse(self, peer: Peer, queue_name: str | None, tag: int | None, count: int = 1) -> None:
+        """Refuse `count` like sends (503) because memory is at its limit."""
+        ctx = self._ctx
+        ctx.counters.refused_memory += count
+        self._pause_all(peer)  # before the ERROR it explains, as for a full queue
+        reason = self._memory_reason()
+        ctx.refuse(peer, ErrorCode.OVERLOADED, reason, None, queue_name, tag, count)
 
     def _memory_reason(self) -> str:
         return (

@@ -95,10 +95,12 @@ class Intake:
         if key is not None and self.is_repeat(peer, message.queue, key, tag):
             return
         flow = self._flow
-        if flow.memory_high and not flow.admits(peer, message.queue, tag):
+        if flow.memory_high:
+            refused = 1 + ctx.take_repeats()
+            flow.refuse(peer, message.queue, tag, refused)
             queue = self._queues.get(message.queue)
             if queue is not None:
-                queue.refused += 1
+                queue.refused += refused
             return
         queue = self._queues.open(peer, message.queue, tag)
         if queue is None:
@@ -142,17 +144,36 @@ class Intake:
             message_key=message.message_key or b"",
         )
 
+    def refuses_sends_to(self, name: bytes) -> bool:
+        """Whether a 001 to the queue named `name` is refused now for a reason every 001 like
+        it shares (a drain, the store, memory, a full queue that rejects): the core then reads
+        the run of them that follows by their headers only (protocol/runs.py)."""
+        ctx = self._ctx
+        if ctx.draining or ctx.storage_problem is not None or self._flow.memory_high:
+            return True
+        try:
+            queue = self._queues.by_name.get(name.decode())
+        except UnicodeDecodeError:
+            return False
+        return (
+            queue is not None
+            and queue.max_length > 0
+            and queue.overflow == "reject"
+            and len(queue.ready) - queue.stale + queue.delayed_sends >= queue.max_length
+        )
+
     def refuses_now(self, peer: Peer, name: str, tag: int | None) -> bool:
         """Refused (and the peer told) because the broker drains or its store cannot write:
         nothing is taken at all then. `name` is the queue (or event) the ERROR names."""
         ctx = self._ctx
         if ctx.draining:
-            ctx.refuse(peer, ErrorCode.SHUTTING_DOWN, "broker is shutting down", None, name, tag)
-            return True
-        if ctx.storage_problem is not None:
-            ctx.refuse(peer, ErrorCode.INSUFFICIENT_STORAGE, ctx.storage_problem, None, name, tag)
-            return True
-        return False
+            code, reason = ErrorCode.SHUTTING_DOWN, "broker is shutting down"
+        elif ctx.storage_problem is not None:
+            code, reason = ErrorCode.INSUFFICIENT_STORAGE, ctx.storage_problem
+        else:
+            return False
+        ctx.refuse(peer, code, reason, None, name, tag, 1 + ctx.take_repeats())
+        return True
 
     def has_room(self, peer: Peer, queue: Queue, tag: int | None) -> bool:
         """Whether a queue with a max length takes one more message, delayed sends counted
@@ -288,9 +309,10 @@ class Intake:
     def _make_room(self, peer: Peer, queue: Queue, tag: int | None) -> bool:
         """A send to a full queue: refuse it, or bury the oldest ready message for it."""
         ctx = self._ctx
-        ctx.counters.overflowed += 1
         if queue.overflow == "reject":
-            queue.refused += 1
+            refused = 1 + ctx.take_repeats()
+            ctx.counters.overflowed += refused
+            queue.refused += refused
             self._flow.pause(peer, queue)
             ctx.refuse(
                 peer,
@@ -299,8 +321,10 @@ class Intake:
                 None,
                 queue.name,
                 tag,
+                refused,
             )
             return False
+        ctx.counters.overflowed += 1
         ready = queue.ready
         while ready:
             oldest = ready.popleft()

@@ -20,6 +20,7 @@ from .errors import CommandError
 from .expiry import Expiry
 from .flow import record_bytes
 from .model import GONE, LEASED, NS_PER_MS, NS_PER_SECOND, READY, Queue, Record
+from .pages import page, page_request
 from .queues import Queues
 from .quotas import LEASES
 from .schedule import LEASE_TIMEOUT
@@ -159,21 +160,22 @@ class Leases:
             raise CommandError("'queue' must be a string")
         queues = self._queues.by_name
         chosen = [queues[name]] if name in queues else [] if name else list(queues.values())
+        leases = [lease for queue in chosen for lease in queue.leases.values()]
         now = self._ctx.now
-        return {
-            "leases": [
-                {
-                    "queue": queue.name,
-                    "lease": lease.name,
-                    "messages": len(lease.records),
-                    "bytes": lease.bytes,
-                    "idle_seconds": (now - lease.touched) / NS_PER_SECOND,
-                    "timeout_ms": lease.timeout_ns // NS_PER_MS,
-                }
-                for queue in chosen
-                for lease in queue.leases.values()
-            ]
-        }
+
+        def entry_at(index: int) -> dict[str, Any]:
+            lease = leases[index]
+            return {
+                "queue": lease.queue.name,
+                "lease": lease.name,
+                "messages": len(lease.records),
+                "bytes": lease.bytes,
+                "idle_seconds": (now - lease.touched) / NS_PER_SECOND,
+                "timeout_ms": lease.timeout_ns // NS_PER_MS,
+            }
+
+        listed, next_offset = page(len(leases), entry_at, page_request(options))
+        return {"leases": listed, "next_offset": next_offset}
 
     # ----------------------------------------------------------------- the parts
 

@@ -23,6 +23,7 @@ from .errors import CommandError
 from .events import Events
 from .intake import Intake
 from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
+from .pages import page, page_request
 from .quotas import SCHEDULES
 from .schedule import SCHEDULE_RUN
 from .schedule_spec import (
@@ -120,7 +121,13 @@ class Schedules:
         return {"name": name, "removed": True}
 
     def listing(self, options: dict[str, Any]) -> dict[str, Any]:
-        return {"schedules": [_listed(self.by_name[name]) for name in sorted(self.by_name)]}
+        """The schedules sorted by name, a page at a time (broker/pages.py)."""
+        names = sorted(self.by_name)
+        by_name = self.by_name
+        listed, next_offset = page(
+            len(names), lambda index: _listed(by_name[names[index]]), page_request(options)
+        )
+        return {"schedules": listed, "next_offset": next_offset}
 
     # ----------------------------------------------------------------- runs
 

@@ -101,10 +101,25 @@ class BrokerLink:
             )
         return self._client
 
+    def every(self, command: str, key: str, **options: Any) -> Any:
+        """The entries under `key` of every page of a paged answer (docs/protocol.md §9)."""
+        entries: Any = None
+        offset: int | None = 0
+        while offset is not None:
+            page = self.call(command, **options, offset=offset)
+            if entries is None:
+                entries = page[key]
+            elif isinstance(entries, dict):
+                entries.update(page[key])
+            else:
+                entries.extend(page[key])
+            offset = page.get("next_offset")
+        return entries
+
     def stats_everywhere(self) -> dict[str, dict[str, Any]]:
         """Every queue's stats, from every shard of a sharded broker (a shard answers `stats`
         for its own queues only, docs/cluster.md)."""
-        queues = dict(self.call("stats")["queues"])
+        queues = self.every("stats", "queues")
         mapping = self.client().cluster_map
         if mapping is None or len(mapping.shards) < 2:
             return queues
@@ -115,7 +130,7 @@ class BrokerLink:
                     shard.address, self._name, int(self._timeout_s * 1000), self._curve
                 )
                 try:
-                    queues.update(other.call("stats")["queues"])
+                    queues.update(other.every("stats", "queues"))
                 finally:
                     other.close()
         return queues

@@ -73,7 +73,7 @@ class Subscription:
         for queue in queues:
             if not stats.get(queue, {}).get("leased"):
                 continue
-            for lease in self._link.call("leases", queue=queue).get("leases", []):
+            for lease in self._link.every("leases", "leases", queue=queue):
                 name = str(lease.get("lease", ""))
                 number = name[len(prefix) :] if name.startswith(prefix) else ""
                 if number.isdigit() and int(number) > start.lease:

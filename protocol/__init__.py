@@ -5,6 +5,7 @@ The wire format and the extension types are specified in docs/protocol.md.
 
 from .constants import (
     DEFAULT_MAX_CONTENT_BYTES,
+    MIN_CONTROL_PACKET_BYTES,
     ErrorCode,
     MessageType,
     PacketType,
@@ -79,6 +80,7 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "MAX_KEY_BYTES",
     "MAX_QUEUE_NAME_BYTES",
+    "MIN_CONTROL_PACKET_BYTES",
     "REQUEUE_UNSTARTED",
     "Ack",
     "Admin",

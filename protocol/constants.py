@@ -24,6 +24,10 @@ PROTOCOL_VERSION = 1
 #: 64 KiB, RabbitMQ to 16 MiB (hard cap 512 MiB). Big enough for documents and images,
 #: small enough that one bad length field cannot make us buffer gigabytes.
 DEFAULT_MAX_CONTENT_BYTES = 16 * 1024 * 1024
+#: Packets that are not content (HELLO's and ADMIN's options, reasons, patterns, ...) may be
+#: this long however small the content limit is set: `--max-content-bytes 100` limits what
+#: producers send, not the HELLO that says who they are. Above it they share content's limit.
+MIN_CONTROL_PACKET_BYTES = 64 * 1024
 #: Integer packets (count, TTL, delivery count, error code) are plain decimal; 18 digits keep
 #: every value inside a 64-bit signed integer.
 MAX_INTEGER_DIGITS = 18

@@ -14,17 +14,23 @@ from .constants import (
     DEFAULT_MAX_CONTENT_BYTES,
     MESSAGE_HEADER_BYTES,
     MESSAGE_MARKER,
+    MIN_CONTROL_PACKET_BYTES,
     PACKET_HEADER_BYTES,
     PACKET_MARKER,
     PROTOCOL_VERSION,
     ErrorCode,
     MessageType,
+    PacketType,
 )
 from .errors import ProtocolError, RemoteProtocolError, TruncatedError
 from .messages import Message
 from .table import DECODE_VALUE, SPECS, TypeSpec
 
-_PacketEntry = tuple[str, Callable[[bytes], Any] | None]
+#: (Struct field, how to read the bytes, whether the packet is content: limited by the content
+#: limit alone, where other packets may be MIN_CONTROL_PACKET_BYTES long whatever it is).
+_PacketEntry = tuple[str, Callable[[bytes], Any] | None, bool]
+#: The packets that carry what producers send, as opposed to control packets.
+CONTENT_PACKETS = frozenset((PacketType.CONTENT, PacketType.HEADERS))
 #: The fast path reads lengths below 10**9 (1 GB): the first 20 of the 29 digits are zeros.
 _FAST_LENGTH_DIGITS = 9
 _ZEROS = b"0" * (PACKET_HEADER_BYTES - 3 - _FAST_LENGTH_DIGITS)
@@ -39,7 +45,8 @@ class _HeaderEntry:
         self.cls = spec.cls
         self.count = count
         self.packets: dict[bytes, _PacketEntry] = {
-            b"P%02d" % packet: (field, DECODE_VALUE[packet]) for packet, field in spec.fields
+            b"P%02d" % packet: (field, DECODE_VALUE[packet], packet in CONTENT_PACKETS)
+            for packet, field in spec.fields
         }
         self.required = tuple(field for _, field in spec.fields[: len(spec.required)])
         #: The first `count` packets in table order, which is also the Struct's field order:
@@ -47,7 +54,7 @@ class _HeaderEntry:
         #: its header's first 23 bytes (`P`, type, 20 zeros), so one `startswith` checks the
         #: marker and type and leaves 9 digits to parse; longer contents take the general path.
         self.canonical = tuple(
-            (b"P%02d%s" % (packet, _ZEROS), DECODE_VALUE[packet])
+            (b"P%02d%s" % (packet, _ZEROS), DECODE_VALUE[packet], packet in CONTENT_PACKETS)
             for packet, _ in spec.fields[:count]
         )
 
@@ -79,7 +86,7 @@ def decode_message(
     end_of_data = len(data)
     p = pos + MESSAGE_HEADER_BYTES
     values = []
-    for prefix, convert in entry.canonical:
+    for prefix, convert, content in entry.canonical:
         if not data.startswith(prefix, p):
             break
         start = p + PACKET_HEADER_BYTES
@@ -87,7 +94,7 @@ def decode_message(
         if not digits.isdigit():  # a short slice (input ends) is caught by `p > end` below
             break
         length = int(digits)
-        if length > max_content_bytes:
+        if length > max_content_bytes and (content or length > MIN_CONTROL_PACKET_BYTES):
             break
         p = start + length
         if p > end_of_data:
@@ -122,16 +129,13 @@ def _decode_any_order(
         if not length_digits.isdigit():
             raise RemoteProtocolError("packet length must be 29 ASCII digits")
         length = int(length_digits)
+        field, convert, content = packet
         if length > max_content_bytes:
-            raise RemoteProtocolError(
-                f"packet of {length} bytes is over the limit of {max_content_bytes}",
-                ErrorCode.TOO_LARGE,
-            )
+            _check_size(length, max_content_bytes, content, field)
         start = p + PACKET_HEADER_BYTES
         p = start + length
         if p > end_of_data:
             raise TruncatedError("input ends inside a packet's content", p - pos)
-        field, convert = packet
         if field in values:
             raise RemoteProtocolError(f"duplicate packet {packet_header[:3].decode()}")
         raw = data[start:p]
@@ -140,6 +144,28 @@ def _decode_any_order(
         if field not in values:
             raise RemoteProtocolError(f"{entry.spec.type.name} message lacks its {field} packet")
     return entry.cls(**values), p
+
+
+def control_packet_limit(max_content_bytes: int) -> int:
+    """How long a packet that is not content may be under this content limit."""
+    return max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
+
+
+def _check_size(length: int, max_content_bytes: int, content: bool, field: str) -> None:
+    """Raise 413 for a packet over its limit: content's, or the larger one of control
+    packets."""
+    if content:
+        raise RemoteProtocolError(
+            f"{field} packet of {length} bytes is over the limit of {max_content_bytes}",
+            ErrorCode.TOO_LARGE,
+        )
+    limit = control_packet_limit(max_content_bytes)
+    if length > limit:
+        raise RemoteProtocolError(
+            f"{field} packet of {length} bytes is over the limit of {limit} for packets that"
+            " are not content",
+            ErrorCode.TOO_LARGE,
+        )
 
 
 def decode_frame(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import phpmq.protocol as p
-from phpmq.client import ClientError, Paused, Unconfirmed
+from phpmq.client import ClientError, JoinRefused, Paused, Unconfirmed
 from phpmq.client.confirms import ConfirmedSends
 from phpmq.client.connection import HEARTBEAT, Connection
 from phpmq.client.events import (
@@ -18,11 +18,13 @@ from phpmq.client.events import (
     BrokerGreeted,
     BrokerLeaving,
     GoodbyeAnswered,
+    HelloRefused,
     Rejoined,
     SendsPaused,
     SendsResumed,
     UndecodableFrame,
 )
+from phpmq.client.greeting import JOIN_ATTEMPTS, JOIN_FIRST_S
 from phpmq.client.refusals import FlowRefusal
 from phpmq.protocol.rules import MAX_LIVENESS, MIN_HEARTBEAT_MS
 
@@ -78,6 +80,51 @@ def test_a_frame_the_transport_did_not_take_leaves_the_greeting_owed() -> None:
     connection.frame(connection.send(QUEUE, b"lost"))  # never reported as sent
     retried = decoded(connection.frame(connection.send(QUEUE, b"again")))
     assert [type(m) for m in retried] == [p.Hello, p.Send]
+
+
+HELLO_REFUSED = p.Error(413, "options packet of 70000 bytes is over the limit", refused=101)
+
+
+def test_a_refused_hello_is_asked_again_after_a_growing_back_off_then_never() -> None:
+    """Finding 11 of issue 27: the sends behind a refused HELLO are answered at once (the
+    broker read nothing after it), the greeting waits a back-off, and after JOIN_ATTEMPTS
+    refusals in a row nothing more is asked and every frame raises JoinRefused."""
+    connection = Connection()
+    connection.start(now=0.0)
+    tag = connection.next_tag()
+    frame = connection.frame(connection.send(QUEUE, b"x", tag=tag))
+    connection.sent(frame, 0.0, 1, [tag])
+    now, retries = 0.0, []
+    for count in range(1, JOIN_ATTEMPTS + 1):
+        [event] = connection.receive(p.encode(HELLO_REFUSED), now)
+        assert isinstance(event, HelloRefused) and event.count == count
+        if count == 1:
+            assert connection.take_answers([tag]) == [None]  # LOST, not after a wait
+            assert "413 options packet" in connection.join_trouble()
+        if event.retry_in is None:
+            break
+        retries.append(event.retry_in)
+        assert connection.keepalive(now + event.retry_in - 0.01) is None
+        now += event.retry_in
+        assert connection.next_deadline() == now
+        [hello] = decoded(connection.keepalive(now))  # type: ignore[arg-type]
+        assert isinstance(hello, p.Hello)
+        connection.sent(connection.frame(b""), now)
+    assert retries == [JOIN_FIRST_S * 2**n for n in range(JOIN_ATTEMPTS - 1)]
+    assert connection.join_failed and connection.keepalive(now + 60) is None
+    assert connection.next_deadline() is None
+    with pytest.raises(JoinRefused, match=f"HELLO {JOIN_ATTEMPTS} time"):
+        connection.frame(connection.send(QUEUE, b"y"))
+
+
+def test_a_hello_answer_ends_the_refusals() -> None:
+    connection = greeted()
+    connection.receive(p.encode(HELLO_REFUSED), 0.0)
+    connection.sent(connection.frame(b""), JOIN_FIRST_S)
+    connection.receive(p.encode(p.Hello({"broker": "phpmq-zmq"})), JOIN_FIRST_S)
+    assert connection.join_trouble() == "" and not connection.join_failed
+    [event] = connection.receive(p.encode(HELLO_REFUSED), 1.0)
+    assert event.count == 1  # type: ignore[union-attr]
 
 
 def test_the_brokers_hello_answer_sets_the_agreed_terms() -> None:

@@ -3,8 +3,11 @@ slots of peers that are gone or frozen, and per-turn budgets."""
 
 from __future__ import annotations
 
+import pytest
+
 import phpmq.protocol as p
 from harness import CoreHarness, dispatches, errors
+from phpmq.broker import core as core_module
 from phpmq.broker.dispatch import DISPATCH_PER_TURN
 from phpmq.broker.flow import RECORD_OVERHEAD_BYTES
 
@@ -27,6 +30,129 @@ def test_a_frame_of_refused_sends_costs_one_error_with_its_count() -> None:
     assert error.refused == p.MessageType.SEND
     assert core.core.counters.errors == 256
     assert core.core.queues["q"].refused == 256
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many messages the core decodes, per decoder call."""
+    counts: list[int] = []
+
+    def decode_frame(data: bytes, limit: int) -> tuple[list, p.ProtocolError | None]:
+        messages, error = p.decode_frame(data, limit)
+        counts.append(len(messages))
+        return messages, error
+
+    def decode_message(data: bytes, pos: int, limit: int) -> tuple[p.Message, int]:
+        counts.append(1)
+        return p.decode_message(data, pos, limit)
+
+    monkeypatch.setattr(core_module, "decode_frame", decode_frame)
+    monkeypatch.setattr(core_module, "decode_message", decode_message)
+    return counts
+
+
+@pytest.mark.parametrize("ttl", [None, 0])
+def test_a_frame_of_sends_to_a_full_queue_is_refused_reading_one(
+    decoded: list[int], ttl: int | None
+) -> None:
+    """Finding 10 of issue 27: the sends like the first refused one are counted from their
+    headers, not decoded one by one, and refused with it: one ERROR, every counter right."""
+    core = full_and_refusing()
+    decoded.clear()
+    packet = p.queue_packet("q")
+    frame = b"".join(p.encode_send(packet, b"x" * (n % 5), ttl) for n in range(256))
+    core.core.begin_turn()
+    core.core.handle_frame(PRODUCER, p.encode(HELLO))
+    core.core.handle_frame(PRODUCER, frame)
+    out = [m for _, f in core.core.end_turn().frames for m in p.decode_frame(f)[0]]
+    assert decoded == [1, 1]  # the HELLO, then the first send of the frame
+    [error] = errors(out)
+    assert (error.code, error.queue, error.count) == (429, "q", 256)
+    assert [(m.code, m.queue) for m in of_type(out, p.Pause)] == [(429, "q")]
+    counters = core.core.counters
+    assert (counters.errors, counters.overflowed) == (257, 257)
+    assert core.core.queues["q"].refused == 257
+    assert core.core.ctx.refusals == {429: 257}
+
+
+def full_and_refusing() -> CoreHarness:
+    """A broker with a full queue `q` that refused a send to it in the last turn."""
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    core.send(OTHER, p.Send("q", b"x", 0))
+    return core
+
+
+def test_a_broker_that_refuses_nothing_does_not_look_for_runs(decoded: list[int]) -> None:
+    """Runs are looked for only while sends are refused (this turn or the last): the first
+    refused frame is decoded as any, the next ones are not, and a quiet turn ends it."""
+    core = CoreHarness(max_queue_length=10)
+    core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(10)])
+    decoded.clear()
+    frame = p.encode_all([p.Send("q", b"x", 0)] * 50)
+    turns = core.core.ctx.turns
+    core.turn((PRODUCER, frame), (PRODUCER, frame))
+    assert decoded == [50, 1]
+    assert core.core.ctx.turns == turns + 1  # refusals leave the turn count alone
+    core.turn()
+    core.turn()
+    decoded.clear()
+    core.turn((PRODUCER, frame))
+    assert decoded == [50]
+    assert core.core.queues["q"].refused == 150
+
+
+def test_what_follows_a_refused_run_in_its_frame_is_handled(decoded: list[int]) -> None:
+    core = full_and_refusing()
+    core.turn((PRODUCER, HELLO), (OTHER, p.Send("q", b"x", 0)))
+    out = core.send(
+        PRODUCER,
+        *[p.Send("q", b"x", 0) for _ in range(100)],
+        p.Send("other", b"y", 0),
+        p.Send("q", b"x", 0, tag=1),
+        *[p.Send("q", b"x", 0) for _ in range(5)],
+    )
+    assert [(e.code, e.queue, e.count, e.tag) for e in errors(out)] == [
+        (429, "q", 100, None),
+        (429, "q", None, 1),
+        (429, "q", 5, None),
+    ]
+    assert core.stats("other")["ready"] == 1
+    assert core.core.queues["q"].refused == 108
+    assert decoded[-2:] == [1, 7]  # the run's first, then what follows it
+
+
+def test_a_run_and_unlike_sends_after_it_refused_alike_are_still_one_error() -> None:
+    core = full_and_refusing()
+    core.turn((PRODUCER, HELLO), (OTHER, p.Send("q", b"x", 0)))
+    out = core.send(PRODUCER, *[p.Send("q", b"x", 0)] * 3, *[p.Send("q", b"x", 5)] * 4)
+    assert [(e.code, e.count) for e in errors(out)] == [(429, 7)]
+
+
+def test_a_draining_broker_refuses_a_frame_of_sends_as_one(decoded: list[int]) -> None:
+    core = CoreHarness()
+    core.send(PRODUCER, HELLO)
+    core.core.start_drain()
+    core.send(OTHER, p.Send("q", b"x", 0))  # refused: a drain refuses every send
+    decoded.clear()
+    out = core.send(PRODUCER, *[p.Send("q", b"x", 0) for _ in range(50)])
+    assert [(e.code, e.count) for e in errors(out)] == [(503, 50)]
+    assert decoded == [1]
+
+
+def test_at_the_memory_limit_a_frame_of_sends_is_refused_as_one(decoded: list[int]) -> None:
+    size = 100 + RECORD_OVERHEAD_BYTES
+    core = CoreHarness(max_memory=10 * size)
+    core.send(PRODUCER, *[p.Send("q", b"x" * 100, 0) for _ in range(10)])
+    decoded.clear()
+    core.send(b"other-producer", HELLO)
+    core.send(OTHER, p.Send("q", b"x", 0))  # refused: memory is at its limit
+    decoded.clear()
+    out = core.send(b"other-producer", *[p.Send("q", b"y", 0) for _ in range(50)])
+    assert [(e.code, e.count) for e in errors(out)] == [(503, 50)]
+    assert decoded == [1]
+    assert core.core.counters.refused_memory == 51
+    assert core.core.queues["q"].refused == 51
 
 
 def test_refusals_of_tags_that_run_on_are_one_error_and_a_gap_starts_another() -> None:

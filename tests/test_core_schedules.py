@@ -143,7 +143,7 @@ def test_removing_stops_interval_and_cron_schedules_at_once(when: dict) -> None:
     for _ in range(5):
         tick(core, 60)
     assert ready(core, "jobs") == 1
-    assert admin(core, "schedule-list") == {"schedules": []}
+    assert admin(core, "schedule-list") == {"schedules": [], "next_offset": None}
 
 
 def test_removing_an_unknown_schedule_is_404() -> None:
@@ -220,7 +220,7 @@ def test_bad_schedules_are_refused_with_422_and_a_reason(options: dict, reason: 
     reply = admin(core, "schedule-add", name="s", **options)
     assert reply["error"]["code"] == 422
     assert reason in reply["error"]["reason"]
-    assert admin(core, "schedule-list") == {"schedules": []}
+    assert admin(core, "schedule-list") == {"schedules": [], "next_offset": None}
 
 
 def test_a_too_long_name_is_422() -> None:

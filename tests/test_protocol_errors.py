@@ -11,6 +11,7 @@ import pytest
 
 from phpmq.protocol import (
     DEFAULT_MAX_CONTENT_BYTES,
+    MIN_CONTROL_PACKET_BYTES,
     Ack,
     Consume,
     DeadLetter,
@@ -361,12 +362,37 @@ def test_length_over_max_is_refused_before_the_content_arrives() -> None:
     assert str(DEFAULT_MAX_CONTENT_BYTES) in error.reason
 
 
-def test_limit_applies_to_every_packet() -> None:
-    refused(
-        b"H0100202" + pkt(1, b"a-long-queue") + COUNT,
+def test_the_content_limit_applies_to_content_and_headers() -> None:
+    for packets in (pkt(2, b"x" * 6), pkt(2, b"x") + pkt(5, b"0") + pkt(17, b'{"a":1}')):
+        error = refused(
+            b"H01001%02d" % (1 + len(packets) // 33) + QUEUE + packets,
+            ErrorCode.TOO_LARGE,
+            "over the limit of 5",
+            max_content_bytes=5,
+        )
+        assert "for packets that are not content" not in error.reason
+
+
+def test_control_packets_have_a_limit_of_their_own() -> None:
+    """Finding 11 of issue 27: `--max-content-bytes 100` refused every HELLO (105 bytes)."""
+    options = b'{"name":"%s"}' % (b"n" * 200)
+    assert decode_message(b"H0110101" + pkt(13, options), 0, 100)[0] == Hello(
+        {"name": "n" * 200}
+    )
+    assert decode_message(b"H0100202" + pkt(1, b"a-long-queue") + COUNT, 0, 5)[0] == Consume(
+        "a-long-queue", 5
+    )
+    big = b'{"name":"%s"}' % (b"n" * MIN_CONTROL_PACKET_BYTES)
+    error = refused(
+        b"H0110101" + pkt(13, big),
         ErrorCode.TOO_LARGE,
-        "over the limit",
-        max_content_bytes=5,
+        f"over the limit of {MIN_CONTROL_PACKET_BYTES} for packets that are not content",
+        max_content_bytes=100,
+    )
+    assert error.message_type == MessageType.HELLO
+    # A content limit above it is every packet's limit, as before.
+    assert decode_message(b"H0110101" + pkt(13, big), 0, len(big))[0] == Hello(
+        {"name": "n" * MIN_CONTROL_PACKET_BYTES}
     )
 
 

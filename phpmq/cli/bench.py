@@ -120,6 +120,14 @@ import click
     help="Flooding producer processes (--flood).",
 )
 @click.option(
+    "--calm",
+    type=click.Choice(["stock", "client"]),
+    default="stock",
+    show_default=True,
+    help="The calm pair of --flood: stock (one message per frame, raw DEALERs speaking the"
+    " stock protocol) or client (phpmq.Client, a few messages per frame).",
+)
+@click.option(
     "--queue-limit",
     type=click.IntRange(min=1),
     default=100_000,
@@ -167,6 +175,7 @@ def bench(
     pipe: bool,
     seconds: float | None,
     flooders: int,
+    calm: str,
     queue_limit: int,
     count: int,
     watch_seconds: float,
@@ -204,7 +213,10 @@ def bench(
         from ..bench.flood import run_flood_benchmark
 
         run_flood_benchmark(
-            seconds=20.0 if seconds is None else seconds, flooders=flooders, queue_limit=queue_limit
+            seconds=20.0 if seconds is None else seconds,
+            flooders=flooders,
+            queue_limit=queue_limit,
+            calm=calm,
         )
     if memory:
         from ..bench.memory import run_memory_benchmark

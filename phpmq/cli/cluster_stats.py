@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..monitor import merged_stats
-from .shared import admin
+from .shared import stats
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -26,7 +26,7 @@ def cluster_stats(client: Client) -> dict[str, Any]:
     """
     from ..client import Client, ClientError
 
-    home = admin(client, "stats")
+    home = stats(client)
     mapping = client.cluster_map
     if mapping is None or len(mapping.shards) < 2:
         return home
@@ -39,7 +39,7 @@ def cluster_stats(client: Client) -> dict[str, Any]:
             continue
         try:
             with Client(shard.address, name="phpmq-cli", send_timeout=client.send_timeout) as other:
-                answers[shard.name] = admin(other, "stats")
+                answers[shard.name] = stats(other)
         except ClientError as exc:
             unreachable[shard.name] = str(exc)
     addresses = {shard.name: shard.address for shard in mapping.shards}

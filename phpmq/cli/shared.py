@@ -139,7 +139,7 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
         try:
             # A DEALER queues sends to an address nobody listens on: only an answer proves
             # there is a broker, so ask for one before anything else.
-            client.admin("stats", timeout=timeout)
+            client.admin("stats", timeout=timeout, limit=0)  # the figures, no queue listed
         except ClientError:
             client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
             logging.getLogger("phpmq.client").disabled = True
@@ -169,5 +169,15 @@ def admin(client: Client, command: str, **options: Any) -> dict[str, Any]:
 
     try:
         return client.admin(command, timeout=client.send_timeout, **options)
+    except BrokerRefused as exc:
+        fail(exc.error.reason)
+
+
+def stats(client: Client) -> dict[str, Any]:
+    """The broker's `stats` with every queue (page by page); a refusal fails the command."""
+    from ..client import BrokerRefused
+
+    try:
+        return client.stats(timeout=client.send_timeout)
     except BrokerRefused as exc:
         fail(exc.error.reason)

@@ -246,6 +246,7 @@ class AsyncClient(
             return connection.received.popleft()  # type: ignore[return-value]
         if self.closed:
             raise ClientError("client is closed")
+        connection.raise_if_refused()
         self._flush_quietly()
         return None
 
@@ -285,6 +286,7 @@ class AsyncClient(
             await self._send_frame(b"")
         deadline = time.monotonic() + self.confirm_timeout
         while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
+            connection.raise_if_refused()
             await self._news_within(wait)
 
     async def _settle(self, frame: bytes, generation: int) -> None:

@@ -38,3 +38,20 @@ class AsyncAdmin:
                 )
             await self._news_within(wait)
         return self._admin_result(connection.admin_replies.popleft().options)
+
+    async def admin_pages(
+        self, command: str, key: str, timeout: float = 5.0, **options: Any
+    ) -> dict[str, Any]:
+        """As `Client.admin_pages`: every page of a paged answer, in one."""
+        whole = None
+        offset: int | None = 0
+        while offset is not None:
+            page = await self.admin(command, timeout, **options, offset=offset)
+            whole = self._with_page(whole, page, key)
+            offset = page.get("next_offset")
+        assert whole is not None
+        return whole
+
+    async def stats(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The broker's `stats` with every queue, however many pages they take."""
+        return await self.admin_pages("stats", "queues", timeout)

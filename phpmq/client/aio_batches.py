@@ -85,7 +85,7 @@ class AsyncBatchSends:
             if not isinstance(exc, ClientError) or isinstance(exc, InvalidArgument):
                 raise
             raise sends.interrupted(exc) from None
-        return sends.result(self.confirm_timeout)
+        return sends.result(self.confirm_timeout, self._unanswered_why())
 
     async def _resend(self, queue: str, sends: ConfirmedSends) -> None:
         """Send the flow refusals of a confirmed send_many again, once the pause is over."""

@@ -55,5 +55,5 @@ class AsyncSchedules:
         """As `Client.schedules` (on a sharded broker: those of every shard)."""
         found = []
         for shard in await self._every_shard():  # type: ignore[attr-defined]
-            found.extend((await shard.admin("schedule-list"))["schedules"])
+            found.extend((await shard.admin_pages("schedule-list", "schedules"))["schedules"])
         return sorted(found, key=lambda schedule: str(schedule["name"]))

@@ -38,6 +38,13 @@ class Answers:
         for tag in self._awaited:
             self.by_tag[tag] = LOST
 
+    def lose(self, tags: Iterable[int]) -> None:
+        """These awaited tags will get no answer (the broker read nothing of their frame):
+        answered LOST now, not after the wait."""
+        for tag in tags:
+            if tag in self._awaited:
+                self.by_tag.setdefault(tag, LOST)
+
     def confirmed(self, tag: int, message_id: bytes) -> bool:
         """A CONFIRM came for `tag`; False if no one awaits it."""
         if tag not in self._awaited:

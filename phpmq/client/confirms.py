@@ -142,8 +142,9 @@ class ConfirmedSends:
             self.refused,
         )
 
-    def result(self, timeout: float) -> list[str]:
-        """The IDs, once every message read was sent and answered.
+    def result(self, timeout: float, why: str = "") -> list[str]:
+        """The IDs, once every message read was sent and answered (`why`: what the driver
+        knows of the sends without one).
 
         Raises:
             Unconfirmed: some were refused, not answered within `timeout`, or not sent.
@@ -158,7 +159,7 @@ class ConfirmedSends:
             f"{confirmed} of {len(self.ids)} messages confirmed, {len(refused)} refused"
             + (f" (first: {first.code} {first.reason})" if first else "")
             + f", {self.unanswered} without an answer within {timeout:g}s,"
-            f" {len(self.ids) - confirmed - len(refused) - self.unanswered} not sent",
+            f" {len(self.ids) - confirmed - len(refused) - self.unanswered} not sent{why}",
             self.ids,
             refused,
         )

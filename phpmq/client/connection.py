@@ -49,6 +49,7 @@ from ..protocol import (
 )
 from .answers import Answer, Answers
 from .batches import BATCH_MESSAGES, check_key, encode_full_send, send_batches, too_large
+from .errors import JoinRefused
 from .events import (
     NO_EVENTS,
     BrokerError,
@@ -56,6 +57,7 @@ from .events import (
     BrokerLeaving,
     Event,
     GoodbyeAnswered,
+    HelloRefused,
     Rejoined,
     SendsPaused,
     SendsResumed,
@@ -134,6 +136,9 @@ class Connection:
         self.goodbye_answered = False
         #: How far leaving has come: 0 not begun, 1 dispatches stopped, 2 goodbye said.
         self._leaving = 0
+        #: The tags of the sends in the frame that carried the last greeting: if the broker
+        #: refuses that HELLO, it read nothing after it (§8).
+        self._greeting_tags: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ transports
 
@@ -164,9 +169,33 @@ class Connection:
         """HELLO went out on this transport (so there is a conversation to end)."""
         return self._greeting.owed is None
 
+    @property
+    def join_failed(self) -> bool:
+        """The broker refused this client's HELLO JOIN_ATTEMPTS times in a row: the client
+        asks no more, and every call raises JoinRefused."""
+        return self._greeting.refusals.gave_up
+
+    def join_trouble(self) -> str:
+        """Why the broker may not have read what was sent: its last refusal of this client's
+        HELLO ("" when it answered the last one)."""
+        return self._greeting.refusals.why()
+
     def frame(self, payload: bytes) -> bytes:
-        """What to hand the transport for `payload`: the greeting first if it is owed."""
+        """What to hand the transport for `payload`: the greeting first if it is owed.
+
+        Raises:
+            JoinRefused: the broker refused every HELLO this client said (`join_failed`).
+        """
+        if self._greeting.owed is not None:
+            self.raise_if_refused()
         return self._greeting.frame(payload)
+
+    def raise_if_refused(self) -> None:
+        """Raise JoinRefused once the client gave up asking the broker to let it in."""
+        refusals = self._greeting.refusals
+        if refusals.gave_up:
+            assert refusals.last is not None
+            raise JoinRefused(refusals.last, refusals.why())
 
     def sent(self, frame: bytes, now: float, messages: int = 0, tags: Iterable[int] = ()) -> None:
         """The transport took `frame` (from `frame()`), holding `messages` sends whose
@@ -174,6 +203,7 @@ class Connection:
         self._liveness.last_sent = now
         if self._greeting.went_out(frame):
             self._liveness.last_heard = now  # the broker's silence counts from HELLO
+            self._greeting_tags = tuple(tags)
         if messages:
             self.sent_since_heard += messages
             self._answers.expect(tags)
@@ -321,6 +351,8 @@ class Connection:
     def resubscribes(self, now: float) -> bytes:
         """The consumes to send again now, for subscriptions refused for a limit (429) whose
         backoff is over (b"" if none)."""
+        if self.join_failed:
+            return b""
         queues = self.refusals.due(now)
         windows = self._windows
         topics = self.topics
@@ -423,6 +455,8 @@ class Connection:
                 self.topics.confirmed(message.tag, message.count)
             return None
         if isinstance(message, Error):
+            if message.refused == MessageType.HELLO:
+                return self._hello_refused(message, now)
             if self._answers.refused(message):  # raised to the sender, not logged
                 self._pauses.refused(message)
                 return None
@@ -450,6 +484,7 @@ class Connection:
         if isinstance(message, Resume):
             return SendsResumed(message.queue) if self._pauses.resume(message.queue) else None
         if isinstance(message, Hello):
+            self._greeting.refusals.accepted()
             self.broker_info = message.options
             self._adopt_terms(message.options)
             return BrokerGreeted(message.options)
@@ -466,6 +501,16 @@ class Connection:
             self._start_over()
             return Rejoined(reason)
         return None  # HEARTBEAT: hearing anything is what counts
+
+    def _hello_refused(self, error: Error, now: float) -> HelloRefused:
+        """The broker refused the HELLO: the sends in its frame are answered LOST (a refused
+        HELLO ends what the broker reads of a frame), and the greeting is owed again, after
+        a back-off (or never, once the client gave up)."""
+        retry_in = self._greeting.refusals.refused(error, now)
+        self._answers.lose(self._greeting_tags)
+        self._greeting_tags = ()
+        self._start_over()
+        return HelloRefused(error, self._greeting.refusals.count, retry_in)
 
     def _adopt_terms(self, options: dict[str, Any]) -> None:
         """Heartbeat by the interval and liveness the broker agreed to, not the ones asked;
@@ -503,10 +548,14 @@ class Connection:
         if not self._liveness.interval:
             return None
         if not self.greeted:
-            return self.frame(b"")
+            return self.frame(b"") if self._greeting.may_go(now) else None
         return HEARTBEAT if self._liveness.heartbeat_due(now) else None
 
     def next_deadline(self) -> float | None:
         """When `keepalive`, `broker_lost` or `resubscribes` next has something to say
         (None: never)."""
-        return self._liveness.deadline(self.greeted, self.refusals.next_due())
+        deadline = self._liveness.deadline(self.greeted, self.refusals.next_due())
+        if deadline is None or self.greeted:
+            return deadline
+        refusals = self._greeting.refusals  # the greeting waits out a refusal's back-off
+        return None if refusals.gave_up else max(deadline, refusals.retry_at)

@@ -21,18 +21,21 @@ from .errors import BrokerRefused, Paused, QueueDeleted, Unconfirmed
 from .events import (
     BROKER_LEAVING,
     BROKER_LOST,
+    JOIN_REFUSED,
     QUEUE_DELETED,
     REJOINED,
     BrokerError,
     BrokerGreeted,
     BrokerLeaving,
     Event,
+    HelloRefused,
     Rejoined,
     SendsPaused,
     SendsResumed,
     SubscriptionEnded,
     UndecodableFrame,
 )
+from .greeting import JOIN_ATTEMPTS
 from .refusals import FlowRefusal
 from .shards import ShardRouting, cluster_in
 from .topics import deleted_reason
@@ -234,8 +237,19 @@ class Driver:
         if isinstance(answer, Error):
             raise BrokerRefused(answer)
         if answer is None:
-            raise Unconfirmed(f"no confirm from the broker at {self.address}", [None], {})
+            raise Unconfirmed(
+                f"no confirm from the broker at {self.address}{self._unanswered_why()}",
+                [None],
+                {},
+            )
         return answer
+
+    def _unanswered_why(self) -> str:
+        """What an Unconfirmed adds when the broker refused this client's HELLO (the sends
+        behind it were not read)."""
+        trouble = self._connection.join_trouble()
+        return f": {trouble}" if trouble else ""
+
 
     @staticmethod
     def _pause_outlasted(queue: str, pause: Pause, waited: float) -> Paused:
@@ -250,6 +264,20 @@ class Driver:
         return Paused(
             paused.error, paused.waited, sent=sent, detail=f"; {sent} messages sent before it"
         )
+
+    @staticmethod
+    def _with_page(whole: dict[str, Any] | None, page: dict[str, Any], key: str) -> dict[str, Any]:
+        """A paged admin answer (docs/protocol.md §9) with the entries of one more page (a
+        list, or for `stats` a dict of queues) under `key`."""
+        if whole is None:
+            return page
+        entries = whole[key]
+        if isinstance(entries, dict):
+            entries.update(page[key])
+        else:
+            entries.extend(page[key])
+        whole["next_offset"] = page.get("next_offset")
+        return whole
 
     @staticmethod
     def _admin_result(options: dict[str, Any]) -> dict[str, Any]:
@@ -282,12 +310,26 @@ class Driver:
             log.info("broker %s resumed sends to %s", self.address, scope)
         elif isinstance(event, SubscriptionEnded):
             self._event(QUEUE_DELETED, deleted_reason(event.cancel))
+        elif isinstance(event, HelloRefused):
+            self._hello_refused(event)
         elif isinstance(event, Rejoined):
             self._event(REJOINED, event.reason)
         elif isinstance(event, BrokerLeaving):
             self._event(BROKER_LEAVING, event.reason)
         elif isinstance(event, UndecodableFrame):
             log.error("undecodable frame from broker %s: %s", self.address, event.reason)
+
+    def _hello_refused(self, event: HelloRefused) -> None:
+        """Told once, at the first refusal in a row: the later ones (the greeting goes again
+        after a growing back-off) and giving up reach the caller as JoinRefused, not as
+        more lines."""
+        if event.count == 1:
+            self._event(
+                JOIN_REFUSED,
+                f"the broker refused this client's HELLO: {event.error.code}"
+                f" {event.error.reason}; asking again up to {JOIN_ATTEMPTS - 1} times, then"
+                " every call raises JoinRefused",
+            )
 
     def _lost(self, why: str, now: float) -> None:
         """The broker is lost: schedule a reconnect after the backoff, with jitter."""

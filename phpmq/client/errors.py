@@ -33,6 +33,18 @@ class BrokerRefused(ClientError):
         self.refusals = refusals or [error]
 
 
+class JoinRefused(BrokerRefused):
+    """Raised by every call once the broker refused this client's HELLO in a row as often as
+    the client asks (`phpmq.client.greeting.JOIN_ATTEMPTS`, with a growing back-off): it is
+    not let in, and asks no more (a new client asks again). `error` is the last refusal:
+    its code (413: a HELLO over the broker's limit; 403: a right missing) and reason."""
+
+    def __init__(self, error: Error, why: str) -> None:
+        ClientError.__init__(self, f"{why}; not asking again")
+        self.error = error
+        self.refusals = [error]
+
+
 class Unconfirmed(ClientError):
     """Raised when sends asked for confirms did not all get one. `ids[i]` is the broker's ID
     for message i, or None; `errors` maps the index of each refused message to the broker's

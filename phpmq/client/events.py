@@ -18,6 +18,7 @@ RECONNECTED = "reconnected"  # new socket, HELLO and consumes sent again
 REJOINED = "rejoined"  # the broker did not know us (it restarted); HELLO sent again
 BROKER_LEAVING = "broker-leaving"  # the broker said DISCONNECT (shutting down)
 QUEUE_DELETED = "queue-deleted"  # the broker deleted a queue the client consumed
+JOIN_REFUSED = "join-refused"  # the broker refused HELLO; asked again after a back-off
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,16 @@ class SubscriptionEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class HelloRefused:
+    """The broker refused this client's HELLO (`error`, its `count`th refusal in a row); the
+    greeting goes again in `retry_in` seconds, or never (None: the client gave up)."""
+
+    error: Error
+    count: int
+    retry_in: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class UndecodableFrame:
     """A frame from the broker that did not decode (the messages before the bad one count)."""
 
@@ -94,6 +105,7 @@ Event = (
     | SendsResumed
     | GoodbyeAnswered
     | SubscriptionEnded
+    | HelloRefused
     | UndecodableFrame
 )
 NO_EVENTS: tuple[Event, ...] = ()

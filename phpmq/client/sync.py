@@ -284,6 +284,7 @@ class Client(
                 self._tell_deleted()
             if connection.received:
                 return connection.received.popleft()
+            connection.raise_if_refused()
             self._flush_quietly()
             return None
 
@@ -332,6 +333,7 @@ class Client(
                 self._send_frame(b"")
             deadline = time.monotonic() + self.confirm_timeout
             while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
+                connection.raise_if_refused()
                 self._wait_and_read(min(wait, WAIT_SLICE_S))
 
     def _settle(self, frame: bytes, generation: int) -> None:

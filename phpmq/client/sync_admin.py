@@ -43,3 +43,22 @@ class SyncAdmin:
                 self._wait_and_read(min(wait, WAIT_SLICE_S))
             result = connection.admin_replies.popleft().options
         return self._admin_result(result)
+
+    def admin_pages(
+        self, command: str, key: str, timeout: float = 5.0, **options: Any
+    ) -> dict[str, Any]:
+        """A command whose answer lists its entries under `key` a page at a time (`stats`:
+        `queues`; `leases`; `schedule-list`: `schedules`): every page asked for in turn, their
+        entries in one answer (the other figures are the first page's)."""
+        whole = None
+        offset: int | None = 0
+        while offset is not None:
+            page = self.admin(command, timeout, **options, offset=offset)
+            whole = self._with_page(whole, page, key)
+            offset = page.get("next_offset")
+        assert whole is not None
+        return whole
+
+    def stats(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The broker's `stats` with every queue, however many pages they take."""
+        return self.admin_pages("stats", "queues", timeout)

@@ -71,5 +71,5 @@ class SyncSchedules:
         On a sharded broker: those of every shard."""
         found = []
         for shard in self._every_shard():  # type: ignore[attr-defined]
-            found.extend(shard.admin("schedule-list")["schedules"])
+            found.extend(shard.admin_pages("schedule-list", "schedules")["schedules"])
         return sorted(found, key=lambda schedule: str(schedule["name"]))

@@ -1,0 +1,90 @@
+"""Runs of like sends, read by their headers only (docs/protocol.md §6.1).
+
+A flooding producer packs many 001s into one frame, all to the same queue in the same form.
+When the broker refuses the first of them for a reason that holds for every one like it (a
+full queue, its memory limit, a drain), it refuses the run as one: these functions find the
+run's queue and its end without decoding a message, which is what makes a refused frame cost
+next to nothing (issue 27, finding 10).
+
+Only the canonical forms are read this way: the stock client's (QUEUE, CONTENT) and the
+README's (QUEUE, CONTENT, TTL), packets in table order. Anything else is left to the decoder.
+"""
+
+from __future__ import annotations
+
+from .constants import MESSAGE_HEADER_BYTES, PACKET_HEADER_BYTES, MessageType, PacketType
+from .writer import message_header
+
+#: The headers of the two forms a run is read in: stock (2 packets) and README (3, with TTL).
+RUN_HEADERS = (message_header(MessageType.SEND, 2), message_header(MessageType.SEND, 3))
+#: A packet header's fixed part: `P`, its type and the 20 leading zeros of its length (lengths
+#: of 10**9 and more take the decoder's path).
+_LENGTH_DIGITS = 9
+_FIXED_BYTES = PACKET_HEADER_BYTES - _LENGTH_DIGITS
+_ZEROS = b"0" * (_FIXED_BYTES - 3)
+_QUEUE_FIXED = b"P%02d%s" % (PacketType.QUEUE, _ZEROS)
+_CONTENT_FIXED = b"P%02d%s" % (PacketType.CONTENT, _ZEROS)
+_TTL_FIXED = b"P%02d%s" % (PacketType.TTL, _ZEROS)
+
+
+def _length_at(data: bytes, pos: int, fixed: bytes) -> int:
+    """The length in the packet header at `pos` if its type is `fixed`'s, else -1."""
+    if not data.startswith(fixed, pos):
+        return -1
+    digits = data[pos + _FIXED_BYTES : pos + PACKET_HEADER_BYTES]
+    return int(digits) if len(digits) == _LENGTH_DIGITS and digits.isdigit() else -1
+
+
+def run_queue(data: bytes) -> bytes | None:
+    """The queue packet's content (the queue name's bytes) of the canonical 001 that `data`
+    starts with, or None when it starts with anything else."""
+    if not data.startswith(RUN_HEADERS):
+        return None
+    length = _length_at(data, MESSAGE_HEADER_BYTES, _QUEUE_FIXED)
+    if length < 0:
+        return None
+    start = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES
+    return data[start : start + length]
+
+
+def like_sends(data: bytes, first: int, after: int, max_content_bytes: int) -> tuple[int, int]:
+    """The 001s right after the canonical one at `data[first:after]` that differ from it only
+    in their content: (how many, where the last ends). Reads packet headers, never contents;
+    stops at the first message that is not like it (or not whole, or over the size limit),
+    which the decoder then reads as usual."""
+    head_end = first + MESSAGE_HEADER_BYTES
+    queue_length = _length_at(data, head_end, _QUEUE_FIXED)
+    if queue_length < 0:
+        return 0, after
+    head_end += PACKET_HEADER_BYTES + queue_length
+    first_content = _length_at(data, head_end, _CONTENT_FIXED)
+    if first_content < 0:
+        return 0, after
+    #: The header and queue packet each like message starts with, and the TTL packet (with its
+    #: value) the README form ends with.
+    head = data[first:head_end]
+    tail = data[head_end + PACKET_HEADER_BYTES + first_content : after]
+    if tail and _length_at(tail, 0, _TTL_FIXED) != len(tail) - PACKET_HEADER_BYTES:
+        return 0, after
+    content_at = len(head)
+    end = len(data)
+    count = 0
+    pos = after
+    while data.startswith(head, pos):
+        length = _length_at(data, pos + content_at, _CONTENT_FIXED)
+        if length < 0 or length > max_content_bytes:
+            break
+        # Messages of one length share every byte up to their content: one comparison each.
+        same = data[pos : pos + content_at + PACKET_HEADER_BYTES]
+        size = len(same) + length + len(tail)
+        tail_at = size - len(tail)
+        while (
+            pos + size <= end
+            and data.startswith(same, pos)
+            and (not tail or data.startswith(tail, pos + tail_at))
+        ):
+            pos += size
+            count += 1
+        if data.startswith(same, pos):
+            break  # not whole, or another TTL: not like (another length goes round again)
+    return count, pos

@@ -1,0 +1,106 @@
+"""Runs of like sends read by their headers only (protocol/runs.py): the count and the end
+agree with what the decoder reads, for any frame of sends and other messages, cut anywhere."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from phpmq import protocol as p
+from phpmq.protocol.runs import like_sends, run_queue
+
+FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+LIMIT = 64
+
+queues = st.sampled_from(["q", "q", "q", "jobs.a"])
+#: Mostly a few lengths, so that like messages of one length (the fast path) come in runs.
+contents = st.one_of(
+    st.sampled_from([b"a", b"b", b"ab", b"x" * LIMIT, b"x" * (LIMIT + 1)]),
+    st.binary(max_size=LIMIT + 8),
+)
+ttls = st.sampled_from([None, 0, 30, 99])
+#: Groups of sends alike but for their contents (lengths mostly alike too), and other messages
+#: between them: like and unlike neighbours are both common.
+groups = st.builds(
+    lambda queue, ttl, bodies: [p.encode_send(p.queue_packet(queue), b, ttl) for b in bodies],
+    queues,
+    ttls,
+    st.lists(contents, min_size=1, max_size=6),
+)
+others = st.one_of(
+    st.builds(lambda q, c: [p.encode_send(p.queue_packet(q), c, 0, tag=7)], queues, contents),
+    st.just([p.encode(p.Heartbeat())]),
+    st.builds(lambda q: [p.encode(p.Consume(q, 5))], queues),
+)
+wire = st.lists(st.one_of(groups, groups, others), min_size=1, max_size=8).map(
+    lambda parts: [message for part in parts for message in part]
+)
+
+
+def expected_run(data: bytes, after: int, first: bytes) -> tuple[int, int]:
+    """What the decoder says: the sends after `first` whose bytes differ from it only in
+    their content (and that the decoder takes whole)."""
+    first_message, _ = p.decode_message(first, 0, LIMIT)
+    count, pos = 0, after
+    while pos < len(data):
+        try:
+            message, end = p.decode_message(data, pos, LIMIT)
+        except p.ProtocolError:
+            break
+        if not (
+            isinstance(message, p.Send)
+            and isinstance(first_message, p.Send)
+            and data[pos : pos + 8] == first[:8]
+            and p.encode_send(p.queue_packet(message.queue), message.content, message.ttl)
+            == data[pos:end]
+            and (message.queue, message.ttl) == (first_message.queue, first_message.ttl)
+        ):
+            break
+        count, pos = count + 1, end
+    return count, pos
+
+
+@FAST
+@given(wire, st.just(0) | st.integers(min_value=0, max_value=200))
+def test_a_run_is_what_the_decoder_reads(messages: list[bytes], cut: int) -> None:
+    data = b"".join(messages)
+    data = data[: max(len(messages[0]), len(data) - cut)]  # the first whole, the rest cut
+    first = messages[0]
+    try:
+        decoded, after = p.decode_message(data, 0, LIMIT)
+    except p.ProtocolError:
+        return  # over the limit: the decoder's error, never a run
+    if isinstance(decoded, p.Send) and first == p.encode_send(
+        p.queue_packet(decoded.queue), decoded.content, decoded.ttl
+    ):
+        assert run_queue(data) == decoded.queue.encode()
+    assert like_sends(data, 0, after, LIMIT) == expected_run(data, after, first)
+
+
+def test_a_frame_of_like_sends_is_one_run_however_their_contents_differ() -> None:
+    packet = p.queue_packet("flood")
+    frame = b"".join(p.encode_send(packet, b"x" * (n % 7), 0) for n in range(256))
+    _, after = p.decode_message(frame)
+    assert run_queue(frame) == b"flood"
+    assert like_sends(frame, 0, after, LIMIT) == (255, len(frame))
+
+
+def test_a_run_stops_at_another_queue_ttl_or_form() -> None:
+    packet = p.queue_packet("flood")
+    like = p.encode_send(packet, b"x", 0)
+    for unlike in (
+        p.encode_send(p.queue_packet("other"), b"x", 0),
+        p.encode_send(packet, b"x", 5),
+        p.encode_send(packet, b"x", None),
+        p.encode_send(packet, b"x", 0, tag=1),
+        p.encode_send(packet, b"x" * (LIMIT + 1), 0),
+    ):
+        frame = like * 3 + unlike + like
+        assert like_sends(frame, 0, len(like), LIMIT) == (2, 3 * len(like))
+
+
+def test_only_the_canonical_forms_start_a_run() -> None:
+    assert run_queue(p.encode_send(p.queue_packet("q"), b"x", 0, tag=1)) is None
+    assert run_queue(p.encode(p.Heartbeat())) is None
+    assert run_queue(b"") is None
+    assert run_queue(p.encode_send(p.queue_packet("q"), b"x", None)) == b"q"
