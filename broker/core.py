@@ -284,11 +284,25 @@ class Core:
         `principal`: who the peer is, as its transport knows it (broker/guard.py)."""
         if self.ctx.refusing:  # sends were refused lately: this frame may be a run of them
             queue_name = run_queue(data)
-            if queue_name is not None and self.intake.refuses_sends_to(queue_name):
+            if queue_name is not None and (
+                self.intake.refuses_sends_to(queue_name) or self._forbids(peer_id, queue_name)
+            ):
                 self._handle_run(peer_id, data, profile, principal)
                 return
         messages, error = decode_frame(data, self.config.max_content_bytes)
         self.handle_messages(peer_id, messages, error, profile, data, principal)
+
+    def _forbids(self, peer_id: bytes, queue_name: bytes) -> bool:
+        """Whether the peer is known and may not send to the queue (a hint: the guard decides
+        on the run's first send, with the peer as this frame identifies it)."""
+        peer = self._peers.by_id.get(peer_id)
+        rights = None if peer is None else peer.rights
+        if rights is None:
+            return False
+        try:
+            return not rights.allows("send", queue_name.decode())
+        except UnicodeDecodeError:
+            return False
 
     def _handle_run(
         self,

@@ -219,8 +219,11 @@ class Guard:
         assert rights is not None
         kind = type(message)
         if kind is Send:
-            if not self._check(peer, rights, "send", message.queue, message):  # type: ignore[union-attr]
-                return False
+            queue = message.queue  # type: ignore[union-attr]
+            if not rights.allows("send", queue):
+                # The like sends that follow in its frame (protocol/runs.py) go with it.
+                repeats = self._ctx.take_repeats()
+                return self._refuse(peer, "send", queue, message, None, 1 + repeats)
             reply_to = message.reply_to  # type: ignore[union-attr]
             return not reply_to or self._check(peer, rights, "send", reply_to, message)
         if kind is Publish:
@@ -307,9 +310,10 @@ class Guard:
         target: str,
         message: Message | None,
         admin_options: dict[str, Any] | None,
+        count: int = 1,
     ) -> bool:
         ctx = self._ctx
-        self._count(right)
+        self.refused[right] = self.refused.get(right, 0) + count
         who = describe(peer)
         on = f" on {target!r}" if right != "admin" else f" ({target})"
         reason = f"forbidden: {who} has no {right} right{on}"
@@ -322,9 +326,8 @@ class Guard:
             )
         else:
             queue = getattr(message, "queue", None)
-            ctx.refuse(
-                peer, ErrorCode.FORBIDDEN, reason, None, queue, getattr(message, "tag", None)
-            )
+            tag = getattr(message, "tag", None)
+            ctx.refuse(peer, ErrorCode.FORBIDDEN, reason, None, queue, tag, count)
         return False
 
     # ----------------------------------------------------------------- audit
