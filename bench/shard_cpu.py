@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..broker.shards import started_pids
+from ..broker.shell.shards import started_pids
 from ..testing import BrokerProcess
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

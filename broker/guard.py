@@ -36,7 +36,6 @@ from ..protocol import (
     Send,
 )
 from .context import Context
-from .keyring import LINK_KEY_NAME
 from .model import Peer, PeerProfile
 from .permissions import NOTHING, Permissions, Rights, everything
 
@@ -44,6 +43,8 @@ log = logging.getLogger("phpmq.broker.audit")
 
 #: The HELLO role of a shard's link to another shard.
 LINK_ROLE = "link"
+#: The name the broker's own CURVE key goes by (its shards' links connect with it).
+LINK_KEY_NAME = "phpmq-shard-link"
 
 #: Admin commands anyone may run; those that read a queue need `consume`, those that bind
 #: need `bind`; every other command needs `admin` and is audited.

@@ -17,7 +17,7 @@ import pytest
 
 import phpmq.protocol as p
 from harness import BrokerProcess, raw_dealer, recv_messages
-from phpmq.broker.shards import shard_address, started_pids
+from phpmq.broker.shell.shards import shard_address, started_pids
 from phpmq.client import AsyncClient, BrokerRefused, Client, QueueDeleted
 from phpmq.client.shards import ShardRouting
 from phpmq.protocol.cluster import ClusterMap

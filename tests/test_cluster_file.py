@@ -11,8 +11,8 @@ import pytest
 
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, phpmq, raw_dealer, recv_messages
-from phpmq.broker.cluster_file import read_cluster_file
-from phpmq.broker.shards import shard_address
+from phpmq.broker.shell.cluster_file import read_cluster_file
+from phpmq.broker.shell.shards import shard_address
 
 
 def write(path: Path, epoch: int, port_a: int, port_b: int) -> Path:

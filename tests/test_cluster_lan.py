@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lan
 from lan import LanBroker
-from phpmq.broker.shards import started_pids
+from phpmq.broker.shell.shards import started_pids
 
 #: Run inside the client node: send one confirmed message to each queue at its owner (from
 #: the map in the HELLO answer), print {queue: owner name}.

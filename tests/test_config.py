@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from phpmq.broker.config import ENVIRONMENT_VARIABLES, BrokerConfig, ConfigError, load_config
-from phpmq.broker.security import Security, SecurityError
+from phpmq.broker.shell.security import Security, SecurityError
 
 
 def test_defaults_are_safe_for_a_lan() -> None:

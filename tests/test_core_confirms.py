@@ -14,8 +14,8 @@ from harness import CoreHarness, dispatches, errors
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
-from phpmq.broker.durable import DurableStore
 from phpmq.broker.journal import KEY, Journal
+from phpmq.broker.shell.durable import DurableStore
 
 PRODUCER = b"producer"
 CONSUMER = b"consumer"

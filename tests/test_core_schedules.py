@@ -12,8 +12,8 @@ import pytest
 import phpmq.protocol as p
 from harness import CoreHarness, dispatches, errors
 from phpmq.broker.clock import FakeClock
-from phpmq.broker.durable import StoredMessage
 from phpmq.broker.schedule_spec import encode_spec, parse_spec
+from phpmq.broker.shell.durable import StoredMessage
 
 OPS = b"ops"
 ALICE = b"alice"

@@ -21,8 +21,8 @@ import pytest
 import phpmq.protocol as p
 from harness import BrokerProcess, dispatches, free_port, phpmq
 from phpmq.broker.config import BrokerConfig
-from phpmq.broker.durable import DB_NAME, StorageError
-from phpmq.broker.keeper import LEFT_OVER_NAME
+from phpmq.broker.shell.durable import DB_NAME, StorageError
+from phpmq.broker.shell.keeper import LEFT_OVER_NAME
 from phpmq.client import BrokerRefused, ClientError, Unconfirmed
 
 MIB = 1024 * 1024
@@ -220,7 +220,7 @@ class FullStore:
 def test_what_a_stop_could_not_write_is_kept_and_written_at_the_next_start(
     tmp_path: Path,
 ) -> None:
-    from phpmq.broker.server import BrokerServer
+    from phpmq.broker.shell.server import BrokerServer
 
     data = tmp_path / "data"
     server = BrokerServer(
@@ -309,7 +309,7 @@ def test_min_free_disk_is_checked_and_shown(tmp_path: Path) -> None:
 
 def test_the_budget_and_the_floor_follow_the_volume() -> None:
     from phpmq.broker.config import ConfigError, load_config
-    from phpmq.broker.disk import checkpoint_bytes, min_free_bytes
+    from phpmq.broker.shell.disk import checkpoint_bytes, min_free_bytes
 
     gib = 1024 * MIB
     sizes = (20 * MIB, 256 * MIB, gib, 100 * gib)

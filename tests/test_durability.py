@@ -13,8 +13,8 @@ from harness import BrokerProcess, dispatches, free_port, phpmq
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
-from phpmq.broker.durable import DurableStore, StorageError
 from phpmq.broker.journal import DROP, Journal
+from phpmq.broker.shell.durable import DurableStore, StorageError
 
 
 def test_a_killed_broker_recovers_order_ttl_delivery_counts_and_dead_letters(
@@ -96,7 +96,7 @@ class BrokenStore(DurableStore):
 
 
 def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) -> None:
-    from phpmq.broker.server import BrokerServer
+    from phpmq.broker.shell.server import BrokerServer
 
     server = BrokerServer(
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
@@ -137,7 +137,7 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
 def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
     tmp_path: Path,
 ) -> None:
-    from phpmq.broker.server import BrokerServer
+    from phpmq.broker.shell.server import BrokerServer
 
     server = BrokerServer(
         BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 from harness import BrokerProcess
-from phpmq.broker.durable import DB_NAME, DurableStore
 from phpmq.broker.journal import DROP, PUT
-from phpmq.broker.store_schema import SCHEMA
+from phpmq.broker.shell.durable import DB_NAME, DurableStore
+from phpmq.broker.shell.store_schema import SCHEMA
 
 MESSAGES = 50_000
 

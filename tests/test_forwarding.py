@@ -20,7 +20,7 @@ from test_tcp_endpoint import PHP_SCRIPT, _php
 
 import phpmq.protocol as p
 from harness import REPO, BrokerProcess, free_port, raw_dealer, recv_messages
-from phpmq.broker.shards import started_pids
+from phpmq.broker.shell.shards import started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
 

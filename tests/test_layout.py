@@ -7,6 +7,8 @@ every import, also those inside functions and TYPE_CHECKING blocks, and checks:
 - nothing imports the bare folder names (`import broker`): only `phpmq.*` or relative;
 - `protocol/` imports nothing of the project;
 - `broker/` imports nothing above it (client, CLI, workers, bridges, pipeline, bench);
+- the broker's pure core (`phpmq.broker.*` outside `phpmq.broker.shell`) never imports its
+  shell (sockets, files, signals, the clock);
 - the module import graph has no cycle.
 """
 
@@ -145,6 +147,18 @@ def test_the_broker_imports_nothing_above_it() -> None:
         if target.startswith(ABOVE_THE_BROKER) or target == "phpmq"
     ]
     assert not offences, "\n".join(offences)
+
+
+def test_the_broker_core_never_imports_its_shell() -> None:
+    offences = [
+        f"{name} imports {target} (line {line})"
+        for name, edges in GRAPH.items()
+        if name.startswith("phpmq.broker") and not name.startswith("phpmq.broker.shell")
+        for target, line in edges
+        if target.startswith("phpmq.broker.shell")
+    ]
+    assert not offences, "\n".join(offences)
+    assert any(name.startswith("phpmq.broker.shell.") for name in GRAPH), "no shell modules read"
 
 
 def _cycle() -> list[str] | None:

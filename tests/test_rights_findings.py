@@ -18,7 +18,7 @@ import zmq
 
 import phpmq.protocol as p
 from harness import BrokerProcess, phpmq, recv_messages
-from phpmq.broker.shards import shard_address
+from phpmq.broker.shell.shards import shard_address
 from phpmq.client import curve_keys
 from phpmq.testing import free_ports
 

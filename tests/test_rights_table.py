@@ -18,8 +18,7 @@ import phpmq.protocol as p
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
-from phpmq.broker.guard import Guard, Principal
-from phpmq.broker.keyring import LINK_KEY_NAME
+from phpmq.broker.guard import LINK_KEY_NAME, Guard, Principal
 from phpmq.broker.model import Peer, PeerProfile
 from phpmq.broker.permissions import PATTERN_RIGHTS, Permissions, Rights
 from phpmq.protocol.cluster import ClusterMap, Shard, encode_map

@@ -18,7 +18,7 @@ import zmq
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, phpmq, recv_messages
 from phpmq.broker.config import endpoint_is_local
-from phpmq.broker.shards import shard_address
+from phpmq.broker.shell.shards import shard_address
 from phpmq.client import BrokerRefused, Client, ClientError, curve_keys
 from phpmq.testing import free_ports
 
@@ -308,7 +308,7 @@ def test_a_broker_reachable_from_the_network_without_curve_warns_and_closes_admi
     from phpmq.broker.clock import FakeClock
     from phpmq.broker.config import BrokerConfig
     from phpmq.broker.core import Core
-    from phpmq.broker.security import Security
+    from phpmq.broker.shell.security import Security
 
     for bind, warned in (("tcp://10.1.2.3:5555", True), ("tcp://127.0.0.1:5555", False)):
         caplog.clear()

@@ -16,7 +16,7 @@ import msgspec
 
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port, phpmq, raw_dealer, recv_messages
-from phpmq.broker.shards import started_pids
+from phpmq.broker.shell.shards import started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
 

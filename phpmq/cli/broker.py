@@ -174,7 +174,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
     """
     # The CLI names the broker's modules here and nowhere else: they load for this command only.
     from ..broker.config import ConfigError, load_config
-    from ..broker.server import BrokerError, BrokerServer
+    from ..broker.shell.server import BrokerError, BrokerServer
 
     try:
         config = load_config(config_path, flags)
@@ -185,7 +185,7 @@ def broker(config_path: str | None, **flags: Any) -> None:
     )
     _note_client_variables(config)
     if config.shard_count() > 1 or config.cluster_file:
-        from ..broker.shards import ShardSupervisor
+        from ..broker.shell.shards import ShardSupervisor
 
         try:
             supervisor = ShardSupervisor(config)

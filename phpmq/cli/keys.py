@@ -31,7 +31,7 @@ def generate(name: str, directory: str, force: bool) -> None:
     permissions file is NAME."""
     from zmq.auth import create_certificates
 
-    from ..broker.keyring import KEY_NAME, read_key_pair
+    from ..broker.shell.keyring import KEY_NAME, read_key_pair
 
     if KEY_NAME.match(name) is None:
         fail(f"a key name is 1-100 letters, digits, '.', '_', '@' or '-': {name!r}")

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import msgspec
 
-from ..protocol.cluster import ClusterMap, Shard
-from ..protocol.rules import queue_name_problem
+from ...protocol.cluster import ClusterMap, Shard
+from ...protocol.rules import queue_name_problem
 
 
 class Node(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

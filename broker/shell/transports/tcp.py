@@ -19,10 +19,10 @@ from collections.abc import Sequence
 
 import zmq
 
-from ...protocol import ProtocolError, StreamDecoder
-from ..core import Core
-from ..guard import Principal
-from ..model import PeerProfile
+from ....protocol import ProtocolError, StreamDecoder
+from ...core import Core
+from ...guard import Principal
+from ...model import PeerProfile
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -19,9 +19,6 @@ from zmq.utils import z85
 _KEY_LINE = re.compile(r'^\s*(public-key|secret-key)\s*=\s*"([^"]*)"\s*$')
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 Z85_KEY_LENGTH = 40
-#: The name the broker's own public key has in every key ring: the shards of a cluster share
-#: the broker's key pair, and their links to each other connect with it.
-LINK_KEY_NAME = "phpmq-shard-link"
 
 
 class KeyFileError(ValueError):

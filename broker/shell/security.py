@@ -11,10 +11,11 @@ from typing import Any
 
 import zmq
 
-from .config import BrokerConfig, env_variable
-from .core import Core
-from .keyring import LINK_KEY_NAME, KeyFileError, KeyPair, read_allowed, read_key_pair
-from .permissions import Permissions, PermissionsError, load_permissions
+from ..config import BrokerConfig, env_variable
+from ..core import Core
+from ..guard import LINK_KEY_NAME
+from ..permissions import Permissions, PermissionsError, load_permissions
+from .keyring import KeyFileError, KeyPair, read_allowed, read_key_pair
 from .transports.auth import HandshakeWatch, KeyRingAuthenticator
 
 log = logging.getLogger("phpmq.broker")

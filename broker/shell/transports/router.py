@@ -8,10 +8,10 @@ import time
 
 import zmq
 
-from ...protocol import RemoteProtocolError
-from ..config import BrokerConfig
-from ..core import Core, default_profile
-from ..guard import Principal
+from ....protocol import RemoteProtocolError
+from ...config import BrokerConfig
+from ...core import Core, default_profile
+from ...guard import Principal
 from ..keyring import KeyPair
 from .auth import frame_address, frame_user_id, make_curve_server
 

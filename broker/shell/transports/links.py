@@ -18,7 +18,7 @@ from collections import deque
 import msgspec
 import zmq
 
-from ...protocol import (
+from ....protocol import (
     Disconnect,
     Forward,
     Heartbeat,
@@ -27,10 +27,10 @@ from ...protocol import (
     decode_frame,
     encode,
 )
-from ...protocol.cluster import ClusterMap, Shard
-from ..config import BrokerConfig
-from ..core import Core
-from ..guard import LINK_ROLE
+from ....protocol.cluster import ClusterMap, Shard
+from ...config import BrokerConfig
+from ...core import Core
+from ...guard import LINK_ROLE
 from ..keyring import KeyPair
 
 log = logging.getLogger("phpmq.links")

@@ -29,7 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from .config import metrics_address
+from ..config import metrics_address
 
 log = logging.getLogger("phpmq.metrics")
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from .journal import (
+from ..journal import (
     BACK,
     BIND,
     CLEAR,

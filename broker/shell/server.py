@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from .clock import Clock, SystemClock
-from .config import BrokerConfig
-from .core import Core, Turn
+from ..clock import Clock, SystemClock
+from ..config import BrokerConfig
+from ..core import Core, Turn
+from ..journal import Journal, NullJournal
 from .durable import DurableStore, StorageError
-from .journal import Journal, NullJournal
 from .keeper import StoreKeeper
 from .loop_stats import Backlog, LoopStats
 from .security import Security, SecurityError

@@ -35,9 +35,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from ..protocol.cluster import ClusterMap, Shard, encode_map
+from ...protocol.cluster import ClusterMap, Shard, encode_map
+from ..config import BrokerConfig, metrics_address
 from .cluster_file import read_cluster_file
-from .config import BrokerConfig, metrics_address
 
 if TYPE_CHECKING:
     from .server import BrokerServer

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from .config import AUTO, byte_size
+from ..config import AUTO, byte_size
 
 log = logging.getLogger("phpmq.broker")
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from .config import BrokerConfig
+from ..config import BrokerConfig
+from ..journal import BACK, DEAD, DELAY, DROP, PUT, UNDEAD
 from .disk import DiskFloor, free_and_total, min_free_bytes
 from .durable import DurableStore, StorageError
-from .journal import BACK, DEAD, DELAY, DROP, PUT, UNDEAD
 
 log = logging.getLogger("phpmq.broker")
 
