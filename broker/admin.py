@@ -22,13 +22,13 @@ from typing import Any
 
 from ..protocol import AdminReply, ErrorCode, encode
 from . import browse
+from .batch_leases import BatchLeases
 from .context import Context
 from .deadletters import DeadLetters
 from .errors import CommandError
 from .events import Events, pattern_list
 from .flow import Flow
 from .intake import Intake
-from .leases import Leases
 from .lifecycle import Lifecycle
 from .model import Peer, Queue
 from .peers import Peers
@@ -59,7 +59,7 @@ class Admin:
         events: Events,
         lifecycle: Lifecycle,
         schedules: Schedules,
-        leases: Leases,
+        leases: BatchLeases,
     ) -> None:
         self._ctx = ctx
         self._events = events

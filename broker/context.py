@@ -14,10 +14,10 @@ from collections.abc import Callable
 from ..protocol import Error, Message, encode
 from .clock import Clock
 from .config import BrokerConfig
+from .deadlines import Deadlines
 from .journal import Journal, NullJournal
 from .model import NS_PER_SECOND, Counters, IdSource, Peer, Queue
 from .quotas import Quotas
-from .schedule import Schedule
 
 log = logging.getLogger("phpmq.broker")
 
@@ -45,7 +45,7 @@ class Context:
         "refused_sends",
         "refusing",
         "repeats",
-        "schedule",
+        "deadlines",
         "started_ns",
         "storage_problem",
         "turns",
@@ -68,7 +68,7 @@ class Context:
         self.new_id = new_id or IdSource()
         self.stamp_ids()
         self.counters = Counters()
-        self.schedule = Schedule()
+        self.deadlines = Deadlines()
         self.journal = journal
         journal.bind_clock(self.wall_at)
         #: Frames for each peer gathered this turn, sent together at its end.

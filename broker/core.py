@@ -47,10 +47,23 @@ from ..protocol import (
 from ..protocol.cluster import decode_map
 from ..protocol.runs import like_sends, run_queue
 from .admin import Admin as AdminCommands
+from .batch_leases import BatchLeases
 from .clock import Clock
 from .config import BrokerConfig
 from .context import Context, Frames
 from .deadletters import DeadLetters
+from .deadlines import (
+    BATCH_LEASE_TIMEOUT,
+    DELAY_OVER,
+    HEARTBEAT,
+    KEY_EXPIRY,
+    LEASE,
+    PEER_EXPIRY,
+    SCHEDULE_RUN,
+    TTL,
+    UNUSED_QUEUE,
+    Deadlines,
+)
 from .dispatch import DISPATCH_PER_TURN, Dispatch
 from .events import Events
 from .expiry import Expiry
@@ -59,7 +72,6 @@ from .forwarding import QUEUE_ADDRESSED, Forwarding
 from .guard import Guard, Principal
 from .intake import Intake
 from .journal import Journal, NullJournal
-from .leases import Leases
 from .lifecycle import Lifecycle
 from .model import Counters, Peer, PeerProfile, Queue
 from .peers import Peers
@@ -68,18 +80,6 @@ from .queues import Queues
 from .recovery import restore_keys, restore_messages
 from .relayed import RelayedPeers, is_relayed
 from .replies import Replies
-from .schedule import (
-    DELAY_OVER,
-    HEARTBEAT,
-    KEY_EXPIRY,
-    LEASE,
-    LEASE_TIMEOUT,
-    PEER_EXPIRY,
-    SCHEDULE_RUN,
-    TTL,
-    UNUSED_QUEUE,
-    Schedule,
-)
 from .schedules import Schedules
 
 #: Scheduled entries (TTLs, leases, ...) handled in one turn at most; the rest wait a turn.
@@ -134,7 +134,7 @@ class Core:
         self._peers = Peers(ctx, self.dispatch, self.flow)
         self.dispatch.give_up = self._peers.give_up
         self.events = Events(ctx, self._queues, self.intake, self.flow)
-        self.leases = leases = Leases(ctx, self._queues, self.dead_letters, self.expiry)
+        self.leases = leases = BatchLeases(ctx, self._queues, self.dead_letters, self.expiry)
         self.lifecycle = lifecycle = Lifecycle(
             ctx, self._queues, self.dispatch, self.events, leases
         )
@@ -183,7 +183,7 @@ class Core:
             KEY_EXPIRY: self.intake.on_key_expiry,
             UNUSED_QUEUE: lifecycle.on_unused_due,
             SCHEDULE_RUN: schedules.on_run_due,
-            LEASE_TIMEOUT: leases.on_timeout_due,
+            BATCH_LEASE_TIMEOUT: leases.on_timeout_due,
         }
         self._is_live: dict[int, Callable[[int, Any], bool]] = {
             TTL: self.expiry.is_live,
@@ -194,7 +194,7 @@ class Core:
             KEY_EXPIRY: self.intake.is_key_expiry_live,
             UNUSED_QUEUE: lifecycle.is_unused_live,
             SCHEDULE_RUN: schedules.is_run_live,
-            LEASE_TIMEOUT: leases.is_timeout_live,
+            BATCH_LEASE_TIMEOUT: leases.is_timeout_live,
         }
 
     def _become_shard(self, config: BrokerConfig) -> None:
@@ -235,8 +235,8 @@ class Core:
         return self.ctx.journal
 
     @property
-    def schedule(self) -> Schedule:
-        return self.ctx.schedule
+    def deadlines(self) -> Deadlines:
+        return self.ctx.deadlines
 
     @property
     def draining(self) -> bool:
@@ -461,7 +461,7 @@ class Core:
         """Run what is due, dispatch, heartbeat, and return what to send: one frame per
         peer, and the connections to close."""
         ctx = self.ctx
-        schedule = ctx.schedule
+        schedule = ctx.deadlines
         due = schedule.next_due()
         if due is not None and due <= ctx.now:
             on_due = self._on_due
@@ -531,7 +531,7 @@ class Core:
         ctx = self.ctx
         if (ctx.dirty and not ctx.draining) or self.admin.waiting:
             return ctx.now
-        return ctx.schedule.next_due()  # overdue entries left by the budget: in the past
+        return ctx.deadlines.next_due()  # overdue entries left by the budget: in the past
 
     # ----------------------------------------------------------------- events from outside
 

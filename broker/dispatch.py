@@ -23,6 +23,7 @@ from ..protocol import (
 from ..protocol import Dispatch as DispatchMessage
 from .context import Context
 from .deadletters import DeadLetters
+from .deadlines import DELAY_OVER, LEASE
 from .expiry import Expiry
 from .flow import record_bytes
 from .model import (
@@ -40,7 +41,6 @@ from .model import (
 )
 from .queues import Queues
 from .quotas import CONSUMERS
-from .schedule import DELAY_OVER, LEASE
 
 #: Messages dispatched in one loop turn at most; a queue with more to give stays marked for
 #: the next turn, so one big window cannot hold up everyone else's heartbeats.
@@ -308,7 +308,7 @@ class Dispatch:
         ctx = self._ctx
         record.state = DELAYED
         queue.delayed += 1
-        ctx.schedule.arm(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
+        ctx.deadlines.arm(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
         if ctx.journal.durable:
             record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
         ctx.journal.delayed(record)
@@ -387,7 +387,7 @@ class Dispatch:
         deadlines = [r.lease_until for r in window.held.values() if r.lease_until]
         if deadlines:
             window.lease_due = min(deadlines)
-            self._ctx.schedule.arm(window.lease_due, LEASE, window)
+            self._ctx.deadlines.arm(window.lease_due, LEASE, window)
 
     def peer_lease_ms(self, peer: Peer) -> int:
         """The lease a window of this peer gets unless its 002 names one."""
@@ -425,7 +425,7 @@ class Dispatch:
             return 0
         ctx = self._ctx
         leases = [self._lease_ns(window) for window in windows]
-        arm = ctx.schedule.arm
+        arm = ctx.deadlines.arm
         journal = ctx.journal
         durable = journal.durable
         now = ctx.now

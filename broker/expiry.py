@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from .context import Context
 from .deadletters import DeadLetters
+from .deadlines import TTL
 from .model import READY, Queue, Record
-from .schedule import TTL
 
 
 class Expiry:
@@ -20,7 +20,7 @@ class Expiry:
 
     def watch(self, queue: Queue, record: Record) -> None:
         """Arm the record's TTL (call when it becomes READY with `expires_at` set)."""
-        self._ctx.schedule.arm(record.expires_at, TTL, (queue, record))
+        self._ctx.deadlines.arm(record.expires_at, TTL, (queue, record))
 
     @staticmethod
     def is_live(due: int, target: tuple[Queue, Record]) -> bool:

@@ -15,9 +15,10 @@ from ..protocol import ErrorCode, Send, encode_confirm, key_problem, queue_name_
 from ..protocol.rules import correlation_problem
 from .context import Context
 from .deadletters import DeadLetters
+from .deadlines import DELAY_OVER, KEY_EXPIRY
 from .expiry import Expiry
 from .flow import RECORD_OVERHEAD_BYTES, Flow
-from .keys import KeyWindow
+from .idempotency import KeyWindow
 from .model import (
     DELAYED,
     NS_PER_MS,
@@ -31,7 +32,6 @@ from .model import (
     RoutedRecord,
 )
 from .queues import Queues
-from .schedule import DELAY_OVER, KEY_EXPIRY
 
 #: Expired idempotency keys are deleted from the durable store at most this often.
 KEY_PURGE_INTERVAL_NS = 1_000_000_000
@@ -252,7 +252,7 @@ class Intake:
         queue.delayed_sends += 1
         if ctx.journal.durable:
             record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
-        ctx.schedule.arm(visible_at, DELAY_OVER, (queue, record))
+        ctx.deadlines.arm(visible_at, DELAY_OVER, (queue, record))
         ctx.journal.put(queue.name, record, message_id, content, visible_at)
         ctx.journal.delayed(record)
 
@@ -356,7 +356,7 @@ class Intake:
         due = self.keys.next_expiry()
         if due is not None:
             self._key_expiry_due = due
-            self._ctx.schedule.arm(due, KEY_EXPIRY, None)
+            self._ctx.deadlines.arm(due, KEY_EXPIRY, None)
 
     def is_key_expiry_live(self, due: int, target: None) -> bool:
         return due == self._key_expiry_due

@@ -12,21 +12,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..protocol import Cancel, Consume
+from .batch_leases import BatchLeases
 from .context import Context
+from .deadlines import UNUSED_QUEUE
 from .dispatch import Dispatch
 from .events import Events
 from .flow import record_bytes
-from .leases import Leases
 from .model import GONE, NS_PER_MS, Peer, Queue
 from .queues import Queues
-from .schedule import UNUSED_QUEUE
 
 
 class Lifecycle:
     __slots__ = ("_ctx", "_dispatch", "_events", "_leases", "_queues")
 
     def __init__(
-        self, ctx: Context, queues: Queues, dispatch: Dispatch, events: Events, leases: Leases
+        self, ctx: Context, queues: Queues, dispatch: Dispatch, events: Events, leases: BatchLeases
     ) -> None:
         self._ctx = ctx
         self._queues = queues
@@ -128,7 +128,7 @@ class Lifecycle:
         """The queue's last window closed: it is deleted if none opens within its grace."""
         ctx = self._ctx
         queue.unused_due = ctx.now + (queue.unused_ms or 0) * NS_PER_MS
-        ctx.schedule.arm(queue.unused_due, UNUSED_QUEUE, queue)
+        ctx.deadlines.arm(queue.unused_due, UNUSED_QUEUE, queue)
 
     def restore_unused(self, settings: list[tuple[str, int]]) -> None:
         """Delete-when-unused settings read back from the store: after a restart no queue

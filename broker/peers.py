@@ -16,10 +16,10 @@ import msgspec
 
 from ..protocol import Disconnect, Heartbeat, Hello, Kbai, clamp_liveness
 from .context import Context
+from .deadlines import HEARTBEAT, PEER_EXPIRY
 from .dispatch import Dispatch
 from .flow import Flow
 from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
-from .schedule import HEARTBEAT, PEER_EXPIRY
 
 log = logging.getLogger("phpmq.broker")
 
@@ -198,11 +198,11 @@ class Peers:
 
     def _arm_expiry(self, peer: Peer, when: int) -> None:
         peer.expiry_due = when
-        self._ctx.schedule.arm(when, PEER_EXPIRY, peer)
+        self._ctx.deadlines.arm(when, PEER_EXPIRY, peer)
 
     def _arm_heartbeat(self, peer: Peer, when: int) -> None:
         peer.heartbeat_due = when
-        self._ctx.schedule.arm(when, HEARTBEAT, peer)
+        self._ctx.deadlines.arm(when, HEARTBEAT, peer)
 
     def is_expiry_live(self, due: int, peer: Peer) -> bool:
         return due == peer.expiry_due and self._current(peer)

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .batch_leases import BatchLeases
 from .context import Context
 from .deadletters import DeadLetters
+from .deadlines import DELAY_OVER
 from .expiry import Expiry
 from .flow import record_bytes
 from .intake import Intake
-from .leases import Leases
 from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record
 from .queues import Queues
-from .schedule import DELAY_OVER
 
 #: The store's in-flight mark of a dispatched message (2 marks a delayed one).
 IN_FLIGHT_ON_DISK = 1
@@ -33,7 +33,7 @@ def restore_messages(
     queues: Queues,
     dead_letters: DeadLetters,
     expiry: Expiry,
-    leases: Leases,
+    leases: BatchLeases,
     messages: Iterable[Any],
     dead: Iterable[Any],
 ) -> tuple[int, int, int]:
@@ -98,7 +98,7 @@ def _delay_until(ctx: Context, queue: Queue, record: Record, seconds: float) -> 
     record.state = DELAYED
     queue.delayed += 1
     queue.delayed_sends += 1
-    ctx.schedule.arm(ctx.now + int(seconds * NS_PER_SECOND), DELAY_OVER, (queue, record))
+    ctx.deadlines.arm(ctx.now + int(seconds * NS_PER_SECOND), DELAY_OVER, (queue, record))
 
 
 def restore_keys(ctx: Context, intake: Intake, keys: list[Any]) -> int:

@@ -19,13 +19,13 @@ from zoneinfo import ZoneInfo
 
 from ..protocol import ErrorCode, Publish, Send
 from .context import Context
+from .deadlines import SCHEDULE_RUN
 from .errors import CommandError
 from .events import Events
 from .intake import Intake
 from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
 from .pages import page, page_request
 from .quotas import SCHEDULES
-from .schedule import SCHEDULE_RUN
 from .schedule_spec import (
     ScheduleSpec,
     decode_spec,
@@ -172,7 +172,7 @@ class Schedules:
         ctx = self._ctx
         job.due = due
         job.next_wall = ctx.wall_at(due)
-        ctx.schedule.arm(due, SCHEDULE_RUN, job)
+        ctx.deadlines.arm(due, SCHEDULE_RUN, job)
 
     def _arm_wall(self, job: Job, wall: float) -> None:
         """Armed for a wall-clock time: as far away in monotonic time as it is now."""
@@ -180,7 +180,7 @@ class Schedules:
         delta_ns = int((wall - ctx.clock.wall()) * NS_PER_SECOND)
         job.due = ctx.now + max(0, delta_ns)
         job.next_wall = wall
-        ctx.schedule.arm(job.due, SCHEDULE_RUN, job)
+        ctx.deadlines.arm(job.due, SCHEDULE_RUN, job)
 
     def _new_job(self, spec: ScheduleSpec) -> Job:
         peer = Peer(f"schedule {spec.name}".encode(), RUN_PROFILE, self._ctx.now)

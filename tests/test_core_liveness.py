@@ -251,11 +251,11 @@ def test_ten_thousand_identities_leave_no_state_behind() -> None:
         core.send(peer, hello(), p.Send("jobs", b"x", 0), p.Kbai())
         core.send(b"stock-%d" % i, p.Send("jobs", b"y"))
     assert core.core.peers == {}
-    assert len(core.core.schedule) < 20_001  # stale timers drain as they come due
+    assert len(core.core.deadlines) < 20_001  # stale timers drain as they come due
     core.advance(1)
     for _ in range(3):  # at most DUE_PER_TURN entries a turn
         core.turn()
-    assert len(core.core.schedule) == 0
+    assert len(core.core.deadlines) == 0
     assert core.stats("jobs")["ready"] == 20_000
 
 
@@ -267,7 +267,7 @@ def test_acked_messages_with_long_ttls_do_not_pile_up_in_the_expiry_heap() -> No
         acks = [p.Ack("jobs", d.message_id) for d in dispatches(out[CONSUMER])]
         core.turn((CONSUMER, acks))
     assert core.core.counters.acked == 200_000
-    assert len(core.core.schedule) <= 2 * 65_536
+    assert len(core.core.deadlines) <= 2 * 65_536
 
 
 def test_a_fast_stock_consumer_costs_one_lease_timer_per_window() -> None:
@@ -278,7 +278,7 @@ def test_a_fast_stock_consumer_costs_one_lease_timer_per_window() -> None:
         acks = [p.Ack("jobs", d.message_id) for d in dispatches(out[CONSUMER])]
         core.turn((CONSUMER, acks))
     assert core.core.counters.acked == 10_000
-    assert len(core.core.schedule) == 1
+    assert len(core.core.deadlines) == 1
 
 
 def test_a_hello_after_other_traffic_still_arms_the_heartbeat_expiry() -> None:

@@ -16,6 +16,7 @@ from ..protocol import ErrorCode
 from .browse import Entry, entry_of_record, oldest_sent_at, page_budget
 from .context import Context
 from .deadletters import DeadLetters
+from .deadlines import BATCH_LEASE_TIMEOUT
 from .errors import CommandError
 from .expiry import Expiry
 from .flow import record_bytes
@@ -23,7 +24,6 @@ from .model import GONE, LEASED, NS_PER_MS, NS_PER_SECOND, READY, Queue, Record
 from .pages import page, page_request
 from .queues import Queues
 from .quotas import LEASES
-from .schedule import LEASE_TIMEOUT
 
 #: Lease timeouts (ms) a reader may ask for, and the default.
 DEFAULT_TIMEOUT_MS = 3_600_000
@@ -64,7 +64,7 @@ class Lease:
         self.gone = False
 
 
-class Leases:
+class BatchLeases:
     __slots__ = ("_ctx", "_dead", "_expiry", "_queues", "count")
 
     def __init__(self, ctx: Context, queues: Queues, dead: DeadLetters, expiry: Expiry) -> None:
@@ -72,7 +72,7 @@ class Leases:
         self._queues = queues
         self._dead = dead
         self._expiry = expiry
-        #: Leases held now, across queues (bounded by `max_leases`).
+        #: BatchLeases held now, across queues (bounded by `max_leases`).
         self.count = 0
 
     def commands(self) -> dict[str, Any]:
@@ -297,7 +297,7 @@ class Leases:
 
     def _arm(self, lease: Lease) -> None:
         lease.due = lease.touched + lease.timeout_ns
-        self._ctx.schedule.arm(lease.due, LEASE_TIMEOUT, lease)
+        self._ctx.deadlines.arm(lease.due, BATCH_LEASE_TIMEOUT, lease)
 
     def drop_all(self, queue: Queue) -> int:
         """A deleted queue's leases go with it (the store deletes their rows with the queue);

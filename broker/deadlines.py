@@ -1,4 +1,4 @@
-"""The one schedule of everything the core does by itself at a given time: message TTLs,
+"""The deadlines: the one heap of everything the core does by itself at a given time: message TTLs,
 delayed requeues and sends, leases, peer expiry, heartbeats owed, idempotency-key expiry, and
 the runs of scheduled jobs.
 
@@ -25,7 +25,7 @@ HEARTBEAT = 4  # Peer: has the broker been silent towards it for an interval?
 KEY_EXPIRY = 5  # None: the oldest idempotency keys' window is over
 UNUSED_QUEUE = 6  # Queue: has it been without consumers for its delete-when-unused time?
 SCHEDULE_RUN = 7  # schedule entry (broker/schedules.py): a named schedule is due to run
-LEASE_TIMEOUT = 8  # Lease (broker/leases.py): untouched for its timeout?
+BATCH_LEASE_TIMEOUT = 8  # Lease (broker/leases.py): untouched for its timeout?
 
 #: The heap is never compacted below this many entries (compacting is O(n)).
 COMPACT_MIN_ENTRIES = 65_536
@@ -33,7 +33,7 @@ COMPACT_MIN_ENTRIES = 65_536
 Entry = tuple[int, int, int, Any]
 
 
-class Schedule:
+class Deadlines:
     __slots__ = ("_compact_at", "_heap", "_seq")
 
     def __init__(self) -> None:
