@@ -7,48 +7,29 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
 import msgspec
 
-import phpmq.protocol as p
-from harness import BrokerProcess, free_port, phpmq, raw_dealer, recv_messages
-from phpmq.broker.shards import started_pids
+from harness import BrokerProcess, hello_answer, phpmq
+from phpmq.broker.shards import shard_address, started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
+from phpmq.testing import free_ports
 
 QUEUES = [f"q{i}" for i in range(20)]
 
 
-def shard_address(base: str, index: int) -> str:
-    host, port = base.rsplit(":", 1)
-    return f"{host}:{int(port) + index}"
-
-
-def hello_answer(address: str) -> dict:
-    with raw_dealer(address) as sock:
-        sock.send(p.encode(p.Hello({})))
-        [answer] = recv_messages(sock)
-        assert isinstance(answer, p.Hello)
-        return answer.options
-
-
-def free_pair() -> str:
-    """A loopback address whose port and port + 1 are both free."""
-    while True:
-        port = free_port()
-        try:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", port + 1))
-            return f"tcp://127.0.0.1:{port}"
-        except OSError:
-            continue
+def test_shards_need_a_fixed_port_and_say_so_in_one_line() -> None:
+    result = phpmq("broker", "--shards", "2", "--bind", "tcp://127.0.0.1:*")
+    assert result.returncode == 1
+    assert result.stderr.startswith("phpmq: --shards needs a fixed port in --bind")
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_shards_own_their_queues_and_one_killed_comes_back(tmp_path: Path) -> None:
-    address = free_pair()
+    address = free_ports(2)
     data = tmp_path / "data"
     with BrokerProcess(
         tmp_path / "broker.log", "--shards", "2", address=address, data_dir=data
@@ -99,8 +80,17 @@ def _alive(pid: int) -> bool:
 
 
 def test_stats_of_a_sharded_broker_cover_every_shard(tmp_path: Path) -> None:
-    address = free_pair()
-    with BrokerProcess(tmp_path / "broker.log", "--shards", "2", address=address) as broker:
+    address = free_ports(2)
+    with BrokerProcess(
+        tmp_path / "broker.log", "--shards", "2", "--metrics-bind", "127.0.0.1:0", address=address
+    ) as broker:
+        shards = broker.endpoints["shards"]
+        assert [(s["shard"], s["bind"]) for s in shards] == [
+            ("local/0", address),
+            ("local/1", shard_address(address, 1)),
+        ]
+        metrics = {s["metrics_bind"] for s in shards}  # port 0: each shard got one of its own
+        assert len(metrics) == 2 and "127.0.0.1:0" not in metrics
         with Client(address) as client:
             client.admin("stats")
             mapping = client.cluster_map

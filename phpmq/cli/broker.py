@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import click
@@ -144,11 +148,18 @@ from .shared import fail
     help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",
 )
 @click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False),
+    help="Once the broker serves, write where it listens into this file (JSON: pid, bind,"
+    " tcp_bind, metrics_bind, and with --shards every shard's): with a '*' port in --bind or"
+    " --tcp-bind, or port 0 in --metrics-bind, the port it got. [default: none]",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
     help="[default: INFO]",
 )
-def broker(config_path: str | None, **flags: Any) -> None:
+def broker(config_path: str | None, ready_file: str | None, **flags: Any) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.
 
     The defaults shown are the broker's own (broker/config.py); a --config file or a
@@ -169,17 +180,41 @@ def broker(config_path: str | None, **flags: Any) -> None:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if config.shard_count() > 1 or config.cluster_file:
-        from ..broker.shards import ShardSupervisor
-
-        try:
-            supervisor = ShardSupervisor(config)
-        except ValueError as exc:
-            fail(str(exc))
-        raise SystemExit(supervisor.run())
+    ready_path = None if ready_file is None else usable_ready_file(ready_file)
+    on_ready = None if ready_path is None else partial(write_ready_file, ready_path)
     try:
-        server = BrokerServer(config)
-    except BrokerError as exc:
-        fail(str(exc))
-    server.install_signal_handlers()
-    server.run()
+        if config.shard_count() > 1 or config.cluster_file:
+            from ..broker.shards import ShardSupervisor
+
+            try:
+                supervisor = ShardSupervisor(config, on_ready)
+            except ValueError as exc:
+                fail(str(exc))
+            raise SystemExit(supervisor.run())
+        try:
+            server = BrokerServer(config)
+        except BrokerError as exc:
+            fail(str(exc))
+        server.install_signal_handlers()
+        server.run(on_ready)
+    finally:
+        if ready_path is not None:
+            ready_path.unlink(missing_ok=True)  # it says where a running broker listens
+
+
+def usable_ready_file(name: str) -> Path:
+    """--ready-file's path, its old copy removed; one line and exit 1 if it cannot be written."""
+    path = Path(name)
+    folder = path.absolute().parent
+    if not (folder.is_dir() and os.access(folder, os.W_OK)):
+        fail(f"cannot write the ready file {name}: {folder} is not a writable folder")
+    path.unlink(missing_ok=True)
+    return path
+
+
+def write_ready_file(path: Path, endpoints: dict[str, Any]) -> None:
+    """The endpoints with this process's id, written whole or not at all (a reader that
+    polls for the file never sees half of it)."""
+    partial_path = path.with_name(f".{path.name}.{os.getpid()}")
+    partial_path.write_text(json.dumps({"pid": os.getpid(), **endpoints}))
+    partial_path.replace(path)
