@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from driven import Connect
 
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, free_port, read_until
 from phpmq.client import BrokerRefused, InvalidArgument, QueueDeleted
 
 
@@ -89,7 +89,8 @@ def test_a_live_feed_gets_events_and_goes_away_with_its_subscriber(
         assert message is not None and message.queue == feed and message.event == "metric.cpu"
         message.ack()
         assert subscriber.cancel(feed) == 0
-    assert feed not in _wait_gone(events_broker, feed)
+    queues = read_until(lambda: events_broker.stats()["queues"], lambda queues: feed not in queues)
+    assert feed not in queues
 
 
 def test_cancel_gives_back_what_the_client_held(
@@ -125,14 +126,6 @@ def test_a_queue_deleted_under_its_consumer_raises_queue_deleted(
         assert consumer.receive(0.3) is None  # told once; the subscription is over
     assert "doomed" not in events_broker.stats()["queues"]
 
-
-def _wait_gone(broker: BrokerProcess, queue: str) -> dict:
-    deadline = time.monotonic() + 5
-    while True:
-        queues = broker.stats()["queues"]
-        if queue not in queues or time.monotonic() > deadline:
-            return queues
-        time.sleep(0.05)
 
 
 def test_a_live_feed_is_bound_again_by_a_restarted_broker(tmp_path: Path, connect: Connect) -> None:

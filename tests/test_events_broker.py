@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -14,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, raw_dealer, recv_messages
+from harness import BrokerProcess, free_port, raw_dealer, recv_messages, wait_until
 
 
 def admin(sock: zmq.Socket, command: str, **options: object) -> dict:
@@ -149,14 +148,6 @@ def test_publish_reaches_exactly_the_queues_a_reference_matcher_picks(
             admin(sock, "queue-delete", queue=queue)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
 
 def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> None:
     with raw_dealer(broker.address) as ops:
@@ -171,7 +162,7 @@ def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> Non
             assert {"graced", "at-once"} <= set(queues())
             first.send(p.encode_all([p.Disconnect(), p.Kbai()]))
             recv_messages(first)  # the broker's KBAI: both windows are closed
-        assert wait_for(lambda: "at-once" not in queues())
+        assert wait_until(lambda: "at-once" not in queues())
         assert "graced" in queues()
         assert publish(ops, "job.1", b"kept for a returning consumer", 1).count == 1
         with raw_dealer(broker.address) as second:
@@ -184,7 +175,7 @@ def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> Non
             assert (answer.reason, answer.count) == ("cancelled", 0)
         left_at = time.monotonic()
         assert "graced" in queues()
-        assert wait_for(lambda: "graced" not in queues())
+        assert wait_until(lambda: "graced" not in queues())
         assert time.monotonic() - left_at >= 1.0  # not before its grace (1.5 s) was nearly over
         counters = admin(ops, "stats")["counters"]
         assert counters["queues_unused_deleted"] == 2

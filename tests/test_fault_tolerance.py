@@ -30,6 +30,7 @@ from harness import (
     nothing_received,
     raw_dealer,
     recv_messages,
+    wait_until,
 )
 from phpmq.client import Client, ReceivedMessage
 
@@ -155,15 +156,6 @@ def receive_until(
         if message is not None:
             on_message(message)
 
-
-def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if check():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- dead consumers

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import REPO, BrokerProcess
+from harness import REPO, BrokerProcess, read_until
 from phpmq.client import BrokerRefused
 from phpmq.testing import BrokerStartError, free_port, free_ports
 
@@ -46,12 +46,7 @@ def scrape_when_up(port: int, timeout: float = 10.0) -> Samples:
 def scrape_until(port: int, ready: Callable[[Samples], bool], timeout: float = 5.0) -> Samples:
     """The loop publishes a new snapshot at most once a second: scrape until it shows what
     was done, then return that scrape."""
-    deadline = time.monotonic() + timeout
-    while True:
-        samples = scrape(port)
-        if ready(samples) or time.monotonic() > deadline:
-            return samples
-        time.sleep(0.2)
+    return read_until(lambda: scrape(port), ready, timeout, 0.2)
 
 
 def queue_sample(samples: Samples, name: str, queue: str, **labels: str) -> float | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, BrokerProcess, phpmq
+from harness import REPO, BrokerProcess, phpmq, read_until
 
 IN_CI = os.environ.get("CI") == "true"
 try:
@@ -110,12 +110,12 @@ def assert_exactly_once(spark: SparkSession, out: Path, sent: list[str]) -> None
 
 def wait_drained(broker: BrokerProcess, queue: str, timeout: float = 15) -> dict[str, Any]:
     """The queue's stats once nothing is ready or leased (the listener acks asynchronously)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = queue_stats(broker, queue)
-        if (stats["ready"], stats.get("leased", 0)) == (0, 0) or time.monotonic() > deadline:
-            return stats
-        time.sleep(0.1)
+    return read_until(
+        lambda: queue_stats(broker, queue),
+        lambda stats: (stats["ready"], stats.get("leased", 0)) == (0, 0),
+        timeout,
+        0.1,
+    )
 
 
 # --------------------------------------------------------------------------- plain runs

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, BrokerProcess
+from harness import REPO, BrokerProcess, read_until
 
 TESTS = Path(__file__).resolve().parent
 #: Worker connections heartbeat fast, so a killed worker's messages come back within 0.6 s.
@@ -144,14 +144,11 @@ class PoolProcess:
         )
 
     def wait_for(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(self.failure(f"timed out after {timeout}s waiting for {what}"))
-            time.sleep(0.05)
+        """`condition`'s first true value; past `timeout` the test fails with both logs."""
+        value = read_until(condition, bool, timeout)
+        if not value:
+            pytest.fail(self.failure(f"timed out after {timeout}s waiting for {what}"))
+        return value
 
     # ------------------------------------------------------------------ stopping
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import zmq
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, phpmq, recv_messages
+from harness import BrokerProcess, free_port, phpmq, recv_messages, wait_for
 from phpmq.broker.config import endpoint_is_local
 from phpmq.broker.shards import shard_address
 from phpmq.client import BrokerRefused, Client, ClientError, curve_keys
@@ -129,7 +128,7 @@ def test_sighup_adds_and_removes_keys_and_rights_live(tmp_path: Path, keys: Path
         # handshakes with her key fail.
         clients.write_text(f"# rotated\nmallory {_public(keys, 'mallory')}\n")
         broker.signal(signal.SIGHUP)
-        _wait_for(lambda: "SIGHUP: 1 client keys allowed" in broker.log())
+        wait_for(lambda: "SIGHUP: 1 client keys allowed" in broker.log(), "the keys read again")
         with client_of(broker.address, keys, "mallory") as mallory_again:
             assert mallory_again.send("q", b"2", confirm=True)
         assert alice.send("q", b"3", confirm=True)  # still connected
@@ -174,7 +173,7 @@ def test_the_tcp_endpoint_serves_only_its_networks(tmp_path: Path) -> None:
         refused = socket.create_connection(("127.0.0.1", tcp_port))
         refused.settimeout(5)
         assert refused.recv(100) == b""  # closed at once
-        _wait_for(lambda: _ready(broker, "legacy") == 1)
+        wait_for(lambda: _ready(broker, "legacy") == 1, "the served peer's send queued")
         served.close()
         refused.close()
     finally:
@@ -235,12 +234,6 @@ def _ready(broker: BrokerProcess, queue: str) -> int:
     with Client(broker.address, **FAST) as client:  # type: ignore[arg-type]
         return client.admin("stats")["queues"].get(queue, {}).get("ready", 0)
 
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
 
 def test_a_sharded_curve_broker_forwards_over_curve_links_and_checks_rights_at_entry(
