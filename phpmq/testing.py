@@ -48,20 +48,26 @@ EPHEMERAL_START_DEFAULT = 32_768
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS's pick for port 0): for an
-    address where nothing should answer. A broker takes ANY_PORT instead."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago, for what must know its port before
+    it binds: a broker that comes back at the same address after a restart, a cluster file,
+    an address where nothing should answer. A broker that needs none of that takes ANY_PORT.
+
+    It is picked below the system's ephemeral range, which the ports the system gives for
+    port 0 and for outgoing connections come from: no connection can take it meanwhile, and
+    a client reconnecting to it while nothing listens cannot connect to itself. Only another
+    such pick can race for it."""
+    return _free_run(1)
 
 
 def free_ports(count: int) -> str:
-    """A loopback address whose port and the `count - 1` after it were free a moment ago.
+    """A loopback address whose port and the `count - 1` after it were free a moment ago: for
+    a sharded broker (shard i binds port + i, and every shard is told all the addresses before
+    any starts). Picked as free_port is."""
+    return f"tcp://127.0.0.1:{_free_run(count)}"
 
-    Only for what must know its ports before it binds: a sharded broker (shard i binds
-    port + i, and every shard is told all the addresses before any starts). They are picked
-    below the system's ephemeral range, which the ports it gives for port 0 and for outgoing
-    connections come from, so that only another such pick can take them meanwhile."""
+
+def _free_run(count: int) -> int:
+    """The first of `count` consecutive ports that can all be bound, below the ephemeral range."""
     highest = _ephemeral_start() - count
     while True:
         port = random.randint(LOWEST_PICKED_PORT, highest)
@@ -69,7 +75,7 @@ def free_ports(count: int) -> str:
             for offset in range(count):
                 with socket.socket() as probe:
                     probe.bind(("127.0.0.1", port + offset))
-            return f"tcp://127.0.0.1:{port}"
+            return port
         except OSError:
             continue
 

@@ -96,7 +96,7 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
     from phpmq.broker.server import BrokerServer
 
     server = BrokerServer(
-        BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
+        BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d"))
     )
     try:
         store = BrokenStore(tmp_path / "d")
@@ -136,7 +136,7 @@ def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
     from phpmq.broker.server import BrokerServer
 
     server = BrokerServer(
-        BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
+        BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d"))
     )
     sent: list[tuple[bytes, bytes]] = []
     server._send = sent.extend  # type: ignore[method-assign]

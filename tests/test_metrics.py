@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import REPO, BrokerProcess, read_until
 from phpmq.client import BrokerRefused
-from phpmq.testing import BrokerStartError, free_port, free_ports
+from phpmq.testing import BrokerStartError, free_ports
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -54,15 +54,16 @@ def queue_sample(samples: Samples, name: str, queue: str, **labels: str) -> floa
 
 
 def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> None:
-    port = free_port()
     with BrokerProcess(
         tmp_path / "broker.log",
         "--metrics-bind",
-        f"127.0.0.1:{port}",
+        "127.0.0.1:0",
         "--max-queue-length",
         "5",
         data_dir=tmp_path / "d",
     ) as broker:
+        assert broker.metrics_address is not None
+        port = int(broker.metrics_address.rpartition(":")[2])
         with broker.client() as producer:
             for index in range(5):
                 producer.send("orders", b"order %d" % index, confirm=True)
@@ -167,13 +168,11 @@ def test_each_shard_serves_its_own_metrics_with_its_name(tmp_path: Path) -> None
 
 
 def test_a_taken_metrics_port_stops_the_broker_with_one_line(tmp_path: Path) -> None:
-    port = free_port()
-    taken = f"127.0.0.1:{port}"
-    with (
-        BrokerProcess(tmp_path / "first.log", "--metrics-bind", taken),
-        pytest.raises(BrokerStartError, match=f"cannot serve metrics on {taken}: "),
-    ):
-        # With the TCP endpoint and a store open too: all of it closes before the exit.
-        BrokerProcess(
-            tmp_path / "second.log", "--metrics-bind", taken, tcp=True, data_dir=tmp_path / "d"
-        )
+    with BrokerProcess(tmp_path / "first.log", "--metrics-bind", "127.0.0.1:0") as first:
+        taken = first.metrics_address
+        assert taken is not None
+        with pytest.raises(BrokerStartError, match=f"cannot serve metrics on {taken}: "):
+            # With the TCP endpoint and a store open too: all of it closes before the exit.
+            BrokerProcess(
+                tmp_path / "second.log", "--metrics-bind", taken, tcp=True, data_dir=tmp_path / "d"
+            )

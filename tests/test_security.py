@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, phpmq, recv_messages, wait_for
+from harness import BrokerProcess, phpmq, recv_messages, wait_for
 from phpmq.broker.config import endpoint_is_local
 from phpmq.broker.shards import shard_address
 from phpmq.client import BrokerRefused, Client, ClientError, curve_keys
@@ -147,7 +147,7 @@ def test_a_malformed_key_file_stops_the_broker_naming_file_and_line(
     result = phpmq(
         "broker",
         "--bind",
-        f"tcp://127.0.0.1:{free_port()}",
+        "tcp://127.0.0.1:*",
         "--curve-secret",
         str(keys / "broker.key_secret"),
         "--curve-clients",
@@ -159,14 +159,8 @@ def test_a_malformed_key_file_stops_the_broker_naming_file_and_line(
 
 
 def test_the_tcp_endpoint_serves_only_its_networks(tmp_path: Path) -> None:
-    tcp_port = free_port()
-    broker = BrokerProcess(
-        tmp_path / "broker.log",
-        "--tcp-bind",
-        f"tcp://127.0.0.1:{tcp_port}",
-        "--tcp-allow",
-        "127.0.0.2/32",
-    )
+    broker = BrokerProcess(tmp_path / "broker.log", "--tcp-allow", "127.0.0.2/32", tcp=True)
+    tcp_port = broker.tcp_port
     try:
         served = socket.create_connection(("127.0.0.1", tcp_port), source_address=("127.0.0.2", 0))
         served.sendall(p.encode(p.Send("legacy", b"hello")))
