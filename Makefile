@@ -4,6 +4,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers for `make test` (tests of one xdist_group share a worker).
+JOBS ?= auto
 
 .PHONY: broker test lint bench
 
@@ -32,7 +34,7 @@ test: $(VENV)/.test
 	  fi; \
 	done
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(ARGS); status=$$?; \
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 
 bench: $(VENV)/.core

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from driven import connect
 
 import lan
+import pipeline_harness
 from harness import BrokerProcess, CoreHarness
 
 __all__ = ["connect"]  # a fixture: either client (tests/driven.py)
@@ -25,6 +27,12 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark for the test process (tests/pipeline_harness.py)."""
+    yield from pipeline_harness.local_spark()
 
 
 @pytest.fixture

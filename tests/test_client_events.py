@@ -5,14 +5,13 @@ deleted under its consumer. Skipped while the broker does not route events yet.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from driven import Connect
 
-from harness import BrokerProcess, free_port, read_until
+from harness import BrokerProcess, free_port, read_until, wait_until
 from phpmq.client import BrokerRefused, InvalidArgument, QueueDeleted
 
 
@@ -160,6 +159,4 @@ def test_a_live_feed_is_bound_again_by_a_restarted_broker(tmp_path: Path, connec
 def _publish_until_routed(client: Any, event: str, content: bytes) -> None:
     """Publish until a queue is bound to take it (a consume is on its way), then close."""
     with client:
-        deadline = time.monotonic() + 10
-        while not client.publish(event, content) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: client.publish(event, content), interval=0.05)

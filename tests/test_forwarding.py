@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 import zmq
 from test_tcp_endpoint import PHP_SCRIPT, _php
 
@@ -22,6 +23,9 @@ from phpmq.broker.shards import shard_address, started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
 from phpmq.testing import free_ports
+
+# Each test runs two or three broker processes: one sharded broker at a time.
+pytestmark = pytest.mark.xdist_group("shards")
 
 
 def cluster(address: str) -> ClusterMap:

@@ -29,13 +29,16 @@ try:
     from pyspark.sql.streaming import StreamingQueryListener
 
     from phpmq.client import BrokerRefused, curve_keys
-    from pipeline_harness import QUERY_TIMEOUT_S, queue_stats, run_available_now, spark  # noqa: F401
+    from pipeline_harness import QUERY_TIMEOUT_S, queue_stats, run_available_now
 except ModuleNotFoundError as missing:
     if (missing.name or "").split(".")[0] not in {"pyspark", "pyarrow", "pandas", "numpy"}:
         raise
     if IN_CI:
         pytest.fail(f"the spark extra is required in CI: {missing}", pytrace=False)
     pytest.skip(f"{missing} (pip install '.[spark]')", allow_module_level=True)
+
+# One Spark (a JVM) at a time: the Spark files run one after another in one worker.
+pytestmark = pytest.mark.xdist_group("spark")
 
 #: A Spark driver of its own (argv: broker, queue, output, checkpoint) streaming to Parquet in
 #: batches of 300; a Python UDF hangs the task that meets message 450 (in batch 1) after

@@ -3,7 +3,7 @@ broker (`phpmq broker --shards 2`), with queues owned by both shards."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +20,27 @@ from phpmq.protocol.cluster import ClusterMap
 from phpmq.testing import free_ports
 
 try:  # Spark is an optional extra: without it only the Spark tests are skipped
-    import test_pipeline
+    import test_pipeline  # noqa: F401  (skips, or fails in CI, without Spark)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
     from pipeline_harness import run_available_now
 
     SPARK_MISSING = None
-    spark = test_pipeline.spark  # the module-scoped Spark fixture of tests/test_pipeline.py
 except pytest.skip.Exception as missing:
     SPARK_MISSING = str(missing)
 
-needs_spark = pytest.mark.skipif(SPARK_MISSING is not None, reason=str(SPARK_MISSING))
 SHARDS = 2
+
+# Each test runs a broker of two shards: one sharded broker at a time (the Spark tests go with
+# the other Spark tests instead).
+pytestmark = pytest.mark.xdist_group("shards")
+
+
+def needs_spark(test: Callable[..., None]) -> Callable[..., None]:
+    """A Spark test: skipped without Spark, and run in the Spark tests' worker."""
+    skip = pytest.mark.skipif(SPARK_MISSING is not None, reason=str(SPARK_MISSING))
+    return pytest.mark.xdist_group("spark")(skip(test))
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from harness import BrokerProcess, hello_answer, phpmq
 from phpmq.broker.shards import shard_address, started_pids
@@ -19,6 +20,10 @@ from phpmq.protocol.cluster import ClusterMap
 from phpmq.testing import free_ports
 
 QUEUES = [f"q{i}" for i in range(20)]
+
+
+# Each test runs two or three broker processes: one sharded broker at a time.
+pytestmark = pytest.mark.xdist_group("shards")
 
 
 def test_shards_need_a_fixed_port_and_say_so_in_one_line() -> None:
