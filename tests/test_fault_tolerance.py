@@ -34,6 +34,9 @@ from harness import (
 )
 from phpmq.client import Client, ReceivedMessage
 
+# Their checks measure time (heartbeat gaps, redelivery and lease bounds): one at a time.
+pytestmark = pytest.mark.xdist_group("timing")
+
 PEER_SCRIPT = Path(__file__).resolve().parent / "peer_process.py"
 #: The liveness settings the tests' clients agree on with the broker.
 HEARTBEAT_MS = 100

@@ -12,9 +12,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import phpmq.protocol as p
 from harness import BrokerProcess, phpmq, raw_dealer, recv_messages
 from phpmq import Client
+
+# Their checks measure time (heartbeat gaps, redelivery and lease bounds): one at a time.
+pytestmark = pytest.mark.xdist_group("timing")
 
 LEASE_MS = 1000
 

@@ -16,6 +16,9 @@ import zmq
 import phpmq.protocol as p
 from harness import BrokerProcess, raw_dealer, wait_for
 
+# Their checks measure time (heartbeat gaps, redelivery and lease bounds): one at a time.
+pytestmark = pytest.mark.xdist_group("timing")
+
 #: A stock producer (no HELLO, never reads) sending frames of 256 pre-TTL sends as fast as
 #: libzmq takes them.
 FLOODER = """
