@@ -33,8 +33,13 @@ __all__ = ["start_pool"]  # a fixture (tests/test_pool.py)
 def answering(start_pool: Callable[..., PoolProcess], *args: str, **options: Any) -> PoolProcess:
     """A pool answering requests on `rpc`, once its workers consume it."""
     pool = start_pool("answer", "-q", "rpc", *FAST, *args, **options)
-    pool.wait_for(lambda: "workers running" in pool.log(), 20, "the pool to start")
+    # A request sent before the pool consumes could expire (its TTL) before any worker sees it.
+    pool.wait_for(lambda: consumers(pool.broker, "rpc") > 0, 20, "the pool to consume rpc")
     return pool
+
+
+def consumers(broker: BrokerProcess, queue: str) -> int:
+    return int(broker.stats()["queues"].get(queue, {}).get("consumers", 0))
 
 
 def dropped_by_broker(broker: BrokerProcess) -> int:

@@ -32,9 +32,9 @@ except pytest.skip.Exception as missing:
 
 SHARDS = 2
 
-# Each test runs a broker of two shards: one sharded broker at a time (the Spark tests go with
-# the other Spark tests instead).
-pytestmark = pytest.mark.xdist_group("shards")
+#: Each test runs a broker of two shards: one sharded broker at a time. (A test with several
+#: xdist_group marks would get a group of their own: the Spark tests have only "spark".)
+sharded_group = pytest.mark.xdist_group("shards")
 
 
 def needs_spark(test: Callable[..., None]) -> Callable[..., None]:
@@ -110,6 +110,7 @@ def drain_at_owner(broker: BrokerProcess, queue: str, count: int) -> list[bytes]
     return got
 
 
+@sharded_group
 def test_queues_have_owners_on_both_shards(sharded: BrokerProcess) -> None:
     first, second = owned_by(sharded, 0, "x"), owned_by(sharded, 1, "x")
     assert {owner_index(sharded, first), owner_index(sharded, second)} == {0, 1}
@@ -118,6 +119,7 @@ def test_queues_have_owners_on_both_shards(sharded: BrokerProcess) -> None:
 # --------------------------------------------------------------------------- worker pool
 
 
+@sharded_group
 def test_a_worker_pool_does_the_jobs_of_queues_on_different_shards(
     tmp_path: Path, sharded: BrokerProcess
 ) -> None:
@@ -143,6 +145,7 @@ def test_a_worker_pool_does_the_jobs_of_queues_on_different_shards(
 # --------------------------------------------------------------------------- bridge
 
 
+@sharded_group
 def test_pull_in_bridge_fills_a_queue_owned_by_the_other_shard(
     tmp_path: Path, sharded: BrokerProcess
 ) -> None:
