@@ -1,11 +1,10 @@
-"""Helpers of the Spark pipeline tests (tests/test_pipeline*.py): one local Spark for the test
-process, the broker-side checks the tests share.
+"""Helpers of the Spark pipeline tests (tests/test_pipeline*.py): one local Spark per test
+file, stopped after it; the broker-side checks the tests share.
 
-The `spark` fixture (tests/conftest.py) is `local_spark()`, session-scoped: a JVM starts once
-(15-30 s), not once per file, and the Spark tests run one after another in one pytest-xdist
-worker (their `xdist_group("spark")`). Spark is optional: a test file calls
-`skip_without_spark(missing)` when its pyspark imports fail, which skips it locally and fails
-it in CI (CI=true).
+The `spark` fixture (tests/conftest.py) is `local_spark()`, module-scoped; the Spark tests run
+one after another in one pytest-xdist worker (their `xdist_group("spark")`), so that one JVM
+runs at a time. Spark is optional: a test file calls `skip_without_spark(missing)` when its
+pyspark imports fail, which skips it locally and fails it in CI (CI=true).
 """
 
 from __future__ import annotations
@@ -38,7 +37,8 @@ def skip_without_spark(missing: ModuleNotFoundError) -> NoReturn:
 
 
 def local_spark() -> Iterator[Any]:
-    """One local Spark, skipped (failed in CI) without Java; stopped afterwards, JVM included."""
+    """One local Spark, skipped (failed in CI) without Java; stopped afterwards, JVM included,
+    so that it takes no CPU or memory from the tests that run later."""
     from phpmq.pipeline.session import SparkUnavailable, local_session
 
     try:
