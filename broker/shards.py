@@ -4,10 +4,10 @@ the queues the cluster map gives it (protocol/cluster.py).
 
 Shard i binds the --bind address with its port + i, so shard 0 answers at the address users
 give; with --metrics-bind, shard i serves its own /metrics at that port + i (port 0: each at a
-free port of its own). Every shard
-knows the map and tells HELLO peers (they go to the owner themselves). The supervisor restarts
-a shard that dies, after a pause that doubles while it keeps dying, with its durable data; on
-SIGTERM/SIGINT it asks every shard to drain and stop, and waits.
+free port of its own). Every shard knows the map and tells HELLO peers (they go to the owner
+themselves). The supervisor restarts a shard that dies, after a pause that doubles while it
+keeps dying, with its durable data; on SIGTERM/SIGINT it asks every shard to drain and stop,
+and waits.
 """
 
 from __future__ import annotations
