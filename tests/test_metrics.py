@@ -148,6 +148,7 @@ def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> Non
     assert wanted <= {name for name, _ in samples}, wanted - {name for name, _ in samples}
 
 
+@pytest.mark.xdist_group("shards")  # a sharded broker: one at a time
 def test_each_shard_serves_its_own_metrics_with_its_name(tmp_path: Path) -> None:
     address = free_ports(2)
     metrics_port = int(free_ports(2).rpartition(":")[2])

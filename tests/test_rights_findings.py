@@ -189,6 +189,7 @@ def _ready(broker: BrokerProcess, queue: str) -> int:
 # --------------------------------------------------------------------------- 2. links
 
 
+@pytest.mark.xdist_group("shards")  # a sharded broker: one at a time
 def test_a_client_key_posing_as_a_shard_link_cannot_forward(tmp_path: Path, keys: Path):
     address = free_ports(2)
     broker = start(tmp_path, keys, "--shards", "2", address=address)

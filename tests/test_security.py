@@ -230,6 +230,7 @@ def _ready(broker: BrokerProcess, queue: str) -> int:
 
 
 
+@pytest.mark.xdist_group("shards")  # a sharded broker: one at a time
 def test_a_sharded_curve_broker_forwards_over_curve_links_and_checks_rights_at_entry(
     tmp_path: Path, keys: Path
 ) -> None:
