@@ -321,16 +321,24 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 def metrics_address(bind: str, index: int = 0) -> tuple[str, int]:
     """`metrics_bind` ("host:port", "[::1]:port" or ":port" for every interface) as the
-    (host, port) to serve on; `index` is added to the port (shard i serves port + i).
+    (host, port) to serve on; `index` is added to the port (shard i serves port + i). Port 0
+    is any free port, for every shard alike (the ready file tells which).
 
     Raises:
-        ValueError: not host:port with a port of 1-65535.
+        ValueError: not host:port with a port of 0-65535.
     """
     host, colon, port_text = bind.rpartition(":")
     port = int(port_text) if colon and port_text.isdigit() else -1
+    if port == 0:
+        return host.strip("[]"), 0
     if not 1 <= port + index <= 65535:
         raise ValueError(f"metrics_bind must be host:port (e.g. 127.0.0.1:9464), not {bind!r}")
     return host.strip("[]"), port + index
+
+
+def metrics_bind_text(host: str, port: int) -> str:
+    """(host, port) written back as a `metrics_bind` value ("[::1]:9464" for IPv6)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 _SIZE_UNITS = {

@@ -1,4 +1,4 @@
-"""A real broker for tests and benchmarks: `phpmq broker` in a subprocess on a free port.
+"""A real broker for tests and benchmarks: `phpmq broker` in a subprocess on a port of its own.
 
     from phpmq import Client
     from phpmq.testing import BrokerProcess
@@ -9,17 +9,21 @@
                 client.send("orders", b"order 17")
             assert broker.stats()["queues"]["orders"]["ready"] == 1
 
-The broker is this Python's `python -m phpmq broker`, bound to a free loopback port (found by
-binding port 0) and is returned only once it answers a stats request. Its stdout and stderr go
-to `log_path` (by default a temporary file, read back into memory and removed when the broker
-stops), and a broker that exits at start-up or does not answer raises BrokerStartError with
-its log. Leaving the `with` block stops it: SIGTERM, then SIGKILL after `stop_timeout`.
-Needs no test framework.
+The broker is this Python's `python -m phpmq broker`. It binds `tcp://127.0.0.1:*` (a port the
+system gives it, so no other process can race for it) and writes where it listens into a
+`--ready-file` once it serves; BrokerProcess waits for that file, written by its own process,
+and returns with `address` (and `tcp_address`, `metrics_address`) set from it. Its stdout and
+stderr go to `log_path` (by default a temporary file, read back into memory and removed when
+the broker stops), and a broker that exits at start-up or is not ready in time raises
+BrokerStartError with its log. Leaving the `with` block stops it: SIGTERM, then SIGKILL after
+`stop_timeout`. Needs no test framework.
 """
 
 from __future__ import annotations
 
-import os
+import json
+import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,54 +34,85 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .client import Client, ClientError, Curve
+from .client import Client, Curve
 
-__all__ = ["BrokerProcess", "BrokerStartError", "free_port"]
+__all__ = ["ANY_PORT", "BrokerProcess", "BrokerStartError", "free_port", "free_ports"]
+
+#: A loopback endpoint on a port the system picks when the broker binds (ZeroMQ's `*`).
+ANY_PORT = "tcp://127.0.0.1:*"
+#: How often start-up looks for the ready file.
+READY_POLL_S = 0.01
+#: Where free_ports looks when the system does not say where its ephemeral ports start.
+LOWEST_PICKED_PORT = 10_000
+EPHEMERAL_START_DEFAULT = 32_768
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS's pick for port 0)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago, for what must know its port before
+    it binds: a broker that comes back at the same address after a restart, a cluster file,
+    an address where nothing should answer. A broker that needs none of that takes ANY_PORT.
+
+    It is picked below the system's ephemeral range, which the ports the system gives for
+    port 0 and for outgoing connections come from: no connection can take it meanwhile, and
+    a client reconnecting to it while nothing listens cannot connect to itself. Only another
+    such pick can race for it."""
+    return _free_run(1)
 
 
 def free_ports(count: int) -> str:
-    """A loopback address whose port and the `count - 1` after it are all free (for a
-    sharded broker: shard i binds port + i)."""
+    """A loopback address whose port and the `count - 1` after it were free a moment ago: for
+    a sharded broker (shard i binds port + i, and every shard is told all the addresses before
+    any starts). Picked as free_port is."""
+    return f"tcp://127.0.0.1:{_free_run(count)}"
+
+
+def _free_run(count: int) -> int:
+    """The first of `count` consecutive ports that can all be bound, below the ephemeral range."""
+    highest = _ephemeral_start() - count
     while True:
-        port = free_port()
+        port = random.randint(LOWEST_PICKED_PORT, highest)
         try:
-            for offset in range(1, count):
+            for offset in range(count):
                 with socket.socket() as probe:
                     probe.bind(("127.0.0.1", port + offset))
-            return f"tcp://127.0.0.1:{port}"
+            return port
         except OSError:
             continue
 
 
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_START_DEFAULT
+
+
 class BrokerStartError(RuntimeError):
-    """Raised when the broker exits during start-up or does not answer in time; the message
+    """Raised when the broker exits during start-up or is not ready in time; the message
     ends with the broker's log (for a bad flag: its one-line error)."""
 
 
 class BrokerProcess:
-    """A `phpmq broker` subprocess on a free loopback port, answering when constructed.
+    """A `phpmq broker` subprocess on a loopback port of its own, serving when constructed.
 
     Args:
         *flags: more `phpmq broker` flags, e.g. "--grace-seconds", "0".
         log_path: file for the broker's stdout and stderr; default: a temporary file.
-        address: the ZeroMQ address to bind; default: tcp://127.0.0.1 on a free port.
-        tcp: also listen for stock PHPMQ clients on plain TCP (`--tcp-bind`) on a free port:
-            see `tcp_port` and `tcp_address`.
+        address: the ZeroMQ address to bind; default: ANY_PORT. `address` is then where it
+            listens (for a restart on the same address, pass the first broker's).
+        tcp: also listen for stock PHPMQ clients on plain TCP (`--tcp-bind`) on a port of its
+            own: see `tcp_port` and `tcp_address`.
         data_dir: keep messages in this directory (`--data-dir`); default: in memory.
-        start_timeout: seconds the broker has to answer a stats request.
-        curve: keys for a broker started with `--curve-secret` (its readiness check and
-            `client()` use them).
+        start_timeout: seconds the broker has to write its ready file.
+        curve: keys for a broker started with `--curve-secret` (`client()` uses them).
         stop_timeout: seconds `stop()` waits after SIGTERM before it kills.
 
+    `endpoints` is the broker's ready file (docs/cli.md, `--ready-file`): `bind`, and
+    `tcp_bind`, `metrics_bind` and `shards` when on.
+
     Raises:
-        BrokerStartError: the broker exited at start-up or did not answer in time (it is
+        BrokerStartError: the broker exited at start-up or was not ready in time (it is
             killed, and the error carries its log).
     """
 
@@ -92,21 +127,19 @@ class BrokerProcess:
         stop_timeout: float = 10.0,
         curve: Curve | None = None,
     ) -> None:
-        self.address = address or f"tcp://127.0.0.1:{free_port()}"
+        self.address = address or ANY_PORT
         self.curve = curve
-        self.tcp_port = free_port() if tcp else None
-        self.tcp_address = f"tcp://127.0.0.1:{self.tcp_port}" if tcp else None
         self.stop_timeout = stop_timeout
+        #: The ready file, and the log unless one is given; removed when the broker stops.
+        self._scratch = Path(tempfile.mkdtemp(prefix="phpmq-broker-"))
+        self._ready_path = self._scratch / "ready.json"
         self._temporary_log = log_path is None
-        if log_path is None:
-            handle, name = tempfile.mkstemp(prefix="phpmq-broker-", suffix=".log")
-            os.close(handle)
-            log_path = name
-        self.log_path = Path(log_path)
+        self.log_path = self._scratch / "broker.log" if log_path is None else Path(log_path)
         self._final_log: str | None = None
         command = [sys.executable, "-m", "phpmq", "broker", "--bind", self.address]
-        if self.tcp_address is not None:
-            command += ["--tcp-bind", self.tcp_address]
+        command += ["--ready-file", str(self._ready_path)]
+        if tcp:
+            command += ["--tcp-bind", ANY_PORT]
         if data_dir is not None:
             command += ["--data-dir", str(data_dir)]
         with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
@@ -114,14 +147,22 @@ class BrokerProcess:
                 [*command, *flags], stdout=log, stderr=subprocess.STDOUT
             )
         try:
-            self._wait_until_answering(start_timeout)
+            self.endpoints: dict[str, Any] = self._wait_until_ready(start_timeout)
         except BaseException:
             self.kill()
             raise
+        self.address = self.endpoints["bind"]
+        self.tcp_address: str | None = self.endpoints.get("tcp_bind")
+        self.tcp_port = None if self.tcp_address is None else _port(self.tcp_address)
+        #: Where /metrics is served (host:port) with `--metrics-bind`, else None.
+        self.metrics_address: str | None = self.endpoints.get("metrics_bind")
 
-    def _wait_until_answering(self, timeout: float) -> None:
+    def _wait_until_ready(self, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
+            endpoints = self._ready_file()
+            if endpoints is not None:
+                return endpoints
             code = self.process.poll()
             if code is not None:
                 raise BrokerStartError(
@@ -129,21 +170,18 @@ class BrokerProcess:
                 )
             if time.monotonic() > deadline:
                 raise BrokerStartError(
-                    f"the broker did not answer within {timeout}s; its log:\n{self.log()}"
+                    f"the broker was not ready within {timeout}s; its log:\n{self.log()}"
                 )
-            with Client(
-                self.address,
-                name="phpmq-testing",
-                send_timeout=1,
-                close_timeout=0.2,
-                curve=self.curve,
-            ) as client:
-                try:
-                    client.admin("stats", timeout=0.5)
-                    return
-                except ClientError:
-                    pass
-            time.sleep(0.05)
+            time.sleep(READY_POLL_S)
+
+    def _ready_file(self) -> dict[str, Any] | None:
+        """The ready file's endpoints once this process wrote it (it is renamed into place
+        whole: never read half-written)."""
+        try:
+            endpoints = json.loads(self._ready_path.read_text())
+        except FileNotFoundError:
+            return None
+        return endpoints if endpoints.get("pid") == self.process.pid else None
 
     def client(self, **options: Any) -> Client:
         """A new client of this broker; `options` are Client's keyword arguments."""
@@ -200,7 +238,7 @@ class BrokerProcess:
     def _forget_temporary_log(self) -> None:
         if self._temporary_log and self._final_log is None:
             self._final_log = self.log_path.read_text(errors="replace")
-            self.log_path.unlink()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> BrokerProcess:
         return self
@@ -215,3 +253,7 @@ class BrokerProcess:
 
     def __repr__(self) -> str:
         return f"<BrokerProcess {self.address} pid={self.process.pid}>"
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])

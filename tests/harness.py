@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 
@@ -25,6 +26,10 @@ from phpmq.broker.journal import Journal
 from phpmq.testing import free_port as free_port
 
 REPO = Path(__file__).resolve().parent.parent
+#: The peer CoreHarness.admin sends from.
+OPS = b"ops"
+
+Value = TypeVar("Value")
 
 
 class CoreHarness:
@@ -62,6 +67,12 @@ class CoreHarness:
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
+    def admin(self, command: str, peer: bytes = OPS, **options: object) -> dict:
+        """The answer to an admin command sent by `peer` in a turn of its own."""
+        [reply] = self.send(peer, p.Admin({"command": command, **options}))
+        assert isinstance(reply, p.AdminReply), reply
+        return reply.options
+
     def stats(self, queue: str) -> dict:
         queue_record = self.core.queues[queue]
         return {
@@ -87,6 +98,54 @@ def errors(messages: list) -> list[p.Error]:
     return [m for m in messages if isinstance(m, p.Error)]
 
 
+# --------------------------------------------------------------------------- waiting
+# A longer timeout only delays a failure; the interval is short because a wait's first look
+# usually comes too early.
+
+
+def wait_for(
+    check: Callable[[], Value], what: str, timeout: float = 10.0, interval: float = 0.02
+) -> Value:
+    """Call `check` until it returns something true and return that; past `timeout` seconds
+    the test fails, naming `what` it waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(interval)
+
+
+def wait_until(check: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Whether `check` came true within `timeout` seconds: for a test that asserts more
+    than that, or that goes on either way."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if check():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+
+
+def read_until(
+    read: Callable[[], Value],
+    done: Callable[[Value], bool],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+) -> Value:
+    """Call `read` until `done` holds for what it returned; that value, or the last one read
+    at the deadline (the test's own assertion on it then says what is wrong)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
 # --------------------------------------------------------------------------- real processes
 
 
@@ -109,6 +168,23 @@ def raw_dealer(address: str, identity: bytes | None = None) -> Iterator[zmq.Sock
         yield sock
     finally:
         sock.close(linger=0)
+
+
+def raw_admin(sock: zmq.Socket, command: str, **options: object) -> dict:
+    """The answer to an admin command sent on a raw DEALER (the next frame must be it)."""
+    sock.send(p.encode(p.Admin({"command": command, **options})))
+    [reply] = recv_messages(sock)
+    assert isinstance(reply, p.AdminReply), reply
+    return reply.options
+
+
+def hello_answer(address: str) -> dict:
+    """The options of the broker's answer to a bare HELLO."""
+    with raw_dealer(address) as sock:
+        sock.send(p.encode(p.Hello({})))
+        [answer] = recv_messages(sock)
+        assert isinstance(answer, p.Hello)
+        return answer.options
 
 
 def recv_messages(sock: zmq.Socket, timeout: float = 5.0) -> list:

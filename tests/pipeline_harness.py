@@ -1,9 +1,10 @@
 """Helpers of the Spark pipeline tests (tests/test_pipeline*.py): one local Spark per test
 file, stopped after it; the broker-side checks the tests share.
 
-`spark` is a module-scoped fixture: import it (`from pipeline_harness import spark`) into a
-test file. Spark is optional: a test file calls `skip_without_spark(missing)` when its pyspark
-imports fail, which skips it locally and fails it in CI (CI=true).
+The `spark` fixture (tests/conftest.py) is `local_spark()`, module-scoped; the Spark tests run
+one after another in one pytest-xdist worker (their `xdist_group("spark")`), so that one JVM
+runs at a time. Spark is optional: a test file calls `skip_without_spark(missing)` when its
+pyspark imports fail, which skips it locally and fails it in CI (CI=true).
 """
 
 from __future__ import annotations
@@ -37,10 +38,9 @@ def skip_without_spark(missing: ModuleNotFoundError) -> NoReturn:
     pytest.skip(f"{missing} (pip install '.[spark]')", allow_module_level=True)
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One Spark for the test file; stopped after it, JVM included, so that it takes no CPU or
-    memory from the test files that run later."""
+def local_spark() -> Iterator[Any]:
+    """One local Spark, skipped (failed in CI) without Java; stopped afterwards, JVM included,
+    so that it takes no CPU or memory from the tests that run later."""
     from phpmq.pipeline.session import SparkUnavailable, local_session
 
     try:

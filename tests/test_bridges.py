@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from harness import REPO, BrokerProcess
+from harness import REPO, BrokerProcess, wait_for
 from phpmq.client import Client
 
 REPORT_SECONDS = "0.2"
@@ -131,13 +131,6 @@ def bound(context: zmq.Context, kind: int, **options: int) -> tuple[zmq.Socket, 
     sock.bind("tcp://127.0.0.1:0")
     return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
-
-def wait_for(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.01)
 
 
 def drain(broker: Broker, queue: str, count: int, window: int = 500) -> list:

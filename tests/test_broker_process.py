@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -10,7 +12,15 @@ import threading
 import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, errors, nothing_received, raw_dealer, recv_messages
+from harness import (
+    BrokerProcess,
+    errors,
+    nothing_received,
+    phpmq,
+    raw_dealer,
+    recv_messages,
+    wait_for,
+)
 from phpmq.client import BrokerRefused, Client, ClientError
 
 #: The stock php-mq client's pre-TTL 001 (reference TV-B).
@@ -251,6 +261,47 @@ def test_broker_refuses_to_start_on_a_taken_address(broker: BrokerProcess) -> No
     assert second.returncode == 1
     assert f"cannot bind {broker.address}" in second.stderr
     assert len(second.stderr.strip().splitlines()) == 1
+
+
+def test_the_ready_file_says_where_the_broker_got_its_ports_until_it_exits(tmp_path) -> None:
+    ready = tmp_path / "ready.json"
+    ready.write_text(json.dumps({"pid": 1, "bind": "tcp://127.0.0.1:1"}))  # an earlier run's
+    anywhere = "tcp://127.0.0.1:*"
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "phpmq", "broker", "--bind", anywhere, "--tcp-bind", anywhere,
+         "--ready-file", str(ready)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        def written_by_this_broker() -> dict | None:
+            with contextlib.suppress(FileNotFoundError):
+                written = json.loads(ready.read_text())
+                return written if written["pid"] == broker.pid else None
+            return None
+
+        written = wait_for(written_by_this_broker, "the ready file", timeout=20)
+        assert set(written) == {"pid", "bind", "tcp_bind"}
+        assert written["pid"] == broker.pid
+        prefix = "tcp://127.0.0.1:"
+        ports = {int(written[name].removeprefix(prefix)) for name in ("bind", "tcp_bind")}
+        assert len(ports) == 2 and 0 not in ports
+        with Client(written["bind"]) as client:
+            assert client.admin("stats")["queues"] == {}
+    finally:
+        broker.terminate()
+        assert broker.wait(20) == 0
+    assert not ready.exists()
+
+
+def test_a_ready_file_that_cannot_be_written_stops_the_start_with_one_line(tmp_path) -> None:
+    missing = tmp_path / "no-such-folder" / "ready.json"
+    result = phpmq("broker", "--bind", "tcp://127.0.0.1:*", "--ready-file", str(missing))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"phpmq: cannot write the ready file {missing}: {missing.parent} is not a writable"
+        " folder\n"
+    )
 
 
 def test_send_without_a_broker_raises_instead_of_losing(tmp_path) -> None:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import REPO, BrokerProcess, free_port, phpmq
+from harness import REPO, BrokerProcess, free_port, phpmq, wait_until
 
 INTERRUPTED = 130
 
@@ -97,9 +97,7 @@ def test_ctrl_c_stops_consume_follow_quietly_with_130(broker: BrokerProcess) -> 
         assert process.stdout.readline() == "two\n"
         # A message is printed, then acked: wait for both acks, or the interrupt could fall
         # between the two (and "two" would rightly come back).
-        deadline = time.monotonic() + 5
-        while broker.stats()["queues"]["jobs"]["in_flight"] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not broker.stats()["queues"]["jobs"]["in_flight"], 5)
     except BaseException:
         process.kill()
         raise

@@ -8,14 +8,16 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from harness import BrokerProcess
+from harness import BrokerProcess, read_until, wait_until
+
+#: How long a test waits for the screen to show something, and how often it looks.
+SCREEN_WAIT = (15.0, 0.2)
 
 
 @pytest.fixture
@@ -50,14 +52,6 @@ def cells(screen: list[str], first: str) -> list[str]:
     return []
 
 
-def wait_for(capture: Callable[[], list[str]], ready: Callable[[list[str]], bool]) -> list[str]:
-    deadline = time.monotonic() + 15
-    while True:
-        screen = capture()
-        if ready(screen) or time.monotonic() > deadline:
-            return screen
-        time.sleep(0.2)
-
 
 def test_top_shows_the_queues_and_peers_sorts_on_a_key_and_quits_on_q(
     tmp_path: Path, tmux: Callable[..., list[str]]
@@ -78,7 +72,7 @@ def test_top_shows_the_queues_and_peers_sorts_on_a_key_and_quits_on_q(
             def capture() -> list[str]:
                 return tmux("capture-pane", "-p")
 
-            screen = wait_for(capture, lambda s: bool(cells(s, "mailer-7")))
+            screen = read_until(capture, lambda s: bool(cells(s, "mailer-7")), *SCREEN_WAIT)
             text = "\n".join(screen)
             # queue, in/s, out/s, acked/s, ready, in flight, consumers, dead letters
             assert cells(screen, "orders")[4:] == ["3", "0", "0", "0"], text
@@ -96,16 +90,14 @@ def test_top_shows_the_queues_and_peers_sorts_on_a_key_and_quits_on_q(
 
             with broker.client() as producer:  # a rate appears from the next answer on
                 producer.send_many("orders", [b"o"] * 20)
-            screen = wait_for(capture, lambda s: cells(s, "orders")[4:5] == ["23"])
+            screen = read_until(capture, lambda s: cells(s, "orders")[4:5] == ["23"], *SCREEN_WAIT)
             in_rate = cells(screen, "orders")[1]
             assert in_rate not in ("-", "0.0") and float(in_rate) > 0, "\n".join(screen)
 
             tmux("send-keys", "s")  # sort by out/s
-            screen = wait_for(capture, lambda s: "out/s ▼" in "\n".join(s))
+            screen = read_until(capture, lambda s: "out/s ▼" in "\n".join(s), *SCREEN_WAIT)
             assert "out/s ▼" in "\n".join(screen)
             tmux("send-keys", "q")
-            deadline = time.monotonic() + 10
-            while not status_file.exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(status_file.exists, 10, 0.1)
             assert status_file.read_text().strip() == "0"
             held.ack()

@@ -6,10 +6,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from harness import BrokerProcess
+from harness import BrokerProcess, wait_until
 
 HANDLER_MODULE = """
 import pathlib
@@ -36,9 +35,7 @@ def test_workers_find_a_module_in_the_current_directory(
         with broker.client() as client:
             client.send("orders", b"order 17", confirm=True)
         handled = tmp_path / "handled.txt"
-        deadline = time.monotonic() + 20
-        while not handled.exists() and pool.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: handled.exists() or pool.poll() is not None, 20, 0.1)
         assert handled.exists(), f"no worker handled the message; pool status {pool.poll()}"
         assert handled.read_bytes() == b"order 17"
     finally:

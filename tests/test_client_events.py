@@ -5,14 +5,13 @@ deleted under its consumer. Skipped while the broker does not route events yet.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from driven import Connect
 
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, free_port, read_until, wait_until
 from phpmq.client import BrokerRefused, InvalidArgument, QueueDeleted
 
 
@@ -89,7 +88,8 @@ def test_a_live_feed_gets_events_and_goes_away_with_its_subscriber(
         assert message is not None and message.queue == feed and message.event == "metric.cpu"
         message.ack()
         assert subscriber.cancel(feed) == 0
-    assert feed not in _wait_gone(events_broker, feed)
+    queues = read_until(lambda: events_broker.stats()["queues"], lambda queues: feed not in queues)
+    assert feed not in queues
 
 
 def test_cancel_gives_back_what_the_client_held(
@@ -126,14 +126,6 @@ def test_a_queue_deleted_under_its_consumer_raises_queue_deleted(
     assert "doomed" not in events_broker.stats()["queues"]
 
 
-def _wait_gone(broker: BrokerProcess, queue: str) -> dict:
-    deadline = time.monotonic() + 5
-    while True:
-        queues = broker.stats()["queues"]
-        if queue not in queues or time.monotonic() > deadline:
-            return queues
-        time.sleep(0.05)
-
 
 def test_a_live_feed_is_bound_again_by_a_restarted_broker(tmp_path: Path, connect: Connect) -> None:
     """The feed's consume carries its patterns in every greeting: a broker that lost the
@@ -167,6 +159,4 @@ def test_a_live_feed_is_bound_again_by_a_restarted_broker(tmp_path: Path, connec
 def _publish_until_routed(client: Any, event: str, content: bytes) -> None:
     """Publish until a queue is bound to take it (a consume is on its way), then close."""
     with client:
-        deadline = time.monotonic() + 10
-        while not client.publish(event, content) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: client.publish(event, content), interval=0.05)

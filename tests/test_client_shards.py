@@ -26,6 +26,10 @@ from phpmq.testing import free_ports
 QUEUES = [f"route-{i}" for i in range(20)]
 
 
+# Each test runs two or three broker processes: one sharded broker at a time.
+pytestmark = pytest.mark.xdist_group("shards")
+
+
 @pytest.fixture
 def three_shards(tmp_path: Path) -> Iterator[str]:
     address = free_ports(3)

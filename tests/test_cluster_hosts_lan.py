@@ -9,8 +9,13 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 import lan
 from lan import LanBroker
+
+# The LAN tests build network namespaces and run brokers in them: one LAN at a time.
+pytestmark = pytest.mark.xdist_group("lan")
 
 #: Run in the client node: a raw DEALER (HELLO with confirms, no map) at node a sends one
 #: message to each queue, consumes them all and acks; prints what it got, and each queue's

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import lan
 from lan import LanBroker
 from phpmq.broker.shell.shards import started_pids
@@ -51,6 +53,10 @@ print(json.dumps(got))
 """
 
 QUEUES = [f"orders-{i}" for i in range(8)]
+
+
+# The LAN tests build network namespaces and run brokers in them: one LAN at a time.
+pytestmark = pytest.mark.xdist_group("lan")
 
 
 def _python(node: lan.Node, script: str, *args: str) -> dict:

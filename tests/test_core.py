@@ -381,16 +381,10 @@ def test_draining_refuses_sends_and_stops_dispatch_but_takes_acks(core: CoreHarn
 # ------------------------------------------------------------------------ admin
 
 
-def admin(core: CoreHarness, command: str, **options: object) -> dict:
-    [reply] = core.send(b"admin", p.Admin({"command": command, **options}))
-    assert isinstance(reply, p.AdminReply), reply
-    return reply.options
-
-
 def test_stats_reports_queues_and_counters(core: CoreHarness) -> None:
     core.send(PRODUCER, p.Send("jobs", b"a", 0), p.Send("jobs", b"b", 0))
     core.send(CONSUMER, p.Consume("jobs", 1))
-    stats = admin(core, "stats")
+    stats = core.admin("stats")
     assert stats["queues"]["jobs"] == {
         "ready": 1,
         "in_flight": 1,
@@ -422,25 +416,25 @@ def test_dead_letters_can_be_listed_replayed_and_purged(core: CoreHarness) -> No
     core.send(PRODUCER, *[p.Send("jobs", b"%d" % i, 1) for i in range(3)])
     core.advance(2)
     core.turn()
-    listed = admin(core, "dlq-list", queue="jobs", limit=2)
+    listed = core.admin("dlq-list", queue="jobs", limit=2)
     assert listed["total"] == 3
     assert [e["reason"] for e in listed["entries"]] == ["expired", "expired"]
     keep = listed["entries"][0]["id"]
-    replayed = admin(core, "dlq-replay", queue="jobs", ids=[keep])
+    replayed = core.admin("dlq-replay", queue="jobs", ids=[keep])
     assert replayed == {"queue": "jobs", "replayed": 1}
     [dispatch] = dispatches(core.send(CONSUMER, p.Consume("jobs", 5)))
     assert (dispatch.message_id.decode(), dispatch.content, dispatch.ttl) == (keep, b"0", 0)
-    assert admin(core, "dlq-purge", queue="jobs") == {"queue": "jobs", "purged": 2}
-    assert admin(core, "dlq-list", queue="jobs")["total"] == 0
+    assert core.admin("dlq-purge", queue="jobs") == {"queue": "jobs", "purged": 2}
+    assert core.admin("dlq-list", queue="jobs")["total"] == 0
 
 
 def test_bad_admin_commands_are_answered_with_an_error_reply(core: CoreHarness) -> None:
-    error = admin(core, "explode")["error"]
+    error = core.admin("explode")["error"]
     assert error["code"] == p.ErrorCode.INVALID_VALUE
     assert "explode" in error["reason"]
-    assert "nope" in admin(core, "dlq-list", queue="nope")["error"]["reason"]
+    assert "nope" in core.admin("dlq-list", queue="nope")["error"]["reason"]
     core.send(PRODUCER, p.Send("x", b"x"))
-    assert "limit" in admin(core, "dlq-list", queue="x", limit=True)["error"]["reason"]
+    assert "limit" in core.admin("dlq-list", queue="x", limit=True)["error"]["reason"]
 
 
 # ------------------------------------------------------------------------ review fixes
@@ -482,7 +476,7 @@ def test_dead_letter_entries_count_the_deliveries_made(core: CoreHarness) -> Non
     entries = {e.content: e.deliveries for e in core.core.queues["jobs"].dead}
     assert entries == {b"never": 0, b"twice": 2}
     core.send(CONSUMER, p.Consume("jobs", 0))
-    admin(core, "dlq-replay", queue="jobs", ids=[second.message_id.decode()])
+    core.admin("dlq-replay", queue="jobs", ids=[second.message_id.decode()])
     [replayed] = dispatches(core.send(CONSUMER, p.Consume("jobs", 2)))
     assert replayed.delivery_count == 3
 
@@ -497,7 +491,7 @@ def test_dlq_list_stays_under_the_packet_limit_and_says_it_was_cut() -> None:
     core.send(PRODUCER, *[p.Send("big", b"x" * 2000, 1) for _ in range(10)])
     core.advance(2)
     core.turn()
-    listed = admin(core, "dlq-list", queue="big")
+    listed = core.admin("dlq-list", queue="big")
     assert listed["total"] == 10
     assert listed["truncated"] is True
     assert 0 < len(listed["entries"]) < 10

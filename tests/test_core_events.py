@@ -6,19 +6,12 @@ from __future__ import annotations
 import pytest
 
 import phpmq.protocol as p
-from harness import CoreHarness, dispatches, errors
+from harness import OPS, CoreHarness, dispatches, errors
 
 PUB = b"publisher"
 ALICE = b"alice"
 BOB = b"bob"
 CHARLIE = b"charlie"
-OPS = b"ops"
-
-
-def admin(core: CoreHarness, command: str, **options: object) -> dict:
-    [reply] = core.send(OPS, p.Admin({"command": command, **options}))
-    assert isinstance(reply, p.AdminReply), reply
-    return reply.options
 
 
 def confirms(messages: list) -> list[p.Confirm]:
@@ -69,14 +62,14 @@ def test_mqks_hello_world_shared_queue_and_own_copy(core: CoreHarness) -> None:
 def test_wildcards_route_as_the_seed_says(
     core: CoreHarness, pattern: str, event: str, matches: bool
 ) -> None:
-    admin(core, "queue-bind", queue="q", patterns=[pattern])
+    core.admin("queue-bind", queue="q", patterns=[pattern])
     [confirm] = confirms(core.send(PUB, p.Publish(event, b"x", 0, 1)))
     assert confirm.count == int(matches)
     assert core.stats("q")["ready"] == int(matches)
 
 
 def test_a_queue_bound_by_two_matching_patterns_gets_one_copy(core: CoreHarness) -> None:
-    admin(core, "queue-bind", queue="q", patterns=["user.*", "#", "user.created"])
+    core.admin("queue-bind", queue="q", patterns=["user.*", "#", "user.created"])
     [confirm] = confirms(core.send(PUB, p.Publish("user.created", b"x", 0, 1)))
     assert confirm.count == 1
     assert core.stats("q")["ready"] == 1
@@ -101,8 +94,8 @@ def test_unrouted_events_are_counted_and_kept_if_configured() -> None:
 
 def test_a_full_rejecting_queue_refuses_the_whole_publish() -> None:
     core = CoreHarness(max_queue_length=1)
-    admin(core, "queue-bind", queue="small", patterns=["e"])
-    admin(core, "queue-bind", queue="other", patterns=["e"])
+    core.admin("queue-bind", queue="small", patterns=["e"])
+    core.admin("queue-bind", queue="other", patterns=["e"])
     core.send(PUB, p.Publish("e", b"1", 0, 1))
     [error] = errors(core.send(PUB, p.Publish("e", b"2", 0, 2)))
     assert (error.code, error.tag, error.refused) == (429, 2, 108)
@@ -112,8 +105,8 @@ def test_a_full_rejecting_queue_refuses_the_whole_publish() -> None:
 
 def test_publish_keys_ttl_headers_and_durable_journal() -> None:
     core = CoreHarness(durable=True)
-    admin(core, "queue-bind", queue="a", patterns=["e.*"])
-    admin(core, "queue-bind", queue="b", patterns=["e.#"])
+    core.admin("queue-bind", queue="a", patterns=["e.*"])
+    core.admin("queue-bind", queue="b", patterns=["e.#"])
     core.core.journal.take()
     first = core.send(PUB, p.Publish("e.x", b"body", 60, 1, "k1", b'{"h":1}'))
     puts = [op for op in core.core.journal.take() if op[0] == "put"]
@@ -137,7 +130,7 @@ def test_bad_event_names_are_refused_with_422(core: CoreHarness, event: str) -> 
 
 @pytest.mark.parametrize("pattern", ["", "a..b", "a b", "user*", "a#", "*x", "." * 3])
 def test_bad_patterns_are_refused_everywhere(core: CoreHarness, pattern: str) -> None:
-    reply = admin(core, "queue-bind", queue="q", patterns=["ok", pattern])
+    reply = core.admin("queue-bind", queue="q", patterns=["ok", pattern])
     assert reply["error"]["code"] == 422
     assert "q" not in core.core.queues  # nothing of the request was done
     # In a PATTERNS packet a space separates patterns: "ok a b" would be three good ones.
@@ -149,28 +142,28 @@ def test_bad_patterns_are_refused_everywhere(core: CoreHarness, pattern: str) ->
 
 def test_binding_limits() -> None:
     core = CoreHarness(max_bindings_per_queue=2, max_bindings=3)
-    assert admin(core, "queue-bind", queue="q", patterns=["a", "b"])["added"] == 2
-    reply = admin(core, "queue-bind", queue="q", patterns=["c"])
+    assert core.admin("queue-bind", queue="q", patterns=["a", "b"])["added"] == 2
+    reply = core.admin("queue-bind", queue="q", patterns=["c"])
     assert reply["error"]["code"] == 422 and "max_bindings_per_queue" in reply["error"]["reason"]
-    admin(core, "queue-bind", queue="r", patterns=["a"])
-    reply = admin(core, "queue-bind", queue="s", patterns=["a"])
+    core.admin("queue-bind", queue="r", patterns=["a"])
+    reply = core.admin("queue-bind", queue="s", patterns=["a"])
     assert "max_bindings is 3" in reply["error"]["reason"]
 
 
 def test_rebind_replace_remove_mask_add(core: CoreHarness) -> None:
-    admin(core, "queue-bind", queue="q1", patterns=["e1", "e2"])
-    reply = admin(core, "queue-rebind", queue="q1", replace=["e3", "e4", "e5.id1.a1", "e5.id2.a2"])
+    core.admin("queue-bind", queue="q1", patterns=["e1", "e2"])
+    reply = core.admin("queue-rebind", queue="q1", replace=["e3", "e4", "e5.id1.a1", "e5.id2.a2"])
     assert reply["bindings"] == ["e3", "e4", "e5.id1.a1", "e5.id2.a2"]
     assert (reply["added"], reply["removed"]) == (4, 2)
-    reply = admin(core, "queue-rebind", queue="q1", remove=["e3"], add=["e6", "e7"])
+    reply = core.admin("queue-rebind", queue="q1", remove=["e3"], add=["e6", "e7"])
     assert reply["bindings"] == ["e4", "e5.id1.a1", "e5.id2.a2", "e6", "e7"]
-    reply = admin(core, "queue-rebind", queue="q1", remove_mask=["e5.*.a1", "e5.*.a2"], add=["e8"])
+    reply = core.admin("queue-rebind", queue="q1", remove_mask=["e5.*.a1", "e5.*.a2"], add=["e8"])
     assert reply["bindings"] == ["e4", "e6", "e7", "e8"]
     assert confirms(core.send(PUB, p.Publish("e5.id1.a1", b"x", 0, 1)))[0].count == 0
     assert confirms(core.send(PUB, p.Publish("e8", b"x", 0, 2)))[0].count == 1
-    reply = admin(core, "queue-unbind", queue="q1", patterns=["e4", "nope"])
+    reply = core.admin("queue-unbind", queue="q1", patterns=["e4", "nope"])
     assert (reply["removed"], reply["bindings"]) == (1, ["e6", "e7", "e8"])
-    assert admin(core, "queue-rebind", queue="q1", replace=[])["bindings"] == []
+    assert core.admin("queue-rebind", queue="q1", replace=[])["bindings"] == []
 
 
 def test_cancel_returns_what_the_consumer_held_and_keeps_its_other_windows(
@@ -191,7 +184,7 @@ def test_cancel_returns_what_the_consumer_held_and_keeps_its_other_windows(
 
 
 def test_delete_at_once_tells_consumers_and_counts_what_went(core: CoreHarness) -> None:
-    admin(core, "queue-bind", queue="q", patterns=["e"])
+    core.admin("queue-bind", queue="q", patterns=["e"])
     core.send(PUB, *[p.Send("q", b"%d" % i, 0) for i in range(4)])
     held = dispatches(core.send(ALICE, p.Hello({}), p.Consume("q", 1)))
     core.send(BOB, p.Consume("q", 1))  # a stock consumer: no CANCEL for it
@@ -217,7 +210,7 @@ def test_delete_at_once_tells_consumers_and_counts_what_went(core: CoreHarness) 
     assert confirms(core.send(PUB, p.Publish("e", b"x", 0, 1)))[0].count == 0
     assert core.core.ctx.held_bytes == 0
     assert core.core.counters.deleted_messages == 4
-    reply = admin(core, "queue-delete", queue="q")
+    reply = core.admin("queue-delete", queue="q")
     assert reply["error"]["code"] == 404
 
 
@@ -225,7 +218,7 @@ def test_a_delayed_message_of_a_deleted_queue_lets_go(core: CoreHarness) -> None
     core.send(PUB, p.Send("q", b"x", 0))
     [held] = dispatches(core.send(ALICE, p.Consume("q", 1)))
     core.send(ALICE, p.Requeue("q", held.message_id, 0, 1000))
-    assert admin(core, "queue-delete", queue="q")["delayed"] == 1
+    assert core.admin("queue-delete", queue="q")["delayed"] == 1
     core.advance(2)
     core.turn()
     assert "q" not in core.core.queues

@@ -13,13 +13,6 @@ from harness import CoreHarness, dispatches
 
 PRODUCER = b"producer"
 CONSUMER = b"consumer"
-OPS = b"ops"
-
-
-def admin(core: CoreHarness, command: str, **options: object) -> dict:
-    [reply] = core.send(OPS, p.Admin({"command": command, **options}))
-    assert isinstance(reply, p.AdminReply), reply
-    return reply.options
 
 
 def fill(core: CoreHarness, count: int, size: int = 10, queue: str = "q") -> None:
@@ -27,7 +20,7 @@ def fill(core: CoreHarness, count: int, size: int = 10, queue: str = "q") -> Non
 
 
 def leased(core: CoreHarness) -> int:
-    return admin(core, "stats")["queues"]["q"]["leased"]
+    return core.admin("stats")["queues"]["q"]["leased"]
 
 
 def contents(reply: dict) -> list[bytes]:
@@ -43,11 +36,11 @@ def test_a_lease_takes_the_head_within_its_count_and_is_the_same_when_asked_agai
     core: CoreHarness,
 ) -> None:
     fill(core, 10)
-    first = admin(core, "lease", queue="q", lease="r/1", max_messages=4, max_bytes=10**6)
+    first = core.admin("lease", queue="q", lease="r/1", max_messages=4, max_bytes=10**6)
     assert (first["messages"], first["created"], first["ready"]) == (4, True, 6)
-    again = admin(core, "lease", queue="q", lease="r/1", max_messages=9, max_bytes=10**6)
+    again = core.admin("lease", queue="q", lease="r/1", max_messages=9, max_bytes=10**6)
     assert (again["messages"], again["created"], again["ready"]) == (4, False, 6)
-    read = admin(core, "lease-read", queue="q", lease="r/1", offset=1, limit=2)
+    read = core.admin("lease-read", queue="q", lease="r/1", offset=1, limit=2)
     assert read["messages"] == 4
     assert contents(read) == [b"0000000001", b"0000000002"]
     entry = read["entries"][0]
@@ -62,21 +55,21 @@ def test_the_byte_budget_bounds_a_lease_but_one_oversized_message_goes_alone(
     core: CoreHarness,
 ) -> None:
     core.send(PRODUCER, p.Send("q", b"x" * 5000, 0), p.Send("q", b"y" * 10, 0))
-    alone = admin(core, "lease", queue="q", lease="big", max_messages=10, max_bytes=100)
+    alone = core.admin("lease", queue="q", lease="big", max_messages=10, max_bytes=100)
     assert alone["messages"] == 1
     fill(core, 10, size=100)
-    bounded = admin(core, "lease", queue="q", lease="small", max_messages=10, max_bytes=700)
+    bounded = core.admin("lease", queue="q", lease="small", max_messages=10, max_bytes=700)
     # Each message counts its content plus a fixed overhead (flow.record_bytes).
     assert 1 <= bounded["messages"] < 10 and bounded["bytes"] <= 700
 
 
 def test_commit_acks_and_is_idempotent_release_returns_to_the_head(core: CoreHarness) -> None:
     fill(core, 6)
-    admin(core, "lease", queue="q", lease="a", max_messages=2, max_bytes=10**6)
-    admin(core, "lease", queue="q", lease="b", max_messages=2, max_bytes=10**6)
-    assert admin(core, "lease-commit", queue="q", lease="a")["acked"] == 2
-    assert admin(core, "lease-commit", queue="q", lease="a")["acked"] == 0
-    assert admin(core, "lease-release", queue="q", lease="b")["released"] == 2
+    core.admin("lease", queue="q", lease="a", max_messages=2, max_bytes=10**6)
+    core.admin("lease", queue="q", lease="b", max_messages=2, max_bytes=10**6)
+    assert core.admin("lease-commit", queue="q", lease="a")["acked"] == 2
+    assert core.admin("lease-commit", queue="q", lease="a")["acked"] == 0
+    assert core.admin("lease-release", queue="q", lease="b")["released"] == 2
     got = dispatches(core.send(CONSUMER, p.Hello({}), p.Consume("q", 100)))
     assert [(d.content, d.delivery_count) for d in got] == [
         (b"0000000002", 2),
@@ -84,7 +77,7 @@ def test_commit_acks_and_is_idempotent_release_returns_to_the_head(core: CoreHar
         (b"0000000004", 1),
         (b"0000000005", 1),
     ]
-    stats = admin(core, "stats")
+    stats = core.admin("stats")
     assert stats["counters"]["lease_committed"] == 2
     assert stats["counters"]["lease_released"] == 2
     assert stats["queues"]["q"]["leased"] == 0
@@ -92,7 +85,7 @@ def test_commit_acks_and_is_idempotent_release_returns_to_the_head(core: CoreHar
 
 def test_an_unknown_lease_is_404_and_bad_options_are_422(core: CoreHarness) -> None:
     fill(core, 1)
-    gone = admin(core, "lease-read", queue="q", lease="nope")
+    gone = core.admin("lease-read", queue="q", lease="nope")
     assert gone["error"]["code"] == 404 and "without --data-dir" in gone["error"]["reason"]
     for options in (
         {"queue": "q", "lease": "", "max_messages": 1, "max_bytes": 1},
@@ -100,86 +93,86 @@ def test_an_unknown_lease_is_404_and_bad_options_are_422(core: CoreHarness) -> N
         {"queue": "q", "lease": "x", "max_messages": 1, "max_bytes": "1"},
         {"queue": "q", "lease": "x", "max_messages": 10**6, "max_bytes": 1},
     ):
-        assert admin(core, "lease", **options)["error"]["code"] == 422, options
+        assert core.admin("lease", **options)["error"]["code"] == 422, options
 
 
 def test_an_empty_or_unknown_queue_makes_no_lease(core: CoreHarness) -> None:
-    reply = admin(core, "lease", queue="none", lease="x", max_messages=5, max_bytes=99)
+    reply = core.admin("lease", queue="none", lease="x", max_messages=5, max_bytes=99)
     assert (reply["messages"], reply["created"]) == (0, False)
-    assert admin(core, "leases")["leases"] == []
+    assert core.admin("leases")["leases"] == []
 
 
 def test_a_lease_untouched_for_its_timeout_comes_back(core: CoreHarness) -> None:
     fill(core, 3)
-    admin(core, "lease", queue="q", lease="t", max_messages=3, max_bytes=10**6, timeout_ms=2000)
+    core.admin("lease", queue="q", lease="t", max_messages=3, max_bytes=10**6, timeout_ms=2000)
     core.advance(1.5)
-    admin(core, "lease-read", queue="q", lease="t")  # a touch starts the timeout again
+    core.admin("lease-read", queue="q", lease="t")  # a touch starts the timeout again
     core.advance(1.5)
     core.turn()
     assert leased(core) == 3
     core.advance(1.0)
     core.turn()
-    assert leased(core) == 0 and admin(core, "stats")["queues"]["q"]["ready"] == 3
-    assert admin(core, "stats")["counters"]["leases_timed_out"] == 1
+    assert leased(core) == 0 and core.admin("stats")["queues"]["q"]["ready"] == 3
+    assert core.admin("stats")["counters"]["leases_timed_out"] == 1
 
 
 def test_too_many_leases_is_429() -> None:
     core = CoreHarness(max_leases=2)
     fill(core, 5)
     for name in ("a", "b"):
-        admin(core, "lease", queue="q", lease=name, max_messages=1, max_bytes=99)
-    refused = admin(core, "lease", queue="q", lease="c", max_messages=1, max_bytes=99)
+        core.admin("lease", queue="q", lease=name, max_messages=1, max_bytes=99)
+    refused = core.admin("lease", queue="q", lease="c", max_messages=1, max_bytes=99)
     assert refused["error"]["code"] == 429
 
 
 def test_deleting_the_queue_drops_its_leases() -> None:
     core = CoreHarness(max_leases=1)
     fill(core, 3)
-    admin(core, "lease", queue="q", lease="x", max_messages=2, max_bytes=10**6)
-    deleted = admin(core, "queue-delete", queue="q")
+    core.admin("lease", queue="q", lease="x", max_messages=2, max_bytes=10**6)
+    deleted = core.admin("queue-delete", queue="q")
     assert deleted["leased"] == 2 and deleted["purged"] == 1
-    assert admin(core, "leases")["leases"] == []
+    assert core.admin("leases")["leases"] == []
     assert core.core.ctx.held_bytes == 0
     fill(core, 1)  # the dropped lease no longer counts against max_leases
-    assert admin(core, "lease", queue="q", lease="y", max_messages=1, max_bytes=99)["created"]
+    assert core.admin("lease", queue="q", lease="y", max_messages=1, max_bytes=99)["created"]
 
 
 def test_keys_and_headers_travel_to_leases_peeks_dispatch_and_dead_letters(
     core: CoreHarness,
 ) -> None:
     core.send(PRODUCER, p.Send("q", b"a", 0, headers=b'{"h":"1"}', message_key=b"k1"))
-    [peeked] = admin(core, "queue-peek", queue="q")["entries"]
+    [peeked] = core.admin("queue-peek", queue="q")["entries"]
     assert base64.b64decode(peeked["key"]) == b"k1" and peeked["headers"] == '{"h":"1"}'
     core.send(CONSUMER, p.Hello({}))
     [dispatch] = dispatches(core.send(CONSUMER, p.Consume("q", 1)))
     assert dispatch.message_key == b"k1" and dispatch.headers == b'{"h":"1"}'
     core.send(CONSUMER, p.DeadLetter("q", dispatch.message_id, "bad"))
-    [dead] = admin(core, "dlq-list", queue="q")["entries"]
+    [dead] = core.admin("dlq-list", queue="q")["entries"]
     assert base64.b64decode(dead["key"]) == b"k1" and dead["reason"] == "bad"
     assert p.sent_at(dead["id"]) == dead["sent_at"]
 
 
 def test_peek_and_dead_letters_page_by_position(core: CoreHarness) -> None:
     fill(core, 7)
-    first = admin(core, "queue-peek", queue="q", limit=3)
-    second = admin(core, "queue-peek", queue="q", offset=first["next_offset"], limit=3)
-    rest = admin(core, "queue-peek", queue="q", offset=second["next_offset"], end=7, limit=9)
+    first = core.admin("queue-peek", queue="q", limit=3)
+    second = core.admin("queue-peek", queue="q", offset=first["next_offset"], limit=3)
+    rest = core.admin("queue-peek", queue="q", offset=second["next_offset"], end=7, limit=9)
     pages = contents(first) + contents(second) + contents(rest)
     assert pages == [b"%010d" % i for i in range(7)]
-    assert admin(core, "stats")["queues"]["q"]["ready"] == 7  # nothing taken
-    bounded = admin(core, "queue-peek", queue="q", limit=9, max_bytes=1)
+    assert core.admin("stats")["queues"]["q"]["ready"] == 7  # nothing taken
+    bounded = core.admin("queue-peek", queue="q", limit=9, max_bytes=1)
     assert len(bounded["entries"]) == 1 and bounded["truncated"]
 
 
 def test_a_queue_deleted_when_unused_waits_for_its_leases(core: CoreHarness) -> None:
     fill(core, 2)
-    admin(core, "lease", queue="q", lease="x", max_messages=1, max_bytes=10**6)
+    core.admin("lease", queue="q", lease="x", max_messages=1, max_bytes=10**6)
     core.send(CONSUMER, p.Hello({}), p.Consume("q", 1, unused_ms=1000))
     core.send(CONSUMER, p.Cancel("q"))
     core.advance(2)
     core.turn()
     assert leased(core) == 1  # still there
-    admin(core, "lease-commit", queue="q", lease="x")
+    core.admin("lease-commit", queue="q", lease="x")
     core.advance(2)
     core.turn()
-    assert "q" not in admin(core, "stats")["queues"]
+    assert "q" not in core.admin("stats")["queues"]

@@ -15,20 +15,13 @@ from phpmq.broker.clock import FakeClock
 from phpmq.broker.schedule_spec import encode_spec, parse_spec
 from phpmq.broker.shell.durable import StoredMessage
 
-OPS = b"ops"
 ALICE = b"alice"
 PRODUCER = b"producer"
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
-def admin(core: CoreHarness, command: str, **options: object) -> dict:
-    [reply] = core.send(OPS, p.Admin({"command": command, **options}))
-    assert isinstance(reply, p.AdminReply), reply
-    return reply.options
-
-
 def listed(core: CoreHarness, name: str) -> dict:
-    [entry] = [s for s in admin(core, "schedule-list")["schedules"] if s["name"] == name]
+    [entry] = [s for s in core.admin("schedule-list")["schedules"] if s["name"] == name]
     return entry
 
 
@@ -47,7 +40,7 @@ def tick(core: CoreHarness, seconds: float) -> None:
 
 def test_an_interval_schedule_runs_at_once_and_then_every_interval() -> None:
     core = CoreHarness()
-    reply = admin(core, "schedule-add", name="tick", queue="jobs", content="hi", every_ms=1000)
+    reply = core.admin("schedule-add", name="tick", queue="jobs", content="hi", every_ms=1000)
     assert reply["replaced"] is False
     assert ready(core, "jobs") == 1
     tick(core, 0.5)
@@ -67,7 +60,7 @@ def test_an_interval_schedule_runs_at_once_and_then_every_interval() -> None:
 
 def test_nohaste_waits_one_interval_for_the_first_run() -> None:
     core = CoreHarness()
-    reply = admin(core, "schedule-add", name="later", queue="jobs", every_ms=200, nohaste=True)
+    reply = core.admin("schedule-add", name="later", queue="jobs", every_ms=200, nohaste=True)
     assert reply["next_run"] == pytest.approx(core.clock.wall() + 0.2)
     assert ready(core, "jobs") == 0
     tick(core, 0.2)
@@ -77,8 +70,7 @@ def test_nohaste_waits_one_interval_for_the_first_run() -> None:
 def test_runs_reach_a_consumer_with_ttl_and_headers() -> None:
     core = CoreHarness()
     core.send(ALICE, p.Hello({}), p.Consume("jobs", 5))
-    admin(
-        core,
+    core.admin(
         "schedule-add",
         name="h",
         queue="jobs",
@@ -97,7 +89,7 @@ def test_runs_reach_a_consumer_with_ttl_and_headers() -> None:
 
 def test_a_refused_run_is_counted_and_skipped() -> None:
     core = CoreHarness(max_queue_length=1)
-    admin(core, "schedule-add", name="full", queue="small", every_ms=100)
+    core.admin("schedule-add", name="full", queue="small", every_ms=100)
     tick(core, 0.1)
     tick(core, 0.1)
     entry = listed(core, "full")
@@ -107,8 +99,8 @@ def test_a_refused_run_is_counted_and_skipped() -> None:
 
 def test_an_event_schedule_publishes_to_bound_queues() -> None:
     core = CoreHarness()
-    admin(core, "queue-bind", queue="audit", patterns=["clock.*"])
-    admin(core, "schedule-add", name="beat", event="clock.beat", every_ms=500)
+    core.admin("queue-bind", queue="audit", patterns=["clock.*"])
+    core.admin("schedule-add", name="beat", event="clock.beat", every_ms=500)
     tick(core, 0.5)
     assert ready(core, "audit") == 2
     assert core.core.counters.published == 2
@@ -120,8 +112,8 @@ def test_an_event_schedule_publishes_to_bound_queues() -> None:
 
 def test_adding_an_existing_name_replaces_the_schedule() -> None:
     core = CoreHarness()
-    admin(core, "schedule-add", name="s", queue="a", every_ms=1000)
-    reply = admin(core, "schedule-add", name="s", queue="b", every_ms=5000, nohaste=True)
+    core.admin("schedule-add", name="s", queue="a", every_ms=1000)
+    reply = core.admin("schedule-add", name="s", queue="b", every_ms=5000, nohaste=True)
     assert reply["replaced"] is True
     tick(core, 1)
     tick(core, 1)
@@ -130,25 +122,25 @@ def test_adding_an_existing_name_replaces_the_schedule() -> None:
     assert (entry["queue"], entry["runs"]) == ("b", 0)
     tick(core, 3)
     assert ready(core, "b") == 1
-    assert len(admin(core, "schedule-list")["schedules"]) == 1
+    assert len(core.admin("schedule-list")["schedules"]) == 1
 
 
 @pytest.mark.parametrize("when", [{"every_ms": 1000}, {"cron": "* * * * *"}])
 def test_removing_stops_interval_and_cron_schedules_at_once(when: dict) -> None:
     core = CoreHarness()
-    admin(core, "schedule-add", name="s", queue="jobs", nohaste=True, **when)
+    core.admin("schedule-add", name="s", queue="jobs", nohaste=True, **when)
     tick(core, 60)
     assert ready(core, "jobs") == 1
-    assert admin(core, "schedule-remove", name="s") == {"name": "s", "removed": True}
+    assert core.admin("schedule-remove", name="s") == {"name": "s", "removed": True}
     for _ in range(5):
         tick(core, 60)
     assert ready(core, "jobs") == 1
-    assert admin(core, "schedule-list") == {"schedules": [], "next_offset": None}
+    assert core.admin("schedule-list") == {"schedules": [], "next_offset": None}
 
 
 def test_removing_an_unknown_schedule_is_404() -> None:
     core = CoreHarness()
-    reply = admin(core, "schedule-remove", name="nope")
+    reply = core.admin("schedule-remove", name="nope")
     assert reply["error"]["code"] == 404
 
 
@@ -159,7 +151,7 @@ def cron_runs(start: datetime, expr: str, hours: int) -> list[datetime]:
     """The local times a cron schedule in Berlin ran at, stepping a fake clock whose wall
     time starts at `start` in 5-minute turns."""
     core = CoreHarness(clock=FakeClock(wall=start.timestamp()))
-    admin(core, "schedule-add", name="c", queue="jobs", cron=expr, tz="Europe/Berlin")
+    core.admin("schedule-add", name="c", queue="jobs", cron=expr, tz="Europe/Berlin")
     runs = []
     for _ in range(hours * 12):
         before = ready(core, "jobs")
@@ -217,15 +209,15 @@ def test_cron_follows_its_zone_not_utc() -> None:
 )
 def test_bad_schedules_are_refused_with_422_and_a_reason(options: dict, reason: str) -> None:
     core = CoreHarness()
-    reply = admin(core, "schedule-add", name="s", **options)
+    reply = core.admin("schedule-add", name="s", **options)
     assert reply["error"]["code"] == 422
     assert reason in reply["error"]["reason"]
-    assert admin(core, "schedule-list") == {"schedules": [], "next_offset": None}
+    assert core.admin("schedule-list") == {"schedules": [], "next_offset": None}
 
 
 def test_a_too_long_name_is_422() -> None:
     core = CoreHarness()
-    reply = admin(core, "schedule-add", name="n" * 256, queue="q", every_ms=100)
+    reply = core.admin("schedule-add", name="n" * 256, queue="q", every_ms=100)
     assert reply["error"]["code"] == 422
     assert "schedule name" in reply["error"]["reason"]
 
@@ -233,10 +225,10 @@ def test_a_too_long_name_is_422() -> None:
 def test_more_schedules_than_the_limit_is_422_but_replacing_is_not() -> None:
     core = CoreHarness(max_schedules=2)
     for name in ("a", "b"):
-        admin(core, "schedule-add", name=name, queue="q", every_ms=100, nohaste=True)
-    reply = admin(core, "schedule-add", name="c", queue="q", every_ms=100)
+        core.admin("schedule-add", name=name, queue="q", every_ms=100, nohaste=True)
+    reply = core.admin("schedule-add", name="c", queue="q", every_ms=100)
     assert reply["error"] == {"code": 422, "reason": "the broker has the maximum of 2 schedules"}
-    assert admin(core, "schedule-add", name="a", queue="q", every_ms=200)["replaced"] is True
+    assert core.admin("schedule-add", name="a", queue="q", every_ms=200)["replaced"] is True
 
 
 # --------------------------------------------------------------------------- delayed sends
@@ -274,13 +266,13 @@ def test_delayed_sends_count_against_the_queue_length() -> None:
 def test_a_durable_core_journals_schedules_their_runs_and_delayed_sends() -> None:
     core = CoreHarness(durable=True)
     journal = core.core.journal
-    admin(core, "schedule-add", name="s", queue="q", every_ms=1000)
+    core.admin("schedule-add", name="s", queue="q", every_ms=1000)
     ops = journal.take()
     kinds = [op[0] for op in ops]
     assert kinds[0] == "schedule" and ops[0][1] == "s"
     assert ("ran", "s", core.clock.wall(), 1) in ops
     assert "put" in kinds
-    admin(core, "schedule-remove", name="s")
+    core.admin("schedule-remove", name="s")
     assert journal.take() == [("unschedule", "s")]
     core.send(PRODUCER, p.Send("q", b"x", delay_ms=3000))
     put, delay = journal.take()
@@ -361,7 +353,7 @@ def test_cron_with_a_wildcard_hour_runs_in_both_repeated_hours_as_real_time_pass
 
 def test_delayed_sends_count_against_the_queue_length_for_a_publish_too() -> None:
     core = CoreHarness(max_queue_length=1)
-    admin(core, "queue-bind", queue="q", patterns=["e"])
+    core.admin("queue-bind", queue="q", patterns=["e"])
     core.send(PRODUCER, p.Hello({}), p.Send("q", b"x", tag=1, delay_ms=5000))
     [refusal] = errors(core.send(PRODUCER, p.Publish("e", b"y", tag=2)))
     assert refusal.code == 429

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from driven import Connect
 
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, free_port, wait_until
 from phpmq.client import RECONNECTED, REJOINED, Client, ClientError, Unconfirmed
 
 QUEUE = "crash"
@@ -170,9 +170,7 @@ def test_confirmed_messages_survive_20_kills_and_persisted_acks_never_come_back(
         producer.stop.set()
         producer.join(30)
         confirmed = {b"m%d" % i for i in producer.confirmed}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not confirmed <= set(consumer.deliveries):
-            time.sleep(0.2)
+        wait_until(lambda: confirmed <= set(consumer.deliveries), 60, 0.2)
         consumer.stop.set()
         consumer.join(30)
     finally:

@@ -99,7 +99,7 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
     from phpmq.broker.shell.server import BrokerServer
 
     server = BrokerServer(
-        BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
+        BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d"))
     )
     try:
         server.keeper.store.close()  # the data directory's lock passes to the broken store
@@ -140,7 +140,7 @@ def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
     from phpmq.broker.shell.server import BrokerServer
 
     server = BrokerServer(
-        BrokerConfig(bind=f"tcp://127.0.0.1:{free_port()}", data_dir=str(tmp_path / "d"))
+        BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d"))
     )
     sent: list[tuple[bytes, bytes]] = []
     server._send = sent.extend  # type: ignore[method-assign]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -14,14 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, raw_dealer, recv_messages
-
-
-def admin(sock: zmq.Socket, command: str, **options: object) -> dict:
-    sock.send(p.encode(p.Admin({"command": command, **options})))
-    [reply] = recv_messages(sock)
-    assert isinstance(reply, p.AdminReply), reply
-    return reply.options
+from harness import BrokerProcess, free_port, raw_admin, raw_dealer, recv_messages, wait_until
 
 
 def publish(sock: zmq.Socket, event: str, content: bytes, tag: int) -> p.Confirm:
@@ -69,17 +61,17 @@ def test_bindings_and_copies_survive_kill_9(tmp_path: Path) -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
     with BrokerProcess(tmp_path / "first.log", "--data-dir", str(data), address=address) as first:
         with raw_dealer(address) as ops, raw_dealer(address) as live:
-            admin(ops, "queue-bind", queue="audit", patterns=["#"])
-            admin(ops, "queue-bind", queue="users", patterns=["user.*.updated", "user.created"])
+            raw_admin(ops, "queue-bind", queue="audit", patterns=["#"])
+            raw_admin(ops, "queue-bind", queue="users", patterns=["user.*.updated", "user.created"])
             live.send(p.encode_all([p.Hello({}), p.Consume("live", 1, None, "user.#", 60_000)]))
             recv_messages(live)
             assert publish(ops, "user.7.updated", b"u7", 1).count == 3
             assert publish(ops, "order.paid", b"o1", 2).count == 1
-            admin(ops, "queue-rebind", queue="users", remove_mask=["user.*.*"])
+            raw_admin(ops, "queue-rebind", queue="users", remove_mask=["user.*.*"])
         first.kill()
     second = BrokerProcess(tmp_path / "second.log", "--data-dir", str(data), address=address)
     with second, raw_dealer(address) as ops:
-        stats = admin(ops, "stats")["queues"]
+        stats = raw_admin(ops, "stats")["queues"]
         assert stats["audit"]["bindings"] == ["#"] and stats["audit"]["ready"] == 2
         assert stats["users"]["bindings"] == ["user.created"]
         assert stats["users"]["ready"] == 1
@@ -132,37 +124,29 @@ def test_publish_reaches_exactly_the_queues_a_reference_matcher_picks(
     queues = {f"{prefix}{index}": patterns for index, patterns in enumerate(bindings)}
     with raw_dealer(broker.address) as sock:
         for queue, patterns in queues.items():
-            admin(sock, "queue-bind", queue=queue, patterns=patterns)
+            raw_admin(sock, "queue-bind", queue=queue, patterns=patterns)
         for tag, event in enumerate(events):
             expected = {
                 queue
                 for queue, patterns in queues.items()
                 if any(reference_match(pattern, event) for pattern in patterns)
             }
-            before = {q: s["ready"] for q, s in admin(sock, "stats")["queues"].items()}
+            before = {q: s["ready"] for q, s in raw_admin(sock, "stats")["queues"].items()}
             answer = publish(sock, event, b"e", tag)
-            after = admin(sock, "stats")["queues"]
+            after = raw_admin(sock, "stats")["queues"]
             reached = {q for q in queues if after[q]["ready"] > before.get(q, 0)}
             assert reached == expected, (event, queues)
             assert answer.count == len(expected)
         for queue in queues:
-            admin(sock, "queue-delete", queue=queue)
+            raw_admin(sock, "queue-delete", queue=queue)
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> None:
     with raw_dealer(broker.address) as ops:
 
         def queues() -> dict:
-            return admin(ops, "stats")["queues"]
+            return raw_admin(ops, "stats")["queues"]
 
         with raw_dealer(broker.address) as first:
             first.send(p.encode_all([p.Hello({}), p.Consume("graced", 5, None, "job.#", 1500)]))
@@ -171,7 +155,7 @@ def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> Non
             assert {"graced", "at-once"} <= set(queues())
             first.send(p.encode_all([p.Disconnect(), p.Kbai()]))
             recv_messages(first)  # the broker's KBAI: both windows are closed
-        assert wait_for(lambda: "at-once" not in queues())
+        assert wait_until(lambda: "at-once" not in queues())
         assert "graced" in queues()
         assert publish(ops, "job.1", b"kept for a returning consumer", 1).count == 1
         with raw_dealer(broker.address) as second:
@@ -184,9 +168,9 @@ def test_delete_when_unused_with_and_without_grace(broker: BrokerProcess) -> Non
             assert (answer.reason, answer.count) == ("cancelled", 0)
         left_at = time.monotonic()
         assert "graced" in queues()
-        assert wait_for(lambda: "graced" not in queues())
+        assert wait_until(lambda: "graced" not in queues())
         assert time.monotonic() - left_at >= 1.0  # not before its grace (1.5 s) was nearly over
-        counters = admin(ops, "stats")["counters"]
+        counters = raw_admin(ops, "stats")["counters"]
         assert counters["queues_unused_deleted"] == 2
 
 
@@ -196,4 +180,4 @@ def test_unrouted_events_are_kept_where_the_flag_says(tmp_path: Path) -> None:
         raw_dealer(broker.address) as sock,
     ):
         assert publish(sock, "nobody.home", b"x", 1).count == 0
-        assert admin(sock, "stats")["queues"]["lost"]["ready"] == 1
+        assert raw_admin(sock, "stats")["queues"]["lost"]["ready"] == 1

@@ -18,6 +18,9 @@ from harness import BrokerProcess
 from phpmq.client import BrokerRefused, Client, PartialSend, Paused, Unconfirmed
 from phpmq.protocol import ErrorCode
 
+# Their checks measure time (heartbeat gaps, redelivery and lease bounds): one at a time.
+pytestmark = pytest.mark.xdist_group("timing")
+
 LENGTH = 100
 
 

@@ -10,19 +10,29 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import pytest
 import zmq
-from test_shards import free_pair, hello_answer, shard_address
 from test_tcp_endpoint import PHP_SCRIPT, _php
 
 import phpmq.protocol as p
-from harness import REPO, BrokerProcess, free_port, raw_dealer, recv_messages
-from phpmq.broker.shell.shards import started_pids
+from harness import (
+    REPO,
+    BrokerProcess,
+    hello_answer,
+    raw_dealer,
+    recv_messages,
+    wait_for,
+)
+from phpmq.broker.shell.shards import shard_address, started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
+from phpmq.testing import free_ports
+
+# Each test runs two or three broker processes: one sharded broker at a time.
+pytestmark = pytest.mark.xdist_group("shards")
 
 
 def cluster(address: str) -> ClusterMap:
@@ -39,29 +49,17 @@ def queue_stats(address: str) -> dict[str, dict]:
         return client.admin("stats")["queues"]
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
-
 
 def test_the_stock_php_client_over_tcp_reaches_a_queue_of_another_shard(tmp_path: Path) -> None:
     php = _php()
-    address = free_pair()
-    tcp_port = free_port()
+    address = free_ports(2)
     with BrokerProcess(
-        tmp_path / "broker.log",
-        "--shards",
-        "2",
-        "--tcp-bind",
-        f"tcp://127.0.0.1:{tcp_port}",
-        address=address,
-    ):
+        tmp_path / "broker.log", "--shards", "2", address=address, tcp=True
+    ) as broker:
         [queue] = owned_by(cluster(address), "local/1", 1, "php-")
         contents = ["one", "two", "h\u00e9llo"]
         result = subprocess.run(
-            [php, str(PHP_SCRIPT), "127.0.0.1", str(tcp_port), queue, *contents],
+            [php, str(PHP_SCRIPT), "127.0.0.1", str(broker.tcp_port), queue, *contents],
             capture_output=True,
             text=True,
             timeout=30,
@@ -75,12 +73,13 @@ def test_the_stock_php_client_over_tcp_reaches_a_queue_of_another_shard(tmp_path
                 queue_stats(owner)[queue]["ready"] == queue_stats(owner)[queue]["in_flight"] == 0
             ),
             "the PHP client's acks reached the owner",
+            timeout=10,
         )
         assert queue not in queue_stats(address), "the shard it talked to kept nothing"
 
 
 def test_a_plain_dealer_at_one_shard_uses_the_queues_of_both(tmp_path: Path) -> None:
-    address = free_pair()
+    address = free_ports(2)
     with BrokerProcess(tmp_path / "broker.log", "--shards", "2", address=address):
         mapping = cluster(address)
         queues = owned_by(mapping, "local/0", 5) + owned_by(mapping, "local/1", 5)
@@ -103,12 +102,13 @@ def test_a_plain_dealer_at_one_shard_uses_the_queues_of_both(tmp_path: Path) -> 
                         for q in mine
                     ),
                     f"shard {index} holds its queues, every message acked",
+                    timeout=10,
                 )
                 assert set(queue_stats(here)) == set(mine)
 
 
 def test_a_killed_owner_fails_only_its_queues_and_comes_back_whole(tmp_path: Path) -> None:
-    address = free_pair()
+    address = free_ports(2)
     with BrokerProcess(
         tmp_path / "broker.log", "--shards", "2", address=address, data_dir=tmp_path / "data"
     ) as broker:

@@ -15,6 +15,10 @@ from lan import LanBroker, Node
 PHPMQ = [sys.executable, "-m", "phpmq"]
 
 
+# The LAN tests build network namespaces and run brokers in them: one LAN at a time.
+pytestmark = pytest.mark.xdist_group("lan")
+
+
 def _namespaces() -> set[str]:
     return {line.split()[0] for line in lan.ip("netns", "list").splitlines() if line.strip()}
 

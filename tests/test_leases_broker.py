@@ -8,8 +8,13 @@ import base64
 import time
 from pathlib import Path
 
+import pytest
+
 import phpmq.protocol as p
 from harness import BrokerProcess, free_port
+
+# Their checks measure time (heartbeat gaps, redelivery and lease bounds): one at a time.
+pytestmark = pytest.mark.xdist_group("timing")
 
 
 def test_a_lease_survives_kill_9_of_a_durable_broker(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import REPO, BrokerProcess
+from harness import REPO, BrokerProcess, read_until
 from phpmq.client import BrokerRefused
-from phpmq.testing import BrokerStartError, free_port, free_ports
+from phpmq.testing import BrokerStartError, free_ports
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -46,12 +46,7 @@ def scrape_when_up(port: int, timeout: float = 10.0) -> Samples:
 def scrape_until(port: int, ready: Callable[[Samples], bool], timeout: float = 5.0) -> Samples:
     """The loop publishes a new snapshot at most once a second: scrape until it shows what
     was done, then return that scrape."""
-    deadline = time.monotonic() + timeout
-    while True:
-        samples = scrape(port)
-        if ready(samples) or time.monotonic() > deadline:
-            return samples
-        time.sleep(0.2)
+    return read_until(lambda: scrape(port), ready, timeout, 0.2)
 
 
 def queue_sample(samples: Samples, name: str, queue: str, **labels: str) -> float | None:
@@ -59,15 +54,16 @@ def queue_sample(samples: Samples, name: str, queue: str, **labels: str) -> floa
 
 
 def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> None:
-    port = free_port()
     with BrokerProcess(
         tmp_path / "broker.log",
         "--metrics-bind",
-        f"127.0.0.1:{port}",
+        "127.0.0.1:0",
         "--max-queue-length",
         "5",
         data_dir=tmp_path / "d",
     ) as broker:
+        assert broker.metrics_address is not None
+        port = int(broker.metrics_address.rpartition(":")[2])
         with broker.client() as producer:
             for index in range(5):
                 producer.send("orders", b"order %d" % index, confirm=True)
@@ -156,6 +152,7 @@ def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> Non
     assert wanted <= {name for name, _ in samples}, wanted - {name for name, _ in samples}
 
 
+@pytest.mark.xdist_group("shards")  # a sharded broker: one at a time
 def test_each_shard_serves_its_own_metrics_with_its_name(tmp_path: Path) -> None:
     address = free_ports(2)
     metrics_port = int(free_ports(2).rpartition(":")[2])
@@ -176,13 +173,11 @@ def test_each_shard_serves_its_own_metrics_with_its_name(tmp_path: Path) -> None
 
 
 def test_a_taken_metrics_port_stops_the_broker_with_one_line(tmp_path: Path) -> None:
-    port = free_port()
-    taken = f"127.0.0.1:{port}"
-    with (
-        BrokerProcess(tmp_path / "first.log", "--metrics-bind", taken),
-        pytest.raises(BrokerStartError, match=f"cannot serve metrics on {taken}: "),
-    ):
-        # With the TCP endpoint and a store open too: all of it closes before the exit.
-        BrokerProcess(
-            tmp_path / "second.log", "--metrics-bind", taken, tcp=True, data_dir=tmp_path / "d"
-        )
+    with BrokerProcess(tmp_path / "first.log", "--metrics-bind", "127.0.0.1:0") as first:
+        taken = first.metrics_address
+        assert taken is not None
+        with pytest.raises(BrokerStartError, match=f"cannot serve metrics on {taken}: "):
+            # With the TCP endpoint and a store open too: all of it closes before the exit.
+            BrokerProcess(
+                tmp_path / "second.log", "--metrics-bind", taken, tcp=True, data_dir=tmp_path / "d"
+            )

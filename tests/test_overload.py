@@ -13,11 +13,16 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import phpmq.protocol as p
 from harness import BrokerProcess, phpmq, raw_dealer, recv_messages
 from phpmq import Client
 from phpmq.bench.flood import run_flood_benchmark
 from phpmq.bench.measure import MB
+
+# Their checks measure time (heartbeat gaps, redelivery and lease bounds): one at a time.
+pytestmark = pytest.mark.xdist_group("timing")
 
 LEASE_MS = 1000
 

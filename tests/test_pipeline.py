@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from harness import BrokerProcess
 from pipeline_harness import queue_stats, skip_without_spark
-from pipeline_harness import spark as spark  # a fixture: one Spark for this file
 
 try:
     from pyspark.sql import SparkSession
@@ -21,6 +21,10 @@ try:
     from phpmq.pipeline.demo import run_demo
 except ModuleNotFoundError as missing:
     skip_without_spark(missing)
+
+
+# One Spark (a JVM) at a time: the Spark files run one after another in one worker.
+pytestmark = pytest.mark.xdist_group("spark")
 
 
 def test_demo_pipeline_counts_events_per_key_and_minute(

@@ -13,7 +13,6 @@ import pytest
 
 from harness import BrokerProcess
 from pipeline_harness import drain, queue_stats, run_available_now, skip_without_spark
-from pipeline_harness import spark as spark  # a fixture: one Spark for this file
 
 try:
     import pyarrow as pa
@@ -36,6 +35,10 @@ except ModuleNotFoundError as missing:
     skip_without_spark(missing)
 
 CONTENT = StructField("content", StringType())
+
+
+# One Spark (a JVM) at a time: the Spark files run one after another in one worker.
+pytestmark = pytest.mark.xdist_group("spark")
 
 
 def write_to(frame: DataFrame, broker: BrokerProcess, **options: str) -> None:

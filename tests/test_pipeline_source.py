@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, BrokerProcess, phpmq
+from harness import REPO, BrokerProcess, phpmq, read_until
 
 IN_CI = os.environ.get("CI") == "true"
 try:
@@ -29,13 +29,16 @@ try:
     from pyspark.sql.streaming import StreamingQueryListener
 
     from phpmq.client import BrokerRefused, curve_keys
-    from pipeline_harness import QUERY_TIMEOUT_S, queue_stats, run_available_now, spark  # noqa: F401
+    from pipeline_harness import QUERY_TIMEOUT_S, queue_stats, run_available_now
 except ModuleNotFoundError as missing:
     if (missing.name or "").split(".")[0] not in {"pyspark", "pyarrow", "pandas", "numpy"}:
         raise
     if IN_CI:
         pytest.fail(f"the spark extra is required in CI: {missing}", pytrace=False)
     pytest.skip(f"{missing} (pip install '.[spark]')", allow_module_level=True)
+
+# One Spark (a JVM) at a time: the Spark files run one after another in one worker.
+pytestmark = pytest.mark.xdist_group("spark")
 
 #: A Spark driver of its own (argv: broker, queue, output, checkpoint) streaming to Parquet in
 #: batches of 300; a Python UDF hangs the task that meets message 450 (in batch 1) after
@@ -110,12 +113,12 @@ def assert_exactly_once(spark: SparkSession, out: Path, sent: list[str]) -> None
 
 def wait_drained(broker: BrokerProcess, queue: str, timeout: float = 15) -> dict[str, Any]:
     """The queue's stats once nothing is ready or leased (the listener acks asynchronously)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = queue_stats(broker, queue)
-        if (stats["ready"], stats.get("leased", 0)) == (0, 0) or time.monotonic() > deadline:
-            return stats
-        time.sleep(0.1)
+    return read_until(
+        lambda: queue_stats(broker, queue),
+        lambda stats: (stats["ready"], stats.get("leased", 0)) == (0, 0),
+        timeout,
+        0.1,
+    )
 
 
 # --------------------------------------------------------------------------- plain runs

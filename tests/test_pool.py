@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, BrokerProcess
+from harness import REPO, BrokerProcess, read_until, wait_until
 
 TESTS = Path(__file__).resolve().parent
 #: Worker connections heartbeat fast, so a killed worker's messages come back within 0.6 s.
@@ -144,14 +144,11 @@ class PoolProcess:
         )
 
     def wait_for(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(self.failure(f"timed out after {timeout}s waiting for {what}"))
-            time.sleep(0.05)
+        """`condition`'s first true value; past `timeout` the test fails with both logs."""
+        value = read_until(condition, bool, timeout)
+        if not value:
+            pytest.fail(self.failure(f"timed out after {timeout}s waiting for {what}"))
+        return value
 
     # ------------------------------------------------------------------ stopping
 
@@ -487,9 +484,7 @@ def test_workers_of_a_killed_supervisor_exit_and_their_messages_come_back(
 
     first.process.kill()
     first.process.wait(5)
-    deadline = time.monotonic() + 5
-    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not any(alive(pid) for pid in workers), 5)
     assert not any(alive(pid) for pid in workers), first.failure("orphaned workers still run")
 
     second = start_pool("record", "-q", "held", "-p", "2", *FAST, name="second")
@@ -527,9 +522,7 @@ def test_a_stuck_worker_does_not_outlive_its_killed_supervisor(
     try:
         pool.process.kill()
         pool.process.wait(5)
-        deadline = time.monotonic() + 3
-        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not any(alive(pid) for pid in workers), 3)
         assert not any(alive(pid) for pid in workers)
     finally:
         for pid in workers:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from driven import Connect, DrivenClient
 
-from harness import BrokerProcess
+from harness import BrokerProcess, wait_until
 from phpmq.client import BrokerRefused, InvalidArgument
 from phpmq.protocol import ErrorCode
 
@@ -144,11 +144,3 @@ def test_content_over_the_brokers_limit_is_refused_at_once(
         assert time.monotonic() - started < 2  # not the 10 s confirm timeout
         assert client.send("jobs", b"x" * 1000, confirm=True)
 
-
-def wait_until(condition, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False

@@ -16,7 +16,7 @@ import pytest
 from driven import Connect
 from test_pool import FAST, PoolProcess, start_pool
 
-from harness import BrokerProcess, phpmq, raw_dealer, recv_messages
+from harness import BrokerProcess, phpmq, raw_dealer, recv_messages, wait_for
 from phpmq import protocol as p
 from phpmq.client import (
     AsyncClient,
@@ -33,8 +33,13 @@ __all__ = ["start_pool"]  # a fixture (tests/test_pool.py)
 def answering(start_pool: Callable[..., PoolProcess], *args: str, **options: Any) -> PoolProcess:
     """A pool answering requests on `rpc`, once its workers consume it."""
     pool = start_pool("answer", "-q", "rpc", *FAST, *args, **options)
-    pool.wait_for(lambda: "workers running" in pool.log(), 20, "the pool to start")
+    # A request sent before the pool consumes could expire (its TTL) before any worker sees it.
+    pool.wait_for(lambda: consumers(pool.broker, "rpc") > 0, 20, "the pool to consume rpc")
     return pool
+
+
+def consumers(broker: BrokerProcess, queue: str) -> int:
+    return int(broker.stats()["queues"].get(queue, {}).get("consumers", 0))
 
 
 def dropped_by_broker(broker: BrokerProcess) -> int:
@@ -162,10 +167,11 @@ def test_a_request_no_worker_takes_times_out_and_expires(
     client = connect(broker.address)
     with pytest.raises(RequestTimeout, match=r"within 0\.3s"):
         client.request("nobody", "x", timeout=0.3)
-    deadline = time.monotonic() + 5
-    while broker.stats()["queues"].get("nobody", {}).get("ready", 0):
-        assert time.monotonic() < deadline, "the request did not expire with its TTL"
-        time.sleep(0.1)
+    wait_for(
+        lambda: not broker.stats()["queues"].get("nobody", {}).get("ready", 0),
+        "the request expired with its TTL",
+        timeout=5,
+    )
 
 
 def test_a_lost_broker_fails_a_pending_request_instead_of_hanging(

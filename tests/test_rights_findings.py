@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 import phpmq.protocol as p
-from harness import BrokerProcess, phpmq, recv_messages
+from harness import BrokerProcess, phpmq, recv_messages, wait_for
 from phpmq.broker.shell.shards import shard_address
 from phpmq.client import curve_keys
 from phpmq.testing import free_ports
@@ -128,12 +128,6 @@ def ops_admin(broker: BrokerProcess, command: str, **options: object) -> dict:
         return ops.admin(command, **options)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
-
 
 # --------------------------------------------------------------------------- 1. KBAI
 
@@ -180,7 +174,7 @@ def test_kbai_then_anything_on_the_raw_tcp_endpoint_and_for_anonymous_peers(tmp_
         assert broker.tcp_port is not None
         with socket.create_connection(("127.0.0.1", broker.tcp_port)) as tcp:
             tcp.sendall(p.encode_all([p.Kbai(), p.Send("billing", b"x"), p.Send("legacy.a", b"y")]))
-            wait_for(lambda: _ready(broker, "legacy.a") == 1)
+            wait_for(lambda: _ready(broker, "legacy.a") == 1, "the stock send queued")
         assert _ready(broker, "jobs.a") == 1 and _ready(broker, "billing") == 0
     finally:
         broker.stop()
@@ -195,6 +189,7 @@ def _ready(broker: BrokerProcess, queue: str) -> int:
 # --------------------------------------------------------------------------- 2. links
 
 
+@pytest.mark.xdist_group("shards")  # a sharded broker: one at a time
 def test_a_client_key_posing_as_a_shard_link_cannot_forward(tmp_path: Path, keys: Path):
     address = free_ports(2)
     broker = start(tmp_path, keys, "--shards", "2", address=address)

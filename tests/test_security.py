@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import zmq
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, phpmq, recv_messages
+from harness import BrokerProcess, phpmq, recv_messages, wait_for
 from phpmq.broker.config import endpoint_is_local
 from phpmq.broker.shell.shards import shard_address
 from phpmq.client import BrokerRefused, Client, ClientError, curve_keys
@@ -129,7 +128,7 @@ def test_sighup_adds_and_removes_keys_and_rights_live(tmp_path: Path, keys: Path
         # handshakes with her key fail.
         clients.write_text(f"# rotated\nmallory {_public(keys, 'mallory')}\n")
         broker.signal(signal.SIGHUP)
-        _wait_for(lambda: "SIGHUP: 1 client keys allowed" in broker.log())
+        wait_for(lambda: "SIGHUP: 1 client keys allowed" in broker.log(), "the keys read again")
         with client_of(broker.address, keys, "mallory") as mallory_again:
             assert mallory_again.send("q", b"2", confirm=True)
         assert alice.send("q", b"3", confirm=True)  # still connected
@@ -148,7 +147,7 @@ def test_a_malformed_key_file_stops_the_broker_naming_file_and_line(
     result = phpmq(
         "broker",
         "--bind",
-        f"tcp://127.0.0.1:{free_port()}",
+        "tcp://127.0.0.1:*",
         "--curve-secret",
         str(keys / "broker.key_secret"),
         "--curve-clients",
@@ -160,21 +159,15 @@ def test_a_malformed_key_file_stops_the_broker_naming_file_and_line(
 
 
 def test_the_tcp_endpoint_serves_only_its_networks(tmp_path: Path) -> None:
-    tcp_port = free_port()
-    broker = BrokerProcess(
-        tmp_path / "broker.log",
-        "--tcp-bind",
-        f"tcp://127.0.0.1:{tcp_port}",
-        "--tcp-allow",
-        "127.0.0.2/32",
-    )
+    broker = BrokerProcess(tmp_path / "broker.log", "--tcp-allow", "127.0.0.2/32", tcp=True)
+    tcp_port = broker.tcp_port
     try:
         served = socket.create_connection(("127.0.0.1", tcp_port), source_address=("127.0.0.2", 0))
         served.sendall(p.encode(p.Send("legacy", b"hello")))
         refused = socket.create_connection(("127.0.0.1", tcp_port))
         refused.settimeout(5)
         assert refused.recv(100) == b""  # closed at once
-        _wait_for(lambda: _ready(broker, "legacy") == 1)
+        wait_for(lambda: _ready(broker, "legacy") == 1, "the served peer's send queued")
         served.close()
         refused.close()
     finally:
@@ -236,13 +229,8 @@ def _ready(broker: BrokerProcess, queue: str) -> int:
         return client.admin("stats")["queues"].get(queue, {}).get("ready", 0)
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
 
-
+@pytest.mark.xdist_group("shards")  # a sharded broker: one at a time
 def test_a_sharded_curve_broker_forwards_over_curve_links_and_checks_rights_at_entry(
     tmp_path: Path, keys: Path
 ) -> None:
@@ -340,7 +328,7 @@ def test_every_failed_handshake_is_counted_and_the_cli_says_what_is_likely_wrong
             [line] = result.stderr.splitlines()
             assert line.startswith(f"phpmq: no broker answered at {broker.address} within 0.5s: ")
             assert says in line, line
-            _wait_for(lambda: broker.stats()["security"]["handshakes_denied"] > denied)  # noqa: B023
+            wait_for(lambda: broker.stats()["security"]["handshakes_denied"] > denied, "a denial")  # noqa: B023
     finally:
         broker.stop()
     assert "refused a CURVE handshake: the client has no CURVE key" in broker.log()

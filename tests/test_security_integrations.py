@@ -7,15 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import zmq
 from test_pool import PoolProcess
 
-from harness import REPO, BrokerProcess, phpmq
+from harness import REPO, BrokerProcess, phpmq, wait_for
 from phpmq.client import curve_keys
 
 PERMISSIONS = """
@@ -110,7 +109,7 @@ def test_a_bridge_sends_with_its_key_only_where_its_rights_allow(
     try:
         for i in range(10):
             push.send(b"b%d" % i)
-        _wait_for(lambda: _ready(broker, "bridged") == 10)
+        wait_for(lambda: _ready(broker, "bridged") == 10, "10 bridged messages queued")
     finally:
         allowed_log = _stop(allowed)
         push.close()
@@ -120,7 +119,7 @@ def test_a_bridge_sends_with_its_key_only_where_its_rights_allow(
     refused = _bridge(tmp_path, broker, keys, port, "jobs", "no")
     try:
         push.send(b"not allowed")
-        _wait_for(lambda: "403" in refused[1].read_text(errors="replace"))
+        wait_for(lambda: "403" in refused[1].read_text(errors="replace"), "the bridge's 403")
     finally:
         refused_log = _stop(refused)
         push.close()
@@ -176,9 +175,3 @@ def _ready(broker: BrokerProcess, queue: str) -> int:
     with broker.client() as client:
         return client.admin("stats")["queues"].get(queue, {}).get("ready", 0)
 
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.1)

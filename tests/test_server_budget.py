@@ -14,7 +14,10 @@ import pytest
 import zmq
 
 import phpmq.protocol as p
-from harness import BrokerProcess, raw_dealer
+from harness import BrokerProcess, raw_dealer, wait_for
+
+# Their checks measure time (heartbeat gaps, redelivery and lease bounds): one at a time.
+pytestmark = pytest.mark.xdist_group("timing")
 
 #: A stock producer (no HELLO, never reads) sending frames of 256 pre-TTL sends as fast as
 #: libzmq takes them.
@@ -63,10 +66,11 @@ def test_a_flooded_broker_keeps_its_heartbeats_and_answers_stats(
             watcher.recv()
             flood(flooders, broker.address, "flood", 2)
             # Wait until the flood is on: the queue is full and refusals are counted.
-            deadline = time.monotonic() + 10
-            while broker.stats()["queues"].get("flood", {}).get("ready", 0) < 1000:
-                assert time.monotonic() < deadline, "the flood did not start"
-                time.sleep(0.1)
+            wait_for(
+                lambda: broker.stats()["queues"].get("flood", {}).get("ready", 0) >= 1000,
+                "the flood started",
+                interval=0.1,
+            )
 
             gaps, stats_seconds = [], []
             last_heard = last_said = started = time.monotonic()

@@ -3,7 +3,6 @@ broker (`phpmq broker --shards 2`), with queues owned by both shards."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,26 +12,35 @@ import pytest
 import zmq
 from test_bridges import Bridge, bound
 from test_pool import FAST, PoolProcess
-from test_shards import free_pair, hello_answer, shard_address
 
-from harness import BrokerProcess
+from harness import BrokerProcess, hello_answer, wait_for
+from phpmq.broker.shell.shards import shard_address
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
+from phpmq.testing import free_ports
 
 try:  # Spark is an optional extra: without it only the Spark tests are skipped
-    import test_pipeline
+    import test_pipeline  # noqa: F401  (skips, or fails in CI, without Spark)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
     from pipeline_harness import run_available_now
 
     SPARK_MISSING = None
-    spark = test_pipeline.spark  # the module-scoped Spark fixture of tests/test_pipeline.py
 except pytest.skip.Exception as missing:
     SPARK_MISSING = str(missing)
 
-needs_spark = pytest.mark.skipif(SPARK_MISSING is not None, reason=str(SPARK_MISSING))
 SHARDS = 2
+
+#: Each test runs a broker of two shards: one sharded broker at a time. (A test with several
+#: xdist_group marks would get a group of their own: the Spark tests have only "spark".)
+sharded_group = pytest.mark.xdist_group("shards")
+
+
+def needs_spark(test: Callable[..., None]) -> Callable[..., None]:
+    """A Spark test: skipped without Spark, and run in the Spark tests' worker."""
+    skip = pytest.mark.skipif(SPARK_MISSING is not None, reason=str(SPARK_MISSING))
+    return pytest.mark.xdist_group("spark")(skip(test))
 
 
 @pytest.fixture
@@ -44,7 +52,7 @@ def sharded(tmp_path: Path) -> Iterator[BrokerProcess]:
         str(SHARDS),
         "--grace-seconds",
         "1",
-        address=free_pair(),
+        address=free_ports(2),
     )
     try:
         yield process
@@ -87,13 +95,6 @@ def empty_at_owner(broker: BrokerProcess, queue: str) -> bool:
     return all(stats.get(name, 0) == 0 for name in figures)
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.05)
-
 
 def drain_at_owner(broker: BrokerProcess, queue: str, count: int) -> list[bytes]:
     """Consume and ack exactly `count` messages of `queue` at its owning shard."""
@@ -109,6 +110,7 @@ def drain_at_owner(broker: BrokerProcess, queue: str, count: int) -> list[bytes]
     return got
 
 
+@sharded_group
 def test_queues_have_owners_on_both_shards(sharded: BrokerProcess) -> None:
     first, second = owned_by(sharded, 0, "x"), owned_by(sharded, 1, "x")
     assert {owner_index(sharded, first), owner_index(sharded, second)} == {0, 1}
@@ -117,6 +119,7 @@ def test_queues_have_owners_on_both_shards(sharded: BrokerProcess) -> None:
 # --------------------------------------------------------------------------- worker pool
 
 
+@sharded_group
 def test_a_worker_pool_does_the_jobs_of_queues_on_different_shards(
     tmp_path: Path, sharded: BrokerProcess
 ) -> None:
@@ -134,7 +137,7 @@ def test_a_worker_pool_does_the_jobs_of_queues_on_different_shards(
             done = sorted(r["content"] for r in handled if r["queue"] == queue)
             assert done == sorted(contents), pool.failure(f"jobs of {queue}")
         for queue in expected:
-            wait_for(lambda q=queue: empty_at_owner(sharded, q), f"{queue} empty at its owner")
+            wait_for(lambda q=queue: empty_at_owner(sharded, q), f"{queue} empty at its owner", 20)
     finally:
         pool.stop()
 
@@ -142,6 +145,7 @@ def test_a_worker_pool_does_the_jobs_of_queues_on_different_shards(
 # --------------------------------------------------------------------------- bridge
 
 
+@sharded_group
 def test_pull_in_bridge_fills_a_queue_owned_by_the_other_shard(
     tmp_path: Path, sharded: BrokerProcess
 ) -> None:
@@ -158,12 +162,12 @@ def test_pull_in_bridge_fills_a_queue_owned_by_the_other_shard(
         for content in contents:
             push.send(content)
         try:
-            wait_for(lambda: at_owner(sharded, queue)["ready"] == len(contents), "all queued")
+            wait_for(lambda: at_owner(sharded, queue)["ready"] == len(contents), "all queued", 20)
         except AssertionError as failure:
             raise AssertionError(f"{failure}\n--- bridge log ---\n{bridge.log()}") from None
         assert queue not in shard_queues(sharded, 0), "the non-owner shard holds the queue"
         assert drain_at_owner(sharded, queue, len(contents)) == contents
-        wait_for(lambda: empty_at_owner(sharded, queue), "every message acked")
+        wait_for(lambda: empty_at_owner(sharded, queue), "every message acked", 20)
     finally:
         status = bridge.stop() if bridge is not None else 0
         context.destroy(linger=0)
@@ -215,4 +219,4 @@ def test_spark_source_reads_queues_on_both_shards_to_parquet(
         assert sorted(bytes(r.content) for r in rows if r.queue == queue) == contents
     assert len(rows) == 1_000
     for queue in expected:
-        wait_for(lambda q=queue: empty_at_owner(sharded, q), f"{queue} acked at its owner")
+        wait_for(lambda q=queue: empty_at_owner(sharded, q), f"{queue} acked at its owner", 20)

@@ -13,43 +13,31 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
+import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, free_port, phpmq, raw_dealer, recv_messages
-from phpmq.broker.shell.shards import started_pids
+from harness import BrokerProcess, hello_answer, phpmq, raw_dealer, recv_messages
+from phpmq.broker.shell.shards import shard_address, started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
+from phpmq.testing import free_ports
 
 QUEUES = [f"q{i}" for i in range(20)]
 
 
-def shard_address(base: str, index: int) -> str:
-    host, port = base.rsplit(":", 1)
-    return f"{host}:{int(port) + index}"
+# Each test runs two or three broker processes: one sharded broker at a time.
+pytestmark = pytest.mark.xdist_group("shards")
 
 
-def hello_answer(address: str) -> dict:
-    with raw_dealer(address) as sock:
-        sock.send(p.encode(p.Hello({})))
-        [answer] = recv_messages(sock)
-        assert isinstance(answer, p.Hello)
-        return answer.options
-
-
-def free_pair() -> str:
-    """A loopback address whose port and port + 1 are both free."""
-    while True:
-        port = free_port()
-        try:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", port + 1))
-            return f"tcp://127.0.0.1:{port}"
-        except OSError:
-            continue
+def test_shards_need_a_fixed_port_and_say_so_in_one_line() -> None:
+    result = phpmq("broker", "--shards", "2", "--bind", "tcp://127.0.0.1:*")
+    assert result.returncode == 1
+    assert result.stderr.startswith("phpmq: --shards needs a fixed port in --bind")
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_shards_own_their_queues_and_one_killed_comes_back(tmp_path: Path) -> None:
-    address = free_pair()
+    address = free_ports(2)
     data = tmp_path / "data"
     with BrokerProcess(
         tmp_path / "broker.log", "--shards", "2", address=address, data_dir=data
@@ -100,8 +88,17 @@ def _alive(pid: int) -> bool:
 
 
 def test_stats_of_a_sharded_broker_cover_every_shard(tmp_path: Path) -> None:
-    address = free_pair()
-    with BrokerProcess(tmp_path / "broker.log", "--shards", "2", address=address) as broker:
+    address = free_ports(2)
+    with BrokerProcess(
+        tmp_path / "broker.log", "--shards", "2", "--metrics-bind", "127.0.0.1:0", address=address
+    ) as broker:
+        shards = broker.endpoints["shards"]
+        assert [(s["shard"], s["bind"]) for s in shards] == [
+            ("local/0", address),
+            ("local/1", shard_address(address, 1)),
+        ]
+        metrics = {s["metrics_bind"] for s in shards}  # port 0: each shard got one of its own
+        assert len(metrics) == 2 and "127.0.0.1:0" not in metrics
         with Client(address) as client:
             client.admin("stats")
             mapping = client.cluster_map
@@ -152,7 +149,7 @@ def _wait_gone(pids: Iterable[int], within: float) -> None:
 def test_shards_exit_with_their_killed_supervisor_and_a_new_one_starts(tmp_path: Path) -> None:
     """kill -9 of the supervisor, 3 times: its shards follow it within seconds, and the next
     supervisor binds the same ports at its first try, with the shards' durable data."""
-    address, data = free_pair(), tmp_path / "data"
+    address, data = free_ports(2), tmp_path / "data"
     for cycle in range(3):
         supervisor = _start_supervisor(tmp_path / f"{cycle}.log", address, data)
         try:
@@ -176,7 +173,7 @@ def test_a_new_supervisor_waits_for_draining_orphans_instead_of_fighting(tmp_pat
     """The killed supervisor's shards drain (a stock consumer holds a message, for the whole
     grace) while a new supervisor starts on the same ports: it waits for them, then starts
     each shard once, and the held message is back in the new shard's queue."""
-    address, data = free_pair(), tmp_path / "data"
+    address, data = free_ports(2), tmp_path / "data"
     first = _start_supervisor(tmp_path / "first.log", address, data)
     try:
         mapping = msgspec.convert(hello_answer(address)["cluster"], ClusterMap)
@@ -201,7 +198,7 @@ def test_a_new_supervisor_waits_for_draining_orphans_instead_of_fighting(tmp_pat
 
 
 def test_a_port_another_program_keeps_stops_the_supervisor_with_one_line() -> None:
-    address = free_pair()
+    address = free_ports(2)
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
     with socket.socket() as squatter:
         squatter.bind((host, int(port) + 1))

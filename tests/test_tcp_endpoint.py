@@ -15,13 +15,13 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import phpmq.protocol as p
-from harness import REPO, BrokerProcess
+from harness import REPO, BrokerProcess, wait_for
 from phpmq.client import Client
 
 # ----------------------------------------------------------------- the stock client's bytes
@@ -194,13 +194,6 @@ class TcpBroker(BrokerProcess):
         super().stop()
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.005)
-
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[TcpBroker]:
@@ -218,7 +211,11 @@ def test_a_send_split_at_every_byte_is_decoded(broker: TcpBroker) -> None:
     producer = broker.peer()
     for at in range(1, len(TV_SEND)):
         producer.send_split(TV_SEND, at)
-        wait_for(lambda at=at: broker.queue(QUEUE)["ready"] == at, f"001 split at byte {at}")
+        wait_for(
+            lambda at=at: broker.queue(QUEUE)["ready"] == at,
+            f"001 split at byte {at}",
+            interval=0.005,
+        )
     assert producer.nothing_within(0.05)  # no reply to 001
     producer.close()
 

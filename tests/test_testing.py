@@ -5,12 +5,13 @@ from __future__ import annotations
 import signal
 import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from phpmq import Client
-from phpmq.testing import BrokerProcess, BrokerStartError
+from phpmq.testing import ANY_PORT, BrokerProcess, BrokerStartError
 
 #: Far below start_timeout: a broker that fails at start-up is reported, not waited for.
 START_FAILURE_BOUND_S = 8.0
@@ -51,6 +52,37 @@ def test_flags_tcp_and_data_dir_reach_the_broker(tmp_path: Path) -> None:
         stats = broker.stats()
         assert stats["storage"]["data_dir"] == str(data)
         assert stats["queues"]["q"]["settings"]["max_deliveries"] == 3
+
+
+def test_every_endpoint_is_a_port_the_broker_got_itself_and_reported(tmp_path: Path) -> None:
+    with BrokerProcess("--metrics-bind", "127.0.0.1:0", tcp=True) as broker:
+        endpoints = broker.endpoints
+        assert endpoints["pid"] == broker.process.pid
+        assert broker.address == endpoints["bind"] != ANY_PORT
+        assert broker.address.startswith("tcp://127.0.0.1:")
+        assert broker.tcp_address == endpoints["tcp_bind"] != ANY_PORT
+        assert broker.metrics_address == endpoints["metrics_bind"] != "127.0.0.1:0"
+        assert len({broker.address, broker.tcp_address, f"tcp://{broker.metrics_address}"}) == 3
+        with Client(broker.address) as client:
+            client.send("q", b"x")
+        assert broker.stats()["queues"]["q"]["ready"] == 1
+        assert broker.tcp_port is not None
+        with socket.create_connection(("127.0.0.1", broker.tcp_port), timeout=5):
+            pass
+        url = f"http://{broker.metrics_address}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as scraped:
+            assert b"phpmq_queue_messages_ready" in scraped.read()
+
+
+def test_a_broker_answering_at_the_address_is_not_taken_for_the_one_started(
+    tmp_path: Path,
+) -> None:
+    """The second broker cannot bind the first one's address and exits: its start fails,
+    although a broker answers there."""
+    with BrokerProcess("--grace-seconds", "0") as first:
+        with pytest.raises(BrokerStartError, match="exited at start-up") as refused:
+            BrokerProcess(address=first.address, log_path=tmp_path / "second.log")
+        assert f"cannot bind {first.address}" in str(refused.value)
 
 
 def test_a_bad_flag_reports_the_brokers_error_instead_of_hanging(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ..config import metrics_address
+from ..config import metrics_address, metrics_bind_text
 
 log = logging.getLogger("phpmq.metrics")
 
@@ -125,6 +125,8 @@ class MetricsExporter:
         # Raises OSError when the address is taken: the server turns it into a BrokerError.
         self._server, self._thread = start_http_server(port, host or "0.0.0.0", self.registry)
         self.port = self._server.server_port
+        #: Where /metrics really is, as `metrics_bind` is written (port 0 resolved).
+        self.address = metrics_bind_text(host, self.port)
         log.info("Prometheus metrics on http://%s:%d/metrics", host or "0.0.0.0", self.port)
         if not is_loopback(host):
             log.warning(

@@ -247,7 +247,20 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ loop
 
-    def run(self, on_ready: Callable[[str], None] | None = None) -> None:
+    def endpoints(self) -> dict[str, str]:
+        """Where this broker really listens, by setting: `bind`, and `tcp_bind` and
+        `metrics_bind` when on. A `*` port in `bind` or `tcp_bind`, or port 0 in
+        `metrics_bind`, is here the port the system gave."""
+        endpoints = {"bind": self.endpoint}
+        if self.tcp is not None:
+            endpoints["tcp_bind"] = self.tcp.endpoint
+        if self.metrics is not None:
+            endpoints["metrics_bind"] = self.metrics.address
+        return endpoints
+
+    def run(self, on_ready: Callable[[dict[str, str]], None] | None = None) -> None:
+        """Serve until stopped; `on_ready` gets `endpoints()` once every socket is open,
+        before the first turn."""
         if self.store is None:
             log.info(
                 "phpmq broker listening on %s (in memory: queued messages do not survive a"
@@ -256,8 +269,6 @@ class BrokerServer:
             )
         else:
             log.info("phpmq broker listening on %s (durable: %s)", self.endpoint, self.store.path)
-        if on_ready is not None:
-            on_ready(self.endpoint)
         if self.tcp is not None:
             log.info("raw TCP endpoint for stock PHPMQ clients on %s", self.tcp.endpoint)
         poller = zmq.Poller()
@@ -266,6 +277,8 @@ class BrokerServer:
             poller.register(self.tcp.socket, zmq.POLLIN)
         drain_deadline: float | None = None
         try:
+            if on_ready is not None:
+                on_ready(self.endpoints())
             while True:
                 if self._stop_requests >= 2:
                     log.warning("second stop signal: exiting without waiting for acks")

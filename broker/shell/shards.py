@@ -3,10 +3,11 @@ processes, each a whole broker (core, store in its own sub-directory of --data-d
 the queues the cluster map gives it (protocol/cluster.py).
 
 Shard i binds the --bind address with its port + i, so shard 0 answers at the address users
-give; with --metrics-bind, shard i serves its own /metrics at that port + i. Every shard
-knows the map and tells HELLO peers (they go to the owner themselves). The supervisor restarts
-a shard that dies, after a pause that doubles while it keeps dying, with its durable data; on
-SIGTERM/SIGINT it asks every shard to drain and stop, and waits.
+give; with --metrics-bind, shard i serves its own /metrics at that port + i (port 0: each at a
+free port of its own). Every shard knows the map and tells HELLO peers (they go to the owner
+themselves). The supervisor restarts a shard that dies, after a pause that doubles while it
+keeps dying, with its durable data; on SIGTERM/SIGINT it asks every shard to drain and stop,
+and waits.
 
 A shard never outlives its supervisor: it watches multiprocessing's pipe from its parent, which
 reads end-of-file once the parent is gone (even by kill -9), and then drains and stops as on
@@ -22,21 +23,24 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
 import re
 import secrets
 import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
 
 from ...protocol.cluster import ClusterMap, Shard, encode_map
-from ..config import BrokerConfig, metrics_address
+from ..config import BrokerConfig, metrics_address, metrics_bind_text
 from .cluster_file import read_cluster_file
 
 if TYPE_CHECKING:
@@ -71,6 +75,12 @@ def shard_address(bind: str, index: int) -> str:
         ValueError: not a tcp://host:port address.
     """
     parts = urlsplit(bind)
+    if parts.scheme == "tcp" and parts.netloc.endswith(":*"):
+        # Every shard is told the whole map before any binds, so no shard can take a port
+        # the system picks: the ports are fixed here.
+        raise ValueError(
+            f"--shards needs a fixed port in --bind (shard i binds port + i), not {bind!r}"
+        )
     if parts.scheme != "tcp" or parts.port is None:
         raise ValueError(f"--shards needs a tcp://host:port --bind address, not {bind!r}")
     host = parts.hostname or ""
@@ -85,8 +95,7 @@ def shard_metrics_bind(bind: str, index: int) -> str:
     """
     if not bind:
         return ""
-    host, port = metrics_address(bind, index)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return metrics_bind_text(*metrics_address(bind, index))
 
 
 def advertised(address: str) -> str:
@@ -151,8 +160,9 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
     ]
 
 
-def run_shard(config: BrokerConfig) -> None:
-    """A shard process: one whole broker until SIGTERM."""
+def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
+    """A shard process: one whole broker until SIGTERM; once it serves it puts
+    (its name, its endpoints) into `ready`."""
     from .server import BrokerError, BrokerServer
 
     logging.basicConfig(
@@ -166,7 +176,10 @@ def run_shard(config: BrokerConfig) -> None:
         raise SystemExit(1) from None
     server.install_signal_handlers()
     _stop_with_parent(server)
-    server.run()
+    if ready is None:
+        server.run()
+    else:
+        server.run(on_ready=lambda endpoints: ready.put((config.shard, endpoints)))
 
 
 def _stop_with_parent(server: BrokerServer) -> None:
@@ -208,23 +221,35 @@ def address_in_use(address: str) -> bool:
 class _Slot:
     """One shard: its settings, its process, and when it may be started again."""
 
-    __slots__ = ("config", "delay", "process", "restart_at", "started_at")
+    __slots__ = ("config", "delay", "endpoints", "process", "restart_at", "started_at")
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.process: BaseProcess | None = None
+        #: Where its latest start listens (BrokerServer.endpoints); empty until it serves.
+        self.endpoints: dict[str, str] = {}
         self.started_at = 0.0
         self.restart_at = 0.0
         self.delay = FIRST_RESTART_DELAY_S
 
 
 class ShardSupervisor:
-    def __init__(self, config: BrokerConfig) -> None:
-        """Raises ValueError for a bad --bind address, cluster file or node name."""
+    def __init__(
+        self,
+        config: BrokerConfig,
+        on_ready: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """`on_ready` gets `endpoints()` once every shard serves, and again after a shard
+        that was restarted serves again.
+
+        Raises ValueError for a bad --bind address, cluster file or node name."""
         self._grace = config.grace_seconds
         self._slots = [_Slot(shard) for shard in shard_configs(config)]
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
+        self._on_ready = on_ready
+        #: (shard name, endpoints) from each shard once it serves.
+        self._ready: Queue = self._context.Queue()
         #: The signal that asked for the first stop.
         self.stopped_by: int | None = None
 
@@ -259,10 +284,30 @@ class ShardSupervisor:
         for slot in self._slots:
             self._start(slot)
         while not self._stopping:
-            time.sleep(POLL_S)
+            self._take_ready_reports(POLL_S)
             for slot in self._slots:
                 self._watch(slot)
         return self._stop_all()
+
+    def endpoints(self) -> dict[str, Any]:
+        """Shard 0's endpoints (the address users give) and, under `shards`, every shard's
+        with its name."""
+        shards = [{"shard": slot.config.shard, **slot.endpoints} for slot in self._slots]
+        return {**self._slots[0].endpoints, "shards": shards}
+
+    def _take_ready_reports(self, wait: float) -> None:
+        """Wait up to `wait` seconds for shards that now serve; tell `on_ready` when all do."""
+        by_name = {slot.config.shard: slot for slot in self._slots}
+        reported = False
+        try:
+            while True:
+                name, endpoints = self._ready.get(timeout=0 if reported else wait)
+                by_name[name].endpoints = endpoints
+                reported = True
+        except queue.Empty:
+            pass
+        if reported and self._on_ready is not None and all(s.endpoints for s in self._slots):
+            self._on_ready(self.endpoints())
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self._stopping:  # a second signal: stop at once
@@ -282,7 +327,10 @@ class ShardSupervisor:
 
     def _start(self, slot: _Slot) -> None:
         process = self._context.Process(
-            target=run_shard, args=(slot.config,), name=slot.config.shard, daemon=False
+            target=run_shard,
+            args=(slot.config, self._ready),
+            name=slot.config.shard,
+            daemon=False,
         )
         process.start()
         slot.process = process
@@ -302,6 +350,7 @@ class ShardSupervisor:
                 slot.delay = FIRST_RESTART_DELAY_S
             slot.restart_at = now + slot.delay
             slot.process = None
+            slot.endpoints = {}
             log.warning(
                 "shard %s (pid %d) exited with %s after %.1f s: restarting in %.1f s",
                 slot.config.shard,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -155,11 +158,18 @@ if TYPE_CHECKING:
     help="How long a producer's idempotency key is remembered; 0 = not kept. [default: 120]",
 )
 @click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False),
+    help="Once the broker serves, write where it listens into this file (JSON: pid, bind,"
+    " tcp_bind, metrics_bind, and with --shards every shard's): with a '*' port in --bind or"
+    " --tcp-bind, or port 0 in --metrics-bind, the port it got. [default: none]",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
     help="[default: INFO]",
 )
-def broker(config_path: str | None, **flags: Any) -> None:
+def broker(config_path: str | None, ready_file: str | None, **flags: Any) -> None:
     """Run a broker in the foreground until SIGINT/SIGTERM.
 
     The defaults shown are the broker's own (broker/config.py); a --config file or a
@@ -184,22 +194,46 @@ def broker(config_path: str | None, **flags: Any) -> None:
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     _note_client_variables(config)
-    if config.shard_count() > 1 or config.cluster_file:
-        from ..broker.shell.shards import ShardSupervisor
-
-        try:
-            supervisor = ShardSupervisor(config)
-            supervisor.wait_for_addresses()  # an earlier supervisor's shards may be draining
-        except ValueError as exc:
-            fail(str(exc))
-        raise SystemExit(supervisor.run() or stop_status(supervisor.stopped_by))
+    ready_path = None if ready_file is None else usable_ready_file(ready_file)
+    on_ready = None if ready_path is None else partial(write_ready_file, ready_path)
     try:
-        server = BrokerServer(config)
-    except BrokerError as exc:
-        fail(str(exc))
-    server.install_signal_handlers()
-    server.run()
-    raise SystemExit(stop_status(server.stopped_by))
+        if config.shard_count() > 1 or config.cluster_file:
+            from ..broker.shell.shards import ShardSupervisor
+
+            try:
+                supervisor = ShardSupervisor(config, on_ready)
+                supervisor.wait_for_addresses()  # an earlier supervisor's shards may be draining
+            except ValueError as exc:
+                fail(str(exc))
+            raise SystemExit(supervisor.run() or stop_status(supervisor.stopped_by))
+        try:
+            server = BrokerServer(config)
+        except BrokerError as exc:
+            fail(str(exc))
+        server.install_signal_handlers()
+        server.run(on_ready)
+        raise SystemExit(stop_status(server.stopped_by))
+    finally:
+        if ready_path is not None:
+            ready_path.unlink(missing_ok=True)  # it says where a running broker listens
+
+
+def usable_ready_file(name: str) -> Path:
+    """--ready-file's path, its old copy removed; one line and exit 1 if it cannot be written."""
+    path = Path(name)
+    folder = path.absolute().parent
+    if not (folder.is_dir() and os.access(folder, os.W_OK)):
+        fail(f"cannot write the ready file {name}: {folder} is not a writable folder")
+    path.unlink(missing_ok=True)
+    return path
+
+
+def write_ready_file(path: Path, endpoints: dict[str, Any]) -> None:
+    """The endpoints with this process's id, written whole or not at all (a reader that
+    polls for the file never sees half of it)."""
+    partial_path = path.with_name(f".{path.name}.{os.getpid()}")
+    partial_path.write_text(json.dumps({"pid": os.getpid(), **endpoints}))
+    partial_path.replace(path)
 
 
 def _note_client_variables(config: BrokerConfig) -> None:
