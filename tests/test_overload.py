@@ -65,12 +65,14 @@ def test_two_flooders_into_a_full_queue_do_not_starve_a_one_message_per_frame_pa
     256 sends into a full queue, never reading; a stock pair sending (and acking) one message
     per frame at 2,000 msg/s keeps moving. Before, each refused frame cost a decode per
     message, the pair got one frame read per two of theirs, and its latency grew by most of
-    a second every second. The target (p99 50 ms) is for an otherwise idle machine; this
-    shared one gets a generous bound that the old broker missed by seconds."""
+    a second every second (15-18 s p99 in 20 s runs). The target (p99 50 ms) is for an
+    otherwise idle machine (`phpmq bench --flood` prints it); this test runs beside the rest
+    of the suite on 2 cores, so its bound is generous, and still one the old broker missed by
+    seconds."""
     figures = run_flood_benchmark(seconds=3.0, flooders=2, queue_limit=1_000)
     assert figures["missing"] == 0 and figures["duplicates"] == 0
     assert figures["received"] > 5_000
-    assert figures["p99"] < 1_000, figures["p99"]
+    assert figures["p99"] < 3_000, figures["p99"]
     assert figures["rss_peak"] < 512 * MB
     assert figures["stats"]["counters"]["overflowed"] > 100_000
 
