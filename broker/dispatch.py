@@ -25,10 +25,8 @@ from .context import Context
 from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER, LEASE
 from .expiry import Expiry
-from .flow import record_bytes
 from .model import (
     DELAYED,
-    GONE,
     ID_BYTES,
     IN_FLIGHT,
     NS_PER_MS,
@@ -187,9 +185,8 @@ class Dispatch:
         record = self._take_held(peer, queue_name, message_id, verb)
         if record is None:
             return False
-        record.state = GONE
         ctx = self._ctx
-        ctx.held_bytes -= record_bytes(record)
+        ctx.retire(record)
         ctx.counters.acked += 1
         queue = self._queues.by_name.get(queue_name)
         if queue is not None:
@@ -322,8 +319,7 @@ class Dispatch:
         if record.state != DELAYED:
             return
         if queue.deleted:  # its queue went while it waited: it goes too
-            record.state = GONE
-            self._ctx.held_bytes -= record_bytes(record)
+            self._ctx.retire(record)
             return
         queue.delayed -= 1
         if record.deliveries == 1:  # a requeue counted a delivery first: a delayed send

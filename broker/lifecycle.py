@@ -17,8 +17,7 @@ from .context import Context
 from .deadlines import UNUSED_QUEUE
 from .dispatch import Dispatch
 from .events import Events
-from .flow import record_bytes
-from .model import GONE, NS_PER_MS, Peer, Queue
+from .model import NS_PER_MS, Peer, Queue
 from .queues import Queues
 
 
@@ -94,8 +93,7 @@ class Lifecycle:
         for window in list(queue.windows):
             held = window.held
             for record in held.values():
-                record.state = GONE
-                ctx.held_bytes -= record_bytes(record)
+                ctx.retire(record)
             in_flight += len(held)
             peer = window.peer
             if peer.windows.get(queue.name) is window:

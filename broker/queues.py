@@ -11,8 +11,7 @@ from __future__ import annotations
 from ..protocol import ErrorCode, queue_name_problem
 from .config import QueueSettings
 from .context import Context
-from .flow import record_bytes
-from .model import GONE, READY, Peer, Queue, Record
+from .model import READY, Peer, Queue, Record
 from .quotas import QUEUES
 
 
@@ -78,8 +77,7 @@ class Queues:
         purged = 0
         for record in queue.ready:
             if record.state == READY:
-                record.state = GONE  # its TTL timer, if armed, now finds nothing to do
-                self._ctx.held_bytes -= record_bytes(record)
+                self._ctx.retire(record)  # its TTL timer, if armed, now finds nothing to do
                 purged += 1
         queue.ready.clear()
         queue.stale = 0
