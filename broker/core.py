@@ -204,7 +204,7 @@ class Core:
         )
         self._handlers[Forward] = self.relayed.on_forward
         self._peers.on_gone = self._shard_peer_gone
-        self.admin.cluster_stats = self.forwarding.stats
+        self.admin.stats.add_section("cluster", self.forwarding.stats)
 
     def _shard_peer_gone(self, peer: Peer) -> None:
         if peer.forwarding and self.forwarding is not None:
