@@ -11,7 +11,8 @@ from __future__ import annotations
 from ..protocol import ErrorCode, queue_name_problem
 from .config import QueueSettings
 from .context import Context
-from .model import READY, Peer, Queue, Record
+from .deadlines import UNUSED_QUEUE
+from .model import NS_PER_MS, READY, Peer, Queue, Record
 from .quotas import QUEUES
 
 
@@ -71,6 +72,14 @@ class Queues:
             queue.creator = owner
             self._ctx.quotas.take(QUEUES, owner)
         return queue
+
+    def mark_unused(self, queue: Queue) -> None:
+        """A queue set to be deleted when unused lost its last window (or has none after a
+        restart): it is deleted if none opens within its grace (lifecycle.py decides when the
+        UNUSED_QUEUE deadline comes due)."""
+        ctx = self._ctx
+        queue.unused_due = ctx.now + (queue.unused_ms or 0) * NS_PER_MS
+        ctx.deadlines.arm(queue.unused_due, UNUSED_QUEUE, queue)
 
     def purge(self, queue: Queue) -> int:
         """Delete the queue's ready messages (not those in flight or delayed); how many."""
