@@ -34,6 +34,7 @@ from .model import Peer, Queue
 from .peers import Peers
 from .queues import Queues
 from .schedules import Schedules
+from .stats import Stats
 
 MAX_REPORT_KEYS = 50
 #: Admin commands one peer may run in one loop turn; more are refused (429): one frame of
@@ -77,6 +78,8 @@ class Admin:
         #: each peer has waiting (its later ones wait behind them, so answers keep order).
         self.waiting: deque[tuple[Peer, dict[str, Any]]] = deque()
         self._waiting_of: dict[bytes, int] = {}
+        #: `stats`; the sections from outside the core register with `stats.add_section`.
+        self.stats = Stats(ctx, queues, peers, intake, flow, events)
         self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "stats": self.stats.everything,
             "dlq-list": self._dlq_list,
