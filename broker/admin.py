@@ -78,15 +78,8 @@ class Admin:
         #: each peer has waiting (its later ones wait behind them, so answers keep order).
         self.waiting: deque[tuple[Peer, dict[str, Any]]] = deque()
         self._waiting_of: dict[bytes, int] = {}
-        #: The durable store's `stats()`, for the stats command (None in memory mode).
-        self.storage_stats: Callable[[], dict[str, Any]] | None = None
-        #: The server loop's own figures (turns, budget, backlogs), for the stats command.
-        self.server_stats: Callable[[], dict[str, Any]] | None = None
-        #: A shard's forwarding and links (docs/cluster.md), for the stats command.
-        self.cluster_stats: Callable[[], dict[str, Any]] | None = None
-        #: Refusals by right and what is enforced (broker/guard.py), for the stats command.
-        self.security_stats: Callable[[], dict[str, Any]] | None = None
-        self.stats = Stats(ctx, queues, peers, intake, flow, events, self)
+        #: `stats`; the sections from outside the core register with `stats.add_section`.
+        self.stats = Stats(ctx, queues, peers, intake, flow, events)
         self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "stats": self.stats.everything,
             "dlq-list": self._dlq_list,

@@ -19,8 +19,7 @@ from .deadletters import DeadLetters
 from .deadlines import BATCH_LEASE_TIMEOUT
 from .errors import CommandError
 from .expiry import Expiry
-from .flow import record_bytes
-from .model import GONE, LEASED, NS_PER_MS, NS_PER_SECOND, READY, Queue, Record
+from .model import LEASED, NS_PER_MS, NS_PER_SECOND, READY, Queue, Record, record_bytes
 from .pages import page, page_request
 from .queues import Queues
 from .quotas import LEASES
@@ -137,8 +136,7 @@ class BatchLeases:
             return {"queue": name, "lease": lease_name, "acked": 0}
         ctx = self._ctx
         for record in lease.records:
-            record.state = GONE
-            ctx.held_bytes -= record_bytes(record)
+            ctx.retire(record)
         acked = len(lease.records)
         ctx.journal.lease_committed(name, lease_name)
         ctx.counters.acked += acked
@@ -306,8 +304,7 @@ class BatchLeases:
         dropped = 0
         for lease in list(queue.leases.values()):
             for record in lease.records:
-                record.state = GONE
-                ctx.held_bytes -= record_bytes(record)
+                ctx.retire(record)
             dropped += len(lease.records)
             self._forget(lease)
         return dropped

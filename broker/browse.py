@@ -17,8 +17,7 @@ import msgspec
 from ..protocol import sent_at
 from .config import BrokerConfig
 from .errors import CommandError
-from .flow import record_bytes
-from .model import READY, DeadLetterEntry, Queue, Record
+from .model import READY, DeadLetterEntry, Queue, Record, record_bytes
 
 DEFAULT_PEEK_LIMIT = 10
 DEFAULT_DEAD_LIMIT = 100

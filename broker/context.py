@@ -16,7 +16,7 @@ from .clock import Clock
 from .config import BrokerConfig
 from .deadlines import Deadlines
 from .journal import Journal, NullJournal
-from .model import NS_PER_SECOND, Counters, IdSource, Peer, Queue
+from .model import GONE, NS_PER_SECOND, Counters, IdSource, Peer, Queue, Record, record_bytes
 from .quotas import Quotas
 
 log = logging.getLogger("phpmq.broker")
@@ -112,6 +112,13 @@ class Context:
         #: of refused sends, so a broker that refuses nothing pays nothing for it.
         self.refused_sends = False
         self.refusing = False
+
+    def retire(self, record: Record) -> None:
+        """A message leaves for good (acked, buried, purged, deleted with its queue): nothing
+        that points to it acts on it any more (its deadlines find it GONE), and its bytes no
+        longer count against the memory limit. The one place that does both."""
+        record.state = GONE
+        self.held_bytes -= record_bytes(record)
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""

@@ -131,14 +131,14 @@ class Core:
         self.flow = Flow(ctx, config.max_memory_bytes)
         self.intake = Intake(ctx, self._queues, self.dead_letters, self.expiry, self.flow)
         self.guard = Guard(ctx, Permissions(), config.binds_loopback())
-        self._peers = Peers(ctx, self.dispatch, self.flow)
-        self.dispatch.give_up = self._peers.give_up
+        # A shard: every peer that goes is told to its forwarding and links (_become_shard).
+        on_gone = self._shard_peer_gone if config.cluster else None
+        self._peers = Peers(ctx, self.dispatch, self.flow, on_gone)
         self.events = Events(ctx, self._queues, self.intake, self.flow)
         self.leases = leases = BatchLeases(ctx, self._queues, self.dead_letters, self.expiry)
         self.lifecycle = lifecycle = Lifecycle(
-            ctx, self._queues, self.dispatch, self.events, leases
+            ctx, self._queues, self.dispatch, self.events, leases, self._peers
         )
-        self.dispatch.unused = lifecycle.unused
         self.schedules = schedules = Schedules(ctx, self.intake, self.events)
         self.admin = AdminCommands(
             ctx,
@@ -203,8 +203,7 @@ class Core:
             self.ctx, self._peers, self.guard, self.handle_messages, self.profile
         )
         self._handlers[Forward] = self.relayed.on_forward
-        self._peers.on_gone = self._shard_peer_gone
-        self.admin.cluster_stats = self.forwarding.stats
+        self.admin.stats.add_section("cluster", self.forwarding.stats)
 
     def _shard_peer_gone(self, peer: Peer) -> None:
         if peer.forwarding and self.forwarding is not None:

@@ -6,8 +6,7 @@ and put back (replay) or deleted (purge) by an operator.
 from __future__ import annotations
 
 from .context import Context
-from .flow import record_bytes
-from .model import GONE, DeadLetterEntry, Queue, Record, new_record
+from .model import DeadLetterEntry, Queue, Record, new_record, record_bytes
 from .queues import Queues
 
 
@@ -21,8 +20,7 @@ class DeadLetters:
     def bury(self, queue: Queue, record: Record, reason: str, in_flight: bool = False) -> None:
         """Move a record to the dead-letter store; the entry counts the deliveries made."""
         ctx = self._ctx
-        record.state = GONE
-        ctx.held_bytes -= record_bytes(record)
+        ctx.retire(record)
         delivered = record.deliveries if in_flight else record.deliveries - 1
         entry = DeadLetterEntry(
             record.id,

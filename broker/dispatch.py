@@ -25,10 +25,8 @@ from .context import Context
 from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER, LEASE
 from .expiry import Expiry
-from .flow import record_bytes
 from .model import (
     DELAYED,
-    GONE,
     ID_BYTES,
     IN_FLIGHT,
     NS_PER_MS,
@@ -67,16 +65,8 @@ def _routed_dispatch(queue_name: str, record: Record, now: int) -> bytes:
     )
 
 
-def _no_give_up(peer: Peer, why: str) -> None:
-    raise RuntimeError("Dispatch.give_up used before the core set it")
-
-
-def _no_unused(queue: Queue) -> None:
-    raise RuntimeError("Dispatch.unused used before the core set it")
-
-
 class Dispatch:
-    __slots__ = ("_ctx", "_dead", "_expiry", "_queues", "give_up", "unused")
+    __slots__ = ("_ctx", "_dead", "_expiry", "_queues")
 
     def __init__(
         self, ctx: Context, queues: Queues, dead_letters: DeadLetters, expiry: Expiry
@@ -85,10 +75,6 @@ class Dispatch:
         self._queues = queues
         self._dead = dead_letters
         self._expiry = expiry
-        #: Forget a peer as if it had gone (peers.py): what it holds goes back.
-        self.give_up = _no_give_up
-        #: A queue marked delete-when-unused lost its last window (lifecycle.py).
-        self.unused = _no_unused
 
     # ----------------------------------------------------------------- consumer messages
 
@@ -117,7 +103,7 @@ class Dispatch:
                 ctx.refuse(peer, ErrorCode.LIMIT_REACHED, problem, None, queue.name)
                 return
             max_consumers = ctx.config.max_consumers
-            if len(queue.windows) >= max_consumers and not self._reclaim_slot(queue):
+            if len(queue.windows) >= max_consumers:  # lifecycle.py reclaimed what it could
                 ctx.refuse(
                     peer,
                     ErrorCode.LIMIT_REACHED,
@@ -151,17 +137,15 @@ class Dispatch:
             f" (quota_consumers is {limit})"
         )
 
-    def _reclaim_slot(self, queue: Queue) -> bool:
-        """A queue at its maximum of consumers: give up on the peer of a window that does not
-        count (frozen or gone, see `_is_vacant`) to make room; False if every one counts."""
+    def vacant_window(self, queue: Queue) -> Window | None:
+        """Of a queue's windows, the one that counts least (frozen or gone, see
+        `_is_vacant`: the stalled first, then the longest silent); None if every one
+        counts."""
         now = self._ctx.now
         vacant = [w for w in queue.windows if self._is_vacant(w, now)]
         if not vacant:
-            return False
-        window = min(vacant, key=lambda w: (not w.peer.stalled, w.peer.last_seen))
-        self._ctx.counters.consumers_reclaimed += 1
-        self.give_up(window.peer, f"its window on {queue.name!r} was reclaimed for a new consumer")
-        return True
+            return None
+        return min(vacant, key=lambda w: (not w.peer.stalled, w.peer.last_seen))
 
     def _is_vacant(self, window: Window, now: int) -> bool:
         """A window whose peer let a lease run out without a word (stalled), or a peer
@@ -187,9 +171,8 @@ class Dispatch:
         record = self._take_held(peer, queue_name, message_id, verb)
         if record is None:
             return False
-        record.state = GONE
         ctx = self._ctx
-        ctx.held_bytes -= record_bytes(record)
+        ctx.retire(record)
         ctx.counters.acked += 1
         queue = self._queues.by_name.get(queue_name)
         if queue is not None:
@@ -252,7 +235,7 @@ class Dispatch:
             queue.windows.remove(window)
             del window.peer.windows[queue.name]
             if not queue.windows and queue.unused_ms is not None:
-                self.unused(queue)
+                self._queues.mark_unused(queue)
 
     def stop_windows(self, peer: Peer) -> None:
         """The peer takes no new work (DISCONNECT); it may still settle what it holds."""
@@ -284,7 +267,7 @@ class Dispatch:
             del window.peer.windows[queue.name]
         self._ctx.mark_dirty(queue)
         if not queue.windows and queue.unused_ms is not None:
-            self.unused(queue)
+            self._queues.mark_unused(queue)
         return len(records)
 
     # ----------------------------------------------------------------- returns and delays
@@ -322,8 +305,7 @@ class Dispatch:
         if record.state != DELAYED:
             return
         if queue.deleted:  # its queue went while it waited: it goes too
-            record.state = GONE
-            self._ctx.held_bytes -= record_bytes(record)
+            self._ctx.retire(record)
             return
         queue.delayed -= 1
         if record.deliveries == 1:  # a requeue counted a delivery first: a delayed send

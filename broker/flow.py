@@ -20,21 +20,9 @@ import logging
 
 from ..protocol import ErrorCode, Pause, Resume
 from .context import Context
-from .model import Peer, Queue, Record
+from .model import Peer, Queue
 
 log = logging.getLogger("phpmq.broker")
-
-#: What one held message costs beyond its content and headers: the record, its ID, the
-#: bytes objects' headers, its slot in a deque or window (measured: `phpmq bench --memory`).
-RECORD_OVERHEAD_BYTES = 200
-
-
-def record_bytes(record: Record) -> int:
-    """What a held message counts against the memory limit."""
-    return (
-        record.content_bytes + len(record.headers) + len(record.message_key) + RECORD_OVERHEAD_BYTES
-    )
-
 
 class Flow:
     __slots__ = ("_ctx", "_paused_all", "_watched", "limit", "memory_high", "pause_at")

@@ -17,13 +17,14 @@ from .context import Context
 from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER, KEY_EXPIRY
 from .expiry import Expiry
-from .flow import RECORD_OVERHEAD_BYTES, Flow
+from .flow import Flow
 from .idempotency import KeyWindow
 from .model import (
     DELAYED,
     NS_PER_MS,
     NS_PER_SECOND,
     READY,
+    RECORD_OVERHEAD_BYTES,
     DurableRecord,
     DurableRoutedRecord,
     Peer,

@@ -14,25 +14,31 @@ from typing import Any
 from ..protocol import Cancel, Consume
 from .batch_leases import BatchLeases
 from .context import Context
-from .deadlines import UNUSED_QUEUE
 from .dispatch import Dispatch
 from .events import Events
-from .flow import record_bytes
-from .model import GONE, NS_PER_MS, Peer, Queue
+from .model import Peer, Queue
+from .peers import Peers
 from .queues import Queues
 
 
 class Lifecycle:
-    __slots__ = ("_ctx", "_dispatch", "_events", "_leases", "_queues")
+    __slots__ = ("_ctx", "_dispatch", "_events", "_leases", "_peers", "_queues")
 
     def __init__(
-        self, ctx: Context, queues: Queues, dispatch: Dispatch, events: Events, leases: BatchLeases
+        self,
+        ctx: Context,
+        queues: Queues,
+        dispatch: Dispatch,
+        events: Events,
+        leases: BatchLeases,
+        peers: Peers,
     ) -> None:
         self._ctx = ctx
         self._queues = queues
         self._dispatch = dispatch
         self._events = events
         self._leases = leases
+        self._peers = peers
 
     # ----------------------------------------------------------------- consume, cancel
 
@@ -40,6 +46,8 @@ class Lifecycle:
         """A 002; with PATTERNS its queue is bound in the same request (checked first: a bad
         pattern opens no window), with UNUSED_MS it is marked delete-when-unused."""
         dispatch = self._dispatch
+        if message.count and message.queue not in peer.windows:
+            self._make_room(message.queue)
         if (message.patterns is None and message.unused_ms is None) or message.count == 0:
             dispatch.on_consume(peer, message)
             return
@@ -60,6 +68,19 @@ class Lifecycle:
         if message.unused_ms is not None and message.unused_ms != queue.unused_ms:
             queue.unused_ms = message.unused_ms
             self._ctx.journal.unused(queue.name, message.unused_ms)
+
+    def _make_room(self, queue_name: str) -> None:
+        """A queue at its maximum of consumers: the peer of the window that counts least
+        (frozen or gone) is given up on, so that a new consumer gets its slot."""
+        queue = self._queues.get(queue_name)
+        if queue is None or len(queue.windows) < self._ctx.config.max_consumers:
+            return
+        window = self._dispatch.vacant_window(queue)
+        if window is not None:
+            self._ctx.counters.consumers_reclaimed += 1
+            self._peers.give_up(
+                window.peer, f"its window on {queue.name!r} was reclaimed for a new consumer"
+            )
 
     def on_cancel(self, peer: Peer, message: Cancel) -> None:
         """109 from a client: its window on the queue closes and what it held there goes
@@ -94,8 +115,7 @@ class Lifecycle:
         for window in list(queue.windows):
             held = window.held
             for record in held.values():
-                record.state = GONE
-                ctx.held_bytes -= record_bytes(record)
+                ctx.retire(record)
             in_flight += len(held)
             peer = window.peer
             if peer.windows.get(queue.name) is window:
@@ -126,9 +146,7 @@ class Lifecycle:
 
     def unused(self, queue: Queue) -> None:
         """The queue's last window closed: it is deleted if none opens within its grace."""
-        ctx = self._ctx
-        queue.unused_due = ctx.now + (queue.unused_ms or 0) * NS_PER_MS
-        ctx.deadlines.arm(queue.unused_due, UNUSED_QUEUE, queue)
+        self._queues.mark_unused(queue)
 
     def restore_unused(self, settings: list[tuple[str, int]]) -> None:
         """Delete-when-unused settings read back from the store: after a restart no queue

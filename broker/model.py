@@ -33,6 +33,18 @@ NS_PER_MS = 1_000_000
 ID_BYTES = 32
 
 
+#: What one held message costs beyond its content and headers: the record, its ID, the
+#: bytes objects' headers, its slot in a deque or window (measured: `phpmq bench --memory`).
+RECORD_OVERHEAD_BYTES = 200
+
+
+def record_bytes(record: Record) -> int:
+    """What a held message counts against the memory limit."""
+    return (
+        record.content_bytes + len(record.headers) + len(record.message_key) + RECORD_OVERHEAD_BYTES
+    )
+
+
 class Record(msgspec.Struct, gc=False):
     """One message inside the broker. `expires_at` is monotonic ns, 0 for never.
 

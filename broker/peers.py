@@ -45,7 +45,13 @@ class Peers:
         "to_close",
     )
 
-    def __init__(self, ctx: Context, dispatch: Dispatch, flow: Flow) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        dispatch: Dispatch,
+        flow: Flow,
+        on_gone: Callable[[Peer], None] | None = None,
+    ) -> None:
         self._ctx = ctx
         self._dispatch = dispatch
         self._flow = flow
@@ -56,7 +62,7 @@ class Peers:
         #: Peers given up on whose transport holds a connection to close.
         self.to_close: list[bytes] = []
         #: Told of every peer that is gone (a shard's forwarding and links need to know).
-        self.on_gone: Callable[[Peer], None] | None = None
+        self.on_gone = on_gone
         #: What a HELLO answer says of the cluster this broker is a shard of (docs/cluster.md).
         config = ctx.config
         self._cluster: dict[str, Any] = (

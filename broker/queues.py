@@ -11,8 +11,8 @@ from __future__ import annotations
 from ..protocol import ErrorCode, queue_name_problem
 from .config import QueueSettings
 from .context import Context
-from .flow import record_bytes
-from .model import GONE, READY, Peer, Queue, Record
+from .deadlines import UNUSED_QUEUE
+from .model import NS_PER_MS, READY, Peer, Queue, Record
 from .quotas import QUEUES
 
 
@@ -73,13 +73,20 @@ class Queues:
             self._ctx.quotas.take(QUEUES, owner)
         return queue
 
+    def mark_unused(self, queue: Queue) -> None:
+        """A queue set to be deleted when unused lost its last window (or has none after a
+        restart): it is deleted if none opens within its grace (lifecycle.py decides when the
+        UNUSED_QUEUE deadline comes due)."""
+        ctx = self._ctx
+        queue.unused_due = ctx.now + (queue.unused_ms or 0) * NS_PER_MS
+        ctx.deadlines.arm(queue.unused_due, UNUSED_QUEUE, queue)
+
     def purge(self, queue: Queue) -> int:
         """Delete the queue's ready messages (not those in flight or delayed); how many."""
         purged = 0
         for record in queue.ready:
             if record.state == READY:
-                record.state = GONE  # its TTL timer, if armed, now finds nothing to do
-                self._ctx.held_bytes -= record_bytes(record)
+                self._ctx.retire(record)  # its TTL timer, if armed, now finds nothing to do
                 purged += 1
         queue.ready.clear()
         queue.stale = 0

@@ -17,9 +17,8 @@ from .context import Context
 from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER
 from .expiry import Expiry
-from .flow import record_bytes
 from .intake import Intake
-from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record
+from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record, record_bytes
 from .queues import Queues
 
 #: The store's in-flight mark of a dispatched message (2 marks a delayed one).

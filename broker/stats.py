@@ -11,7 +11,7 @@ broker (`everything`: the metrics exporter, tests) it is one dict with every que
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from ..protocol import AdminReply, encode
 from . import browse
@@ -34,14 +34,10 @@ LISTED_BINDINGS = 20
 CACHED_PAGES = 8
 
 
-class Sections(Protocol):
-    """Where the figures of the parts outside the core come from (the admin part's hooks,
-    set by the server, the store, the security shell and a shard's forwarding)."""
-
-    storage_stats: Callable[[], dict[str, Any]] | None
-    server_stats: Callable[[], dict[str, Any]] | None
-    cluster_stats: Callable[[], dict[str, Any]] | None
-    security_stats: Callable[[], dict[str, Any]] | None
+#: The sections of `stats` whose figures come from outside the core (the store, the server
+#: loop, the security shell, a shard's forwarding), each registered once by its owner with
+#: `Stats.add_section`; a section nobody registered is left out (`storage`: memory mode).
+SECTIONS = ("storage", "server", "cluster", "security")
 
 
 class Stats:
@@ -66,7 +62,6 @@ class Stats:
         intake: Intake,
         flow: Flow,
         events: Events,
-        sections: Sections,
     ) -> None:
         self._ctx = ctx
         self._queues = queues
@@ -74,11 +69,17 @@ class Stats:
         self._intake = intake
         self._flow = flow
         self._events = events
-        self._sections = sections
+        self._sections: dict[str, Callable[[], dict[str, Any]]] = {}
         #: This turn's encoded answers by page, and the queue names sorted once per turn.
         self._cached: dict[PageRequest, bytes] = {}
         self._cached_turn = -1
         self._names: list[str] = []
+
+    def add_section(self, name: str, source: Callable[[], dict[str, Any]]) -> None:
+        """`stats` shows `source()` as its section `name` (one of SECTIONS) from now on."""
+        if name not in SECTIONS:
+            raise ValueError(f"unknown stats section {name!r}; known: {', '.join(SECTIONS)}")
+        self._sections[name] = source
 
     def everything(self, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every queue's figures and the broker's, as one dict (inside the broker only)."""
@@ -151,10 +152,9 @@ class Stats:
             "refusals": {str(int(code)): count for code, count in sorted(ctx.refusals.items())},
             "bindings": len(self._events.bindings),
             "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
-            "storage": sections.storage_stats() if sections.storage_stats else {"mode": "memory"},
-            "server": sections.server_stats() if sections.server_stats else {},
-            **({"cluster": sections.cluster_stats()} if sections.cluster_stats else {}),
-            **({"security": sections.security_stats()} if sections.security_stats else {}),
+            "storage": sections["storage"]() if "storage" in sections else {"mode": "memory"},
+            "server": sections["server"]() if "server" in sections else {},
+            **{name: sections[name]() for name in ("cluster", "security") if name in sections},
             "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
             "draining": ctx.draining,
         }

@@ -9,7 +9,7 @@ import phpmq.protocol as p
 from harness import CoreHarness, dispatches, errors
 from phpmq.broker import core as core_module
 from phpmq.broker.dispatch import DISPATCH_PER_TURN
-from phpmq.broker.flow import RECORD_OVERHEAD_BYTES
+from phpmq.broker.model import RECORD_OVERHEAD_BYTES
 
 PRODUCER = b"producer"
 CONSUMER = b"consumer"

@@ -59,7 +59,7 @@ def test_the_byte_budget_bounds_a_lease_but_one_oversized_message_goes_alone(
     assert alone["messages"] == 1
     fill(core, 10, size=100)
     bounded = core.admin("lease", queue="q", lease="small", max_messages=10, max_bytes=700)
-    # Each message counts its content plus a fixed overhead (flow.record_bytes).
+    # Each message counts its content plus a fixed overhead (model.record_bytes).
     assert 1 <= bounded["messages"] < 10 and bounded["bytes"] <= 700
 
 

@@ -106,7 +106,7 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
         store = BrokenStore(tmp_path / "d")
         server.store = server.keeper.store = store
         core = server.core
-        core.admin.storage_stats = store.stats
+        core.admin.stats.add_section("storage", store.stats)
         hello = p.encode(p.Hello({}))
         core.begin_turn()
         core.handle_frame(b"c", hello + p.encode(p.Consume("q", 10)))

@@ -79,7 +79,7 @@ class Security:
     def apply(self, core: Core) -> None:
         self._core = core
         core.set_permissions(self.permissions)
-        core.admin.security_stats = self.stats
+        core.admin.stats.add_section("security", self.stats)
         self.warn_if_open(core)
 
     def warn_if_open(self, core: Core) -> None:

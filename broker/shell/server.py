@@ -119,9 +119,9 @@ class BrokerServer:
         self._input_pending = False
         self._loop = LoopStats()
         self._reclaim_failing = False
-        self.core.admin.server_stats = self.stats
+        self.core.admin.stats.add_section("server", self.stats)
         if self.links is not None:
-            self.core.admin.cluster_stats = self._cluster_stats
+            self.core.admin.stats.add_section("cluster", self._cluster_stats)
         if config.metrics_bind:
             self.metrics = self._serve_metrics()
 
@@ -169,7 +169,7 @@ class BrokerServer:
         store.read_done()
         core = self.core
         assert self.keeper is not None
-        core.admin.storage_stats = self.keeper.stats
+        core.admin.stats.add_section("storage", self.keeper.stats)
         ready, were_in_flight, dead_count = core.restore(messages, dead)
         key_count = core.restore_keys(keys)
         binding_count = core.restore_bindings(bindings, unused)
