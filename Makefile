@@ -36,6 +36,7 @@ test: $(VENV)/.test
 	  fi; \
 	done
 	$(BIN)/ruff check .
+	$(BIN)/python tools/unasync.py --check
 	$(BIN)/python -m pytest $(ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 

@@ -1,3 +1,4 @@
+# The source of sync_admin.py: tools/unasync.py writes that module from this one.
 """`AsyncClient.admin`: operator commands (docs/protocol.md §9). A mixin of `AsyncClient`
 (aio.py)."""
 
@@ -28,21 +29,26 @@ class AsyncAdmin:
                 return await link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
-        await self._send_frame(connection.admin(command, options))
-        while not connection.admin_replies:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise ClientError(
-                    f"no answer from the broker at {self.address} within {timeout}s"
-                    " (is it running?)"
-                )
-            await self._news_within(wait)
-        return self._admin_result(connection.admin_replies.popleft().options)
+        async with self._lock:
+            await self._read_available()
+            await self._send_frame(connection.admin(command, options))
+            while not connection.admin_replies:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise ClientError(
+                        f"no answer from the broker at {self.address} within {timeout}s"
+                        " (is it running?)"
+                    )
+                await self._news_within(wait)
+            result = connection.admin_replies.popleft().options
+        return self._admin_result(result)
 
     async def admin_pages(
         self, command: str, key: str, timeout: float = 5.0, **options: Any
     ) -> dict[str, Any]:
-        """As `Client.admin_pages`: every page of a paged answer, in one."""
+        """A command whose answer lists its entries under `key` a page at a time (`stats`:
+        `queues`; `leases`; `schedule-list`: `schedules`): every page asked for in turn, their
+        entries in one answer (the other figures are the first page's)."""
         whole = None
         offset: int | None = 0
         while offset is not None:

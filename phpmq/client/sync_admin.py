@@ -1,4 +1,6 @@
-"""`Client.admin`: operator commands (docs/protocol.md §9). A mixin of `Client` (sync.py)."""
+# auto-generated from aio_admin.py by tools/unasync.py; do not edit.
+"""`Client.admin`: operator commands (docs/protocol.md §9). A mixin of `Client`
+(sync.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,6 @@ import time
 from typing import Any
 
 from .errors import ClientError
-
-#: How long one wait for the broker's answer blocks at most before looking again.
-WAIT_SLICE_S = 0.05
 
 
 class SyncAdmin:
@@ -40,7 +39,7 @@ class SyncAdmin:
                         f"no answer from the broker at {self.address} within {timeout}s"
                         " (is it running?)"
                     )
-                self._wait_and_read(min(wait, WAIT_SLICE_S))
+                self._news_within(wait)
             result = connection.admin_replies.popleft().options
         return self._admin_result(result)
 
