@@ -3,6 +3,9 @@ sync_backend.py is the blocking twin."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 
 class NoLock:
     """`AsyncClient._lock`: locks nothing. The blocking client's lock keeps its threads from
@@ -14,3 +17,15 @@ class NoLock:
 
     async def __aexit__(self, *exc_info: object) -> None:
         return None
+
+
+async def news_from_any(routing: Any, clients: list[Any], wait: float | None) -> None:
+    """Wait up to `wait` seconds (None: no limit) for news from any of the `clients`, each
+    link's reader started: its news wakes `routing` too. With no time left, one turn of the
+    loop, so that the readers take what is there."""
+    for client in clients:
+        client._start()
+    if wait is not None and wait <= 0:
+        await asyncio.sleep(0)
+    else:
+        await routing._news_within(wait)
