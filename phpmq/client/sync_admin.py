@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from .errors import ClientError
@@ -61,3 +62,24 @@ class SyncAdmin:
     def stats(self, timeout: float = 5.0) -> dict[str, Any]:
         """The broker's `stats` with every queue, however many pages they take."""
         return self.admin_pages("stats", "queues", timeout)
+
+    def peek(self, queue: str, limit: int = 10) -> dict[str, Any]:
+        """`queue`'s first `limit` ready messages, left in place (no delivery is counted):
+        `entries` (`id`, `ttl`, `deliveries`, `content` in base64), `ready`, `truncated`."""
+        return self.admin("queue-peek", queue=queue, limit=limit)
+
+    def dead_letters(self, queue: str, limit: int = 100) -> dict[str, Any]:
+        """`queue`'s dead letters, oldest first, at most `limit`: `entries` (`id`, `reason`,
+        `deliveries`, `content` in base64), `total`, `dropped`."""
+        return self.admin("dlq-list", queue=queue, limit=limit)
+
+    def replay_dead_letters(self, queue: str, ids: Iterable[str] = ()) -> int:
+        """Put `queue`'s dead letters (only `ids`, if given) back at its tail; how many."""
+        options: dict[str, Any] = {"ids": list(ids)} if ids else {}
+        reply = self.admin("dlq-replay", queue=queue, **options)
+        return int(reply["replayed"])
+
+    def purge_dead_letters(self, queue: str) -> int:
+        """Delete all of `queue`'s dead letters; how many."""
+        reply = self.admin("dlq-purge", queue=queue)
+        return int(reply["purged"])
