@@ -39,6 +39,7 @@ test: $(VENV)/.test
 	  fi; \
 	done
 	$(BIN)/ruff check .
+	$(BIN)/python tools/unasync.py --check
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 

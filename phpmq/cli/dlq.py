@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from .shared import admin, broker_option, timeout_option, with_client
+from .shared import broker_option, refusal_fails, timeout_option, with_client
 
 
 @click.group()
@@ -28,7 +26,9 @@ def dlq() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON (content in base64).")
 def dlq_list(address: str, timeout: float, queue: str, limit: int, as_json: bool) -> None:
     """List QUEUE's dead letters, oldest first."""
-    result = with_client(address, timeout, lambda c: admin(c, "dlq-list", queue=queue, limit=limit))
+    result = with_client(
+        address, timeout, lambda c: refusal_fails(lambda: c.dead_letters(queue, limit))
+    )
     if as_json:
         import msgspec
 
@@ -54,11 +54,10 @@ def dlq_list(address: str, timeout: float, queue: str, limit: int, as_json: bool
 )
 def dlq_replay(address: str, timeout: float, queue: str, ids: tuple[str, ...]) -> None:
     """Put QUEUE's dead letters back at the tail of QUEUE (same IDs, no TTL)."""
-    options: dict[str, Any] = {"queue": queue}
-    if ids:
-        options["ids"] = list(ids)
-    result = with_client(address, timeout, lambda c: admin(c, "dlq-replay", **options))
-    click.echo(f"replayed {result['replayed']} dead letters into {queue}")
+    replayed = with_client(
+        address, timeout, lambda c: refusal_fails(lambda: c.replay_dead_letters(queue, ids))
+    )
+    click.echo(f"replayed {replayed} dead letters into {queue}")
 
 
 @dlq.command("purge")
@@ -67,5 +66,7 @@ def dlq_replay(address: str, timeout: float, queue: str, ids: tuple[str, ...]) -
 @click.argument("queue")
 def dlq_purge(address: str, timeout: float, queue: str) -> None:
     """Delete all of QUEUE's dead letters."""
-    result = with_client(address, timeout, lambda c: admin(c, "dlq-purge", queue=queue))
-    click.echo(f"purged {result['purged']} dead letters from {queue}")
+    purged = with_client(
+        address, timeout, lambda c: refusal_fails(lambda: c.purge_dead_letters(queue))
+    )
+    click.echo(f"purged {purged} dead letters from {queue}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .shared import admin, broker_option, timeout_option, with_client
+from .shared import broker_option, refusal_fails, timeout_option, with_client
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
@@ -66,9 +66,7 @@ def queue_peek(address: str, timeout: float, name: str, count: int) -> None:
     """Show QUEUE's first ready messages without taking them (no delivery is counted)."""
     import base64
 
-    result = with_client(
-        address, timeout, lambda c: admin(c, "queue-peek", queue=name, limit=count)
-    )
+    result = with_client(address, timeout, lambda c: refusal_fails(lambda: c.peek(name, count)))
     for entry in result["entries"]:
         content = base64.b64decode(entry["content"]).decode(errors="replace")
         preview = content if len(content) <= 60 else content[:57] + "..."
@@ -86,8 +84,8 @@ def queue_purge(address: str, timeout: float, name: str, yes: bool) -> None:
     """Delete QUEUE's ready messages (those in flight and dead letters stay)."""
     if not yes:
         click.confirm(f"Delete every ready message of {name} on {address}?", abort=True)
-    result = with_client(address, timeout, lambda c: admin(c, "queue-purge", queue=name))
-    click.echo(f"purged {result['purged']} messages from {name}")
+    purged = with_client(address, timeout, lambda c: refusal_fails(lambda: c.purge(name)))
+    click.echo(f"purged {purged} messages from {name}")
 
 
 @queue.command("delete")
@@ -106,7 +104,9 @@ def queue_delete(address: str, timeout: float, name: str, yes: bool) -> None:
             f"Delete queue {name} on {address}, its messages, dead letters and bindings?",
             abort=True,
         )
-    result = with_client(address, timeout, lambda c: admin(c, "queue-delete", queue=name))
+    result = with_client(
+        address, timeout, lambda c: refusal_fails(lambda: c.delete_queue(name))
+    )
     click.echo(f"deleted queue {name}: {_deleted(result)}")
 
 

@@ -163,12 +163,13 @@ def _why_silent(client: Client) -> str:
     return f": {hint}" if hint else ""
 
 
-def admin(client: Client, command: str, **options: Any) -> dict[str, Any]:
-    """An ADMIN command; the broker's refusal fails the command with its reason."""
+def refusal_fails(call: Callable[[], Result]) -> Result:
+    """What a typed client call returns; the broker's refusal fails the command with its
+    reason."""
     from ..client import BrokerRefused
 
     try:
-        return client.admin(command, timeout=client.send_timeout, **options)
+        return call()
     except BrokerRefused as exc:
         fail(exc.error.reason)
 

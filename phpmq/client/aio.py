@@ -27,6 +27,7 @@ import zmq.asyncio
 
 from ..protocol import Error
 from .aio_admin import AsyncAdmin
+from .aio_backend import NoLock
 from .aio_batches import AsyncBatchSends
 from .aio_requests import AsyncRequests
 from .aio_schedules import AsyncSchedules
@@ -99,6 +100,7 @@ class AsyncClient(
         #: One sender at a time, so the greeting goes first on a new socket and a reconnect
         #: gives up exactly the tags that went out on the old one.
         self._send_lock = asyncio.Lock()
+        self._lock = NoLock()
         #: Set and replaced whenever the broker was heard from or the socket was replaced.
         self._news = asyncio.Event()
         self._socket = self._connect()
@@ -436,6 +438,9 @@ class AsyncClient(
         self._news = asyncio.Event()
         if self._routed_by is not None:  # one wait of the routing client covers its links
             self._routed_by._wake()  # type: ignore[attr-defined]
+
+    async def _read_available(self) -> None:
+        """Nothing: the reader task reads frames as they come (sync.py reads them here)."""
 
     async def _news_within(self, seconds: float | None) -> None:
         """Wait until the broker is heard from (or the socket replaced), at most `seconds`."""

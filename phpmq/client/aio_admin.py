@@ -1,9 +1,11 @@
+# The source of sync_admin.py: tools/unasync.py writes that module from this one.
 """`AsyncClient.admin`: operator commands (docs/protocol.md §9). A mixin of `AsyncClient`
 (aio.py)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from .errors import ClientError
@@ -28,21 +30,26 @@ class AsyncAdmin:
                 return await link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
-        await self._send_frame(connection.admin(command, options))
-        while not connection.admin_replies:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise ClientError(
-                    f"no answer from the broker at {self.address} within {timeout}s"
-                    " (is it running?)"
-                )
-            await self._news_within(wait)
-        return self._admin_result(connection.admin_replies.popleft().options)
+        async with self._lock:
+            await self._read_available()
+            await self._send_frame(connection.admin(command, options))
+            while not connection.admin_replies:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise ClientError(
+                        f"no answer from the broker at {self.address} within {timeout}s"
+                        " (is it running?)"
+                    )
+                await self._news_within(wait)
+            result = connection.admin_replies.popleft().options
+        return self._admin_result(result)
 
     async def admin_pages(
         self, command: str, key: str, timeout: float = 5.0, **options: Any
     ) -> dict[str, Any]:
-        """As `Client.admin_pages`: every page of a paged answer, in one."""
+        """A command whose answer lists its entries under `key` a page at a time (`stats`:
+        `queues`; `leases`; `schedule-list`: `schedules`): every page asked for in turn, their
+        entries in one answer (the other figures are the first page's)."""
         whole = None
         offset: int | None = 0
         while offset is not None:
@@ -55,3 +62,24 @@ class AsyncAdmin:
     async def stats(self, timeout: float = 5.0) -> dict[str, Any]:
         """The broker's `stats` with every queue, however many pages they take."""
         return await self.admin_pages("stats", "queues", timeout)
+
+    async def peek(self, queue: str, limit: int = 10) -> dict[str, Any]:
+        """`queue`'s first `limit` ready messages, left in place (no delivery is counted):
+        `entries` (`id`, `ttl`, `deliveries`, `content` in base64), `ready`, `truncated`."""
+        return await self.admin("queue-peek", queue=queue, limit=limit)
+
+    async def dead_letters(self, queue: str, limit: int = 100) -> dict[str, Any]:
+        """`queue`'s dead letters, oldest first, at most `limit`: `entries` (`id`, `reason`,
+        `deliveries`, `content` in base64), `total`, `dropped`."""
+        return await self.admin("dlq-list", queue=queue, limit=limit)
+
+    async def replay_dead_letters(self, queue: str, ids: Iterable[str] = ()) -> int:
+        """Put `queue`'s dead letters (only `ids`, if given) back at its tail; how many."""
+        options: dict[str, Any] = {"ids": list(ids)} if ids else {}
+        reply = await self.admin("dlq-replay", queue=queue, **options)
+        return int(reply["replayed"])
+
+    async def purge_dead_letters(self, queue: str) -> int:
+        """Delete all of `queue`'s dead letters; how many."""
+        reply = await self.admin("dlq-purge", queue=queue)
+        return int(reply["purged"])

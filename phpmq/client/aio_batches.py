@@ -1,6 +1,8 @@
-"""`AsyncClient`'s sends of many messages to one queue: sync_batches.py's methods as
-coroutines, with the same arguments, results and exceptions. A mixin of `AsyncClient`
-(aio.py).
+# The source of sync_batches.py: tools/unasync.py writes that module from this one.
+"""`AsyncClient`'s sends of many messages to one queue: packed several to a frame
+(batches.py), and with confirms pipelined, `max_unconfirmed` out before it waits, sending again
+what the broker refused while it paused the queue (confirms.py keeps the count). A mixin of
+`AsyncClient` (aio.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from .shards import to_owner_async
 
 
 class AsyncBatchSends:
-    """`send_many` for the asyncio client."""
+    """`send_many` for the asyncio client. Every method is `AsyncClient`'s, with its lock."""
 
     @to_owner_async
     async def send_many(
@@ -28,8 +30,26 @@ class AsyncBatchSends:
         max_unconfirmed: int = 5_000,
         on_confirm: Callable[[int, str], None] | None = None,
     ) -> int | list[str]:
-        """Send many messages to one queue, packed several to a frame: the count, or with
-        `confirm=True` the IDs in order. As `Client.send_many`, with the same exceptions."""
+        """Send many messages to one queue, packed several to a frame. Returns the count, or
+        with `confirm=True` the list of message IDs in order. `keys` (one per message) make
+        the sends idempotent, as in `send`.
+
+        With `confirm=True` the sends are pipelined: up to `max_unconfirmed` are out before
+        the client waits for answers, so the broker's group commit confirms whole batches;
+        `on_confirm(index, message_id)` is called as confirms come in (in order).
+
+        Raises:
+            PartialSend: a frame was not taken; its `sent` says how many went before it.
+            Unconfirmed: (confirm) some were refused or not answered; its `ids` and `errors`
+                say which, for the messages read from `contents` so far. Once a refusal
+                or a silence is seen nothing more is sent; sends already out (up to
+                `max_unconfirmed`) are still answered and reported.
+            ValueError: `keys` has fewer entries than `contents`; or (also a ClientError)
+                the queue name or a key breaks the protocol's rules.
+            Paused: the broker paused sends to the queue and no RESUME came within
+                `send_timeout`; also a PartialSend (`sent`) and, confirmed, an Unconfirmed
+                (`ids`, `errors`), as above.
+        """
         if self._connection.refusals.sends:
             self._tell_refused_sends()
         if confirm and not self._connection.knows_limits:
@@ -81,7 +101,8 @@ class AsyncBatchSends:
             if isinstance(exc, Paused):  # what went out before the pause is answered by now
                 outstanding = sends.outstanding_tags()
                 sends.record(await self._await_answers(outstanding, self.confirm_timeout))
-            self._connection.take_answers(sends.outstanding_tags())
+            async with self._lock:
+                self._connection.take_answers(sends.outstanding_tags())
             if not isinstance(exc, ClientError) or isinstance(exc, InvalidArgument):
                 raise
             raise sends.interrupted(exc) from None

@@ -1,5 +1,7 @@
-"""`AsyncClient`'s schedules: sync_schedules.py's methods as coroutines, with the same
-arguments, results and exceptions (docs/client.md "Schedules"). A mixin of `AsyncClient`.
+# The source of sync_schedules.py: tools/unasync.py writes that module from this one.
+"""`AsyncClient`'s schedules (docs/protocol.md §6.7, docs/client.md "Schedules"): jobs the
+broker runs itself. A mixin of `AsyncClient` (aio.py); the arguments are checked in
+schedules.py.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from .schedules import Duration, schedule_options
 
 
 class AsyncSchedules:
-    """Schedules for the asyncio client."""
+    """Schedules for the asyncio client (every method is `Client`'s)."""
 
     async def schedule(
         self,
@@ -29,7 +31,19 @@ class AsyncSchedules:
         ttl: int = 0,
         headers: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """As `Client.schedule`."""
+        """Have the broker send `content` to `queue` (or publish it as `event`) every
+        `every` seconds (at least 0.1; a float or timedelta) or on `cron` (five fields, read
+        in the IANA zone `tz`). It runs at once unless `nohaste` (then after one interval; a
+        cron schedule always waits for its first time). A schedule with the same name is
+        replaced. `catch_up` says what a durable broker does about runs missed while it was
+        down: "run-once" (one run at start) or "skip". Returns `{"name", "replaced",
+        "next_run"}` (next_run: wall-clock seconds).
+
+        Raises:
+            InvalidArgument: (nothing sent) a bad name, queue or event, interval, catch_up.
+            BrokerRefused: 422 with the reason: a bad cron expression or time zone, more
+                schedules than the broker's `max_schedules`.
+        """
         options = schedule_options(
             name, queue, content, event, every, cron, tz, nohaste, catch_up, ttl, headers
         )
@@ -39,7 +53,8 @@ class AsyncSchedules:
         return await (owner or self).admin("schedule-add", **options)  # type: ignore[attr-defined]
 
     async def unschedule(self, name: str) -> bool:
-        """As `Client.unschedule`: False if there was no such schedule (on any shard)."""
+        """Remove the schedule `name`: it stops at once. False if there was none (on a
+        sharded broker: on any shard)."""
         removed = False
         for shard in await self._every_shard():  # type: ignore[attr-defined]
             try:
@@ -52,8 +67,12 @@ class AsyncSchedules:
         return removed
 
     async def schedules(self) -> list[dict[str, Any]]:
-        """As `Client.schedules` (on a sharded broker: those of every shard)."""
+        """Every schedule, sorted by name: `name`, `queue` or `event`, `every_ms` or `cron`
+        with `tz`, `nohaste`, `catch_up`, `next_run` and `last_run` (wall-clock seconds;
+        last_run None before the first), `runs` and `refused` (runs the queue refused).
+        On a sharded broker: those of every shard."""
         found = []
         for shard in await self._every_shard():  # type: ignore[attr-defined]
-            found.extend((await shard.admin_pages("schedule-list", "schedules"))["schedules"])
+            listed = await shard.admin_pages("schedule-list", "schedules")
+            found.extend(listed["schedules"])
         return sorted(found, key=lambda schedule: str(schedule["name"]))

@@ -1,17 +1,19 @@
-"""`AsyncClient`'s routing on a sharded broker (docs/client.md "Sharded brokers"): the asyncio
-twin of sync_shards.py. Links wake the routing client whenever they hear from their shard,
-so one wait covers every connection. A mixin of `AsyncClient` (aio.py).
+# The source of sync_shards.py: tools/unasync.py writes that module from this one.
+"""`AsyncClient`'s routing on a sharded broker (docs/client.md "Sharded brokers"): links to
+the shards that own the queues it uses, made the first time one is needed, a receive that
+reads every connection at once, moving subscriptions when the map changes, and closing them
+all. A mixin of `AsyncClient` (aio.py); which shard owns what is decided in shards.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from . import aio_backend as backend
 from .errors import BrokerRefused, ClientError
 from .message import AsyncReceivedMessage
 from .shards import Move
@@ -36,14 +38,16 @@ class AsyncShards:
         return shards.links.get(owner.name) or self._new_link(owner)
 
     async def _decided_routing(self) -> Any:
-        """The routing in force once the home HELLO answer came (see sync_shards.py)."""
+        """The routing in force once the home HELLO answer came (waited for up to
+        `confirm_timeout`, the first time); None: everything stays at home."""
         if self._routing is not None and not self._routing.decided:
             await self._await_limits()
             self._routing_waited_for()
         return self._routing
 
     async def _home_queue_name(self, make_name: Callable[[], str]) -> str:
-        """A name from `make_name` for a queue the home shard owns (see sync_shards.py)."""
+        """A name from `make_name` for a queue the home shard owns (a live feed's, so that
+        the publishes of this client reach it; docs/client.md "Sharded brokers")."""
         shards = await self._decided_routing()
         name = make_name()
         while shards is not None and shards.elsewhere(name) is not None:
@@ -78,6 +82,8 @@ class AsyncShards:
             delete_when_unused=subscription.delete_when_unused,
         )
 
+    # ------------------------------------------------------------------ receiving
+
     async def _receive_merged(self, timeout: float | None) -> AsyncReceivedMessage | None:
         """`receive` over the home connection and every link: the first message any of them
         has, waiting for news from any of them while none has one."""
@@ -87,24 +93,22 @@ class AsyncShards:
                 await self._move_subscriptions()
             clients = self._clients_in_turn()
             for client in clients:
-                client._start()
                 message = client._take_received()
                 if message is not None:
                     return message  # type: ignore[no-any-return]
-            if deadline is None:
-                await self._news_within(None)
-                continue
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                await asyncio.sleep(0)  # one turn of the loop: the readers take what is there
+            wait = None if deadline is None else deadline - time.monotonic()
+            await backend.news_from_any(self, clients, wait)
+            if wait is not None and wait <= 0:
                 return next((m for c in clients if (m := c._take_received())), None)
-            await self._news_within(wait)
 
     def _clients_in_turn(self) -> list[Any]:
-        """Home and links, starting one further on each call (see sync_shards.py)."""
+        """Home and links, starting one further on each call, so that a busy connection
+        does not keep the others' messages waiting."""
         clients = [self, *self._links()]
         self._receive_turn = start = (getattr(self, "_receive_turn", -1) + 1) % len(clients)
         return clients[start:] + clients[:start]
+
+    # ------------------------------------------------------------------ flushing, closing
 
     async def _flush_links(self) -> None:
         for link in self._links():
@@ -127,3 +131,4 @@ class AsyncShards:
         if shards is None:
             return [self]
         return [self, *(shards.links.get(s.name) or self._new_link(s) for s in shards.others())]
+

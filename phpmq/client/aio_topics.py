@@ -1,6 +1,7 @@
-"""`AsyncClient`'s events and queue lifecycle: sync_topics.py's methods as coroutines, with
-the same arguments, results and exceptions (docs/client.md "Events"). A mixin of
-`AsyncClient` (aio.py).
+# The source of sync_topics.py: tools/unasync.py writes that module from this one.
+"""`AsyncClient`'s events and queue lifecycle (docs/protocol.md §6.5, docs/client.md
+"Events"): publish, bindings, live feeds, cancel, delete and purge. A mixin of `AsyncClient`
+(aio.py); the protocol side is topics.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .topics import checked_patterns, live_queue_name, no_patterns, rebind_optio
 
 
 class AsyncTopics:
-    """Events for the asyncio client."""
+    """Events for the asyncio client. Every method is `AsyncClient`'s, with its lock."""
 
     async def publish(
         self,
@@ -54,10 +55,11 @@ class AsyncTopics:
         paused_on: str | None = None
         while True:
             await self._wait_while_paused(paused_on)  # type: ignore[arg-type]
-            await self._send_frame(frame, 1, () if tag is None else (tag,))
-            if tag is None:
-                return None
-            [answer] = await self._await_answers([tag], self.confirm_timeout)
+            async with self._lock:
+                await self._send_frame(frame, 1, () if tag is None else (tag,))
+                if tag is None:
+                    return None
+                [answer] = await self._await_answers([tag], self.confirm_timeout)
             if type(answer) is not FlowRefusal:
                 self._one_answer(answer)
                 return connection.publish_count(tag)
@@ -87,17 +89,18 @@ class AsyncTopics:
         """
         connection = self._connection
         self._forget_subscription(queue)
-        frame = connection.cancel(queue)
-        await self._send_frame(connection.take_settles() + frame)
-        deadline = time.monotonic() + timeout
-        while (count := connection.topics.take_cancelled(queue)) is None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise ClientError(
-                    f"no answer to cancelling {queue!r} from the broker at {self.address}"
-                    f" within {timeout:g}s"
-                )
-            await self._news_within(wait)
+        async with self._lock:
+            frame = connection.cancel(queue)
+            await self._send_frame(connection.take_settles() + frame)
+            deadline = time.monotonic() + timeout
+            while (count := connection.topics.take_cancelled(queue)) is None:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise ClientError(
+                        f"no answer to cancelling {queue!r} from the broker at {self.address}"
+                        f" within {timeout:g}s"
+                    )
+                await self._news_within(wait)
         return count
 
     # ------------------------------------------------------------------ bindings (admin)
@@ -132,13 +135,15 @@ class AsyncTopics:
         matches: `order.*` removes `order.paid` and `order.*`), `add`. Its bindings after."""
         queue_packet(queue)
         options = rebind_options(replace, remove, remove_mask, add)
-        return list((await self.admin("queue-rebind", queue=queue, **options))["bindings"])
+        reply = await self.admin("queue-rebind", queue=queue, **options)
+        return list(reply["bindings"])
 
     @to_owner_async
     async def bindings(self, queue: str) -> list[str]:
         """`queue`'s binding patterns, in the order bound (BrokerRefused 404: no queue)."""
         queue_packet(queue)
-        return list((await self.admin("queue-bindings", queue=queue))["bindings"])
+        reply = await self.admin("queue-bindings", queue=queue)
+        return list(reply["bindings"])
 
     @to_owner_async
     async def delete_queue(self, queue: str) -> dict[str, Any]:
@@ -148,11 +153,13 @@ class AsyncTopics:
         to it ends quietly. BrokerRefused (404) for a queue that does not exist."""
         queue_packet(queue)
         self._forget_subscription(queue)
-        self._connection.subscribe(queue, 0)  # ours ends here, not told as news
+        async with self._lock:
+            self._connection.subscribe(queue, 0)  # ours ends here, not told as news
         return await self.admin("queue-delete", queue=queue)
 
     @to_owner_async
     async def purge(self, queue: str) -> int:
         """Delete `queue`'s ready messages (in flight ones and dead letters stay); how many."""
         queue_packet(queue)
-        return int((await self.admin("queue-purge", queue=queue))["purged"])
+        reply = await self.admin("queue-purge", queue=queue)
+        return int(reply["purged"])

@@ -43,7 +43,8 @@ from .message import ReceivedMessage
 from .refusals import FlowRefusal
 from .schedules import Duration, delay_ms
 from .shards import to_owner
-from .sync_admin import WAIT_SLICE_S, SyncAdmin
+from .sync_admin import SyncAdmin
+from .sync_backend import WAIT_SLICE_S
 from .sync_batches import SyncBatchSends
 from .sync_requests import SyncRequests
 from .sync_schedules import SyncSchedules
@@ -442,6 +443,11 @@ class Client(
         if self._dealer.poll(seconds):
             self._read_available()
         self._tick()
+
+    def _news_within(self, seconds: float) -> None:
+        """Read what the broker sends within `seconds` (at most one WAIT_SLICE_S, so that
+        the heartbeat thread keeps its turn), then do the liveness duties."""
+        self._wait_and_read(min(seconds, WAIT_SLICE_S))
 
     def _read_available(self) -> None:
         connection = self._connection

@@ -1,14 +1,14 @@
-"""`Client.admin`: operator commands (docs/protocol.md §9). A mixin of `Client` (sync.py)."""
+# auto-generated from aio_admin.py by tools/unasync.py; do not edit.
+"""`Client.admin`: operator commands (docs/protocol.md §9). A mixin of `Client`
+(sync.py)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from .errors import ClientError
-
-#: How long one wait for the broker's answer blocks at most before looking again.
-WAIT_SLICE_S = 0.05
 
 
 class SyncAdmin:
@@ -40,7 +40,7 @@ class SyncAdmin:
                         f"no answer from the broker at {self.address} within {timeout}s"
                         " (is it running?)"
                     )
-                self._wait_and_read(min(wait, WAIT_SLICE_S))
+                self._news_within(wait)
             result = connection.admin_replies.popleft().options
         return self._admin_result(result)
 
@@ -62,3 +62,24 @@ class SyncAdmin:
     def stats(self, timeout: float = 5.0) -> dict[str, Any]:
         """The broker's `stats` with every queue, however many pages they take."""
         return self.admin_pages("stats", "queues", timeout)
+
+    def peek(self, queue: str, limit: int = 10) -> dict[str, Any]:
+        """`queue`'s first `limit` ready messages, left in place (no delivery is counted):
+        `entries` (`id`, `ttl`, `deliveries`, `content` in base64), `ready`, `truncated`."""
+        return self.admin("queue-peek", queue=queue, limit=limit)
+
+    def dead_letters(self, queue: str, limit: int = 100) -> dict[str, Any]:
+        """`queue`'s dead letters, oldest first, at most `limit`: `entries` (`id`, `reason`,
+        `deliveries`, `content` in base64), `total`, `dropped`."""
+        return self.admin("dlq-list", queue=queue, limit=limit)
+
+    def replay_dead_letters(self, queue: str, ids: Iterable[str] = ()) -> int:
+        """Put `queue`'s dead letters (only `ids`, if given) back at its tail; how many."""
+        options: dict[str, Any] = {"ids": list(ids)} if ids else {}
+        reply = self.admin("dlq-replay", queue=queue, **options)
+        return int(reply["replayed"])
+
+    def purge_dead_letters(self, queue: str) -> int:
+        """Delete all of `queue`'s dead letters; how many."""
+        reply = self.admin("dlq-purge", queue=queue)
+        return int(reply["purged"])

@@ -1,7 +1,8 @@
-"""`Client`'s sends of many messages to one queue: packed several to a frame (batches.py),
-and with confirms pipelined, `max_unconfirmed` out before it waits, sending again what the
-broker refused while it paused the queue (confirms.py keeps the count). A mixin of `Client`
-(sync.py), kept apart so that neither module grows past reading size.
+# auto-generated from aio_batches.py by tools/unasync.py; do not edit.
+"""`Client`'s sends of many messages to one queue: packed several to a frame
+(batches.py), and with confirms pipelined, `max_unconfirmed` out before it waits, sending again
+what the broker refused while it paused the queue (confirms.py keeps the count). A mixin of
+`Client` (sync.py).
 """
 
 from __future__ import annotations
@@ -91,13 +92,15 @@ class SyncBatchSends:
                 self._send_frame(frame, count, tags)
                 sends.sent(first, tags, frame)
             while True:
-                sends.record(self._await_answers(sends.outstanding_tags(), self.confirm_timeout))
+                outstanding = sends.outstanding_tags()
+                sends.record(self._await_answers(outstanding, self.confirm_timeout))
                 if not sends.to_resend or sends.stopped:
                     break
                 self._resend(queue, sends)
         except BaseException as exc:
             if isinstance(exc, Paused):  # what went out before the pause is answered by now
-                sends.record(self._await_answers(sends.outstanding_tags(), self.confirm_timeout))
+                outstanding = sends.outstanding_tags()
+                sends.record(self._await_answers(outstanding, self.confirm_timeout))
             with self._lock:
                 self._connection.take_answers(sends.outstanding_tags())
             if not isinstance(exc, ClientError) or isinstance(exc, InvalidArgument):

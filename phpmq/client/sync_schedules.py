@@ -1,5 +1,7 @@
-"""`Client`'s schedules (docs/protocol.md §6.7, docs/client.md "Schedules"): jobs the broker
-runs itself. A mixin of `Client` (sync.py); the arguments are checked in schedules.py.
+# auto-generated from aio_schedules.py by tools/unasync.py; do not edit.
+"""`Client`'s schedules (docs/protocol.md §6.7, docs/client.md "Schedules"): jobs the
+broker runs itself. A mixin of `Client` (sync.py); the arguments are checked in
+schedules.py.
 """
 
 from __future__ import annotations
@@ -71,5 +73,6 @@ class SyncSchedules:
         On a sharded broker: those of every shard."""
         found = []
         for shard in self._every_shard():  # type: ignore[attr-defined]
-            found.extend(shard.admin_pages("schedule-list", "schedules")["schedules"])
+            listed = shard.admin_pages("schedule-list", "schedules")
+            found.extend(listed["schedules"])
         return sorted(found, key=lambda schedule: str(schedule["name"]))

@@ -1,28 +1,24 @@
-"""`Client`'s routing on a sharded broker (docs/client.md "Sharded brokers"): links to the
-shards that own the queues it uses, made the first time one is needed, a receive that reads
-every connection at once, moving subscriptions when the map changes, and closing them all.
-A mixin of `Client` (sync.py); which shard owns what is decided in shards.py.
+# auto-generated from aio_shards.py by tools/unasync.py; do not edit.
+"""`Client`'s routing on a sharded broker (docs/client.md "Sharded brokers"): links to
+the shards that own the queues it uses, made the first time one is needed, a receive that
+reads every connection at once, moving subscriptions when the map changes, and closing them
+all. A mixin of `Client` (sync.py); which shard owns what is decided in shards.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-import zmq
-
+from . import sync_backend as backend
 from .errors import BrokerRefused, ClientError
 from .message import ReceivedMessage
 from .shards import Move
 
 log = logging.getLogger("phpmq.client")
-
-#: Longest the waiting thread holds the sockets at a time (sync.py's WAIT_SLICE_S).
-_SLICE_S = 0.05
 
 
 class SyncShards:
@@ -90,7 +86,7 @@ class SyncShards:
 
     def _receive_merged(self, timeout: float | None) -> ReceivedMessage | None:
         """`receive` over the home connection and every link: the first message any of them
-        has, polling all their sockets together while none has one."""
+        has, waiting for news from any of them while none has one."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._shards.moves_due:
@@ -99,10 +95,10 @@ class SyncShards:
             for client in clients:
                 message = client._take_received()
                 if message is not None:
-                    return message
-            wait = _SLICE_S if deadline is None else deadline - time.monotonic()
-            _poll_together(clients, min(wait, _SLICE_S) if wait > 0 else 0)
-            if wait <= 0:
+                    return message  # type: ignore[no-any-return]
+            wait = None if deadline is None else deadline - time.monotonic()
+            backend.news_from_any(self, clients, wait)
+            if wait is not None and wait <= 0:
                 return next((m for c in clients if (m := c._take_received())), None)
 
     def _clients_in_turn(self) -> list[Any]:
@@ -136,21 +132,3 @@ class SyncShards:
             return [self]
         return [self, *(shards.links.get(s.name) or self._new_link(s) for s in shards.others())]
 
-
-def _poll_together(clients: list[Any], seconds: float) -> None:
-    """Wait up to `seconds` for a frame on any of the clients' sockets, read what came, and
-    do each one's liveness duties; every client's lock is held meanwhile."""
-    with contextlib.ExitStack() as locks:
-        for client in clients:
-            locks.enter_context(client._lock)
-        poller = zmq.Poller()
-        for client in clients:
-            poller.register(client._dealer.socket, zmq.POLLIN)
-        timeout_ms = int(seconds * 1000) or (1 if seconds > 0 else 0)
-        ready = dict(poller.poll(timeout_ms))
-        for client in clients:
-            if client.closed:
-                continue
-            if client._dealer.socket in ready:
-                client._read_available()
-            client._tick()

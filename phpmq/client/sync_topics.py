@@ -1,6 +1,7 @@
-"""`Client`'s events and queue lifecycle (docs/protocol.md §6.5, docs/client.md "Events"):
-publish, bindings, live feeds, cancel, delete and purge. A mixin of `Client` (sync.py), kept
-apart so that neither module grows past reading size; the protocol side is topics.py.
+# auto-generated from aio_topics.py by tools/unasync.py; do not edit.
+"""`Client`'s events and queue lifecycle (docs/protocol.md §6.5, docs/client.md
+"Events"): publish, bindings, live feeds, cancel, delete and purge. A mixin of `Client`
+(sync.py); the protocol side is topics.py.
 """
 
 from __future__ import annotations
@@ -14,9 +15,6 @@ from .message import queue_packet
 from .refusals import FlowRefusal
 from .shards import to_owner
 from .topics import checked_patterns, live_queue_name, no_patterns, rebind_options
-
-#: Longest the waiting thread holds the socket at a time (sync.py's WAIT_SLICE_S).
-_SLICE_S = 0.05
 
 
 class SyncTopics:
@@ -102,7 +100,7 @@ class SyncTopics:
                         f"no answer to cancelling {queue!r} from the broker at {self.address}"
                         f" within {timeout:g}s"
                     )
-                self._wait_and_read(min(wait, _SLICE_S))
+                self._news_within(wait)
         return count
 
     # ------------------------------------------------------------------ bindings (admin)
@@ -137,13 +135,15 @@ class SyncTopics:
         matches: `order.*` removes `order.paid` and `order.*`), `add`. Its bindings after."""
         queue_packet(queue)
         options = rebind_options(replace, remove, remove_mask, add)
-        return list(self.admin("queue-rebind", queue=queue, **options)["bindings"])
+        reply = self.admin("queue-rebind", queue=queue, **options)
+        return list(reply["bindings"])
 
     @to_owner
     def bindings(self, queue: str) -> list[str]:
         """`queue`'s binding patterns, in the order bound (BrokerRefused 404: no queue)."""
         queue_packet(queue)
-        return list(self.admin("queue-bindings", queue=queue)["bindings"])
+        reply = self.admin("queue-bindings", queue=queue)
+        return list(reply["bindings"])
 
     @to_owner
     def delete_queue(self, queue: str) -> dict[str, Any]:
@@ -161,4 +161,5 @@ class SyncTopics:
     def purge(self, queue: str) -> int:
         """Delete `queue`'s ready messages (in flight ones and dead letters stay); how many."""
         queue_packet(queue)
-        return int(self.admin("queue-purge", queue=queue)["purged"])
+        reply = self.admin("queue-purge", queue=queue)
+        return int(reply["purged"])
