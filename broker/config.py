@@ -193,6 +193,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     quota_consumers: int = 0
     quota_schedules: int = 0
     quota_leases: int = 0
+    #: Requests (§6.6) one key may have held at once (sent, not yet answered or settled);
+    #: there is no broker-wide count of them beside the queues' lengths.
+    quota_requests: int = 100_000
     #: Security (docs/security.md). CURVE on the ZeroMQ endpoint: the broker's secret key
     #: file, and a directory or file of the client public keys allowed in; re-read on SIGHUP.
     curve_secret: str = ""
@@ -262,7 +265,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         quotas = ("quota_queues", "quota_bindings", "quota_consumers", "quota_schedules")
-        for name in (*quotas, "quota_leases"):
+        for name in (*quotas, "quota_leases", "quota_requests"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (half the broker-wide limit) or more")
         self.tcp_networks()  # raises on a bad CIDR

@@ -17,7 +17,7 @@ from .config import BrokerConfig
 from .deadlines import Deadlines
 from .journal import Journal, NullJournal
 from .model import GONE, NS_PER_SECOND, Counters, IdSource, Peer, Queue, Record, record_bytes
-from .quotas import Quotas
+from .quotas import REQUESTS, Quotas
 
 log = logging.getLogger("phpmq.broker")
 
@@ -119,6 +119,8 @@ class Context:
         longer count against the memory limit. The one place that does both."""
         record.state = GONE
         self.held_bytes -= record_bytes(record)
+        if record.routed and record.requester:  # type: ignore[attr-defined]
+            self.quotas.give_back(REQUESTS, record.requester)  # type: ignore[attr-defined]
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""

@@ -33,6 +33,7 @@ from .model import (
     RoutedRecord,
 )
 from .queues import Queues
+from .quotas import REQUESTS
 
 #: Expired idempotency keys are deleted from the durable store at most this often.
 KEY_PURGE_INTERVAL_NS = 1_000_000_000
@@ -92,6 +93,12 @@ class Intake:
             peer, message
         ):
             return
+        if correlation is not None and peer.owner:
+            problem = ctx.quotas.problem(REQUESTS, peer.owner)
+            if problem is not None:
+                ctx.refuse(peer, ErrorCode.LIMIT_REACHED, f"{problem}: wait for answers", None,
+                           message.queue, tag)
+                return
         key = message.key
         if key is not None and self.is_repeat(peer, message.queue, key, tag):
             return
@@ -128,8 +135,10 @@ class Intake:
         """`put` for a request (its reply route kept with it, §6.6), a delayed send (§6.7) or
         a keyed one."""
         reply_to = message.reply_to
+        requester = ""
         if message.correlation is not None:
             self._ctx.counters.requests += 1
+            requester = peer.owner
         if message.delay_ms:
             peer.opt_in()
         return self.put(
@@ -143,6 +152,7 @@ class Intake:
             correlation=message.correlation,
             delay_ms=message.delay_ms or 0,
             message_key=message.message_key or b"",
+            requester=requester,
         )
 
     def refuses_sends_to(self, name: bytes) -> bool:
@@ -195,6 +205,7 @@ class Intake:
         correlation: str | None = None,
         delay_ms: int = 0,
         message_key: bytes = b"",
+        requester: str = "",
     ) -> bytes:
         """A new message at the tail of `queue` (admitted already): placed, counted against
         memory, journaled, watched for its TTL; returns its ID. An `event` or a `correlation`
@@ -215,7 +226,10 @@ class Intake:
                 reply_peer=reply_peer,
                 correlation=correlation,
                 message_key=message_key,
+                requester=requester,
             )
+            if requester:
+                ctx.quotas.take(REQUESTS, requester)
         else:
             record = self._record(message_id + content, expires_at)
         size = len(content) + len(message_key) + RECORD_OVERHEAD_BYTES

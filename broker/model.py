@@ -115,6 +115,8 @@ class RoutedRecord(Record, gc=False):
     reply_peer: bytes = b""
     correlation: str | None = None
     message_key: bytes = b""  # type: ignore[misc]
+    #: A request's: whose in-flight requests it counts against until it is retired (quotas.py).
+    requester: str = ""
 
 
 class DurableRoutedRecord(DurableRecord, gc=False):
@@ -124,6 +126,8 @@ class DurableRoutedRecord(DurableRecord, gc=False):
     reply_peer: bytes = b""
     correlation: str | None = None
     message_key: bytes = b""  # type: ignore[misc]
+    #: A request's: whose in-flight requests it counts against until it is retired (quotas.py).
+    requester: str = ""
 
 
 def new_record(

@@ -15,9 +15,12 @@ QUEUES = "queues"
 BINDINGS = "bindings"
 SCHEDULES = "schedules"
 LEASES = "leases"
+#: Requests (001 with a correlation) a key has sent that are still held: until acked,
+#: answered, buried or purged.
+REQUESTS = "requests"
 #: Counted per queue, from its windows, when a window opens (dispatch.py): no bookkeeping.
 CONSUMERS = "consumers"
-KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES)
+KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES, REQUESTS)
 
 
 def quota_limits(config: BrokerConfig) -> dict[str, int]:
@@ -28,6 +31,7 @@ def quota_limits(config: BrokerConfig) -> dict[str, int]:
         SCHEDULES: config.quota_schedules or max(1, config.max_schedules // 2),
         LEASES: config.quota_leases or max(1, config.max_leases // 2),
         CONSUMERS: config.quota_consumers or max(1, config.max_consumers // 2),
+        REQUESTS: config.quota_requests,
     }
 
 
@@ -44,10 +48,10 @@ class Quotas:
 
     def problem(self, kind: str, owner: str, more: int = 1) -> str | None:
         """Why `owner` may not take `more` of `kind`, or None."""
-        if not owner:
+        limit = self.limits[kind]
+        if not owner or not limit:  # (quota_requests 0: no quota)
             return None
         held = self.counts[kind].get(owner, 0)
-        limit = self.limits[kind]
         if held + more <= limit:
             return None
         self.refused[kind] += 1

@@ -96,3 +96,19 @@ def test_this_hosts_own_peers_without_a_key_count_only_against_the_broker() -> N
     local = Principal(None, "127.0.0.1:5000", "router")
     sends = [p.Send(f"q{i}", b"x", 0, tag=i) for i in range(4)]
     assert errors(run(core, b"l", local, p.Hello({}), *sends)) == []
+
+
+def test_a_key_holds_at_most_its_quota_of_unanswered_requests() -> None:
+    core = CoreHarness(quota_requests=2)
+    def request(i: int) -> p.Send:
+        return p.Send("resize", b"img", 0, tag=i, reply_to="", correlation=f"c{i}")
+
+    assert errors(run(core, b"h", HOG, p.Hello({}), request(1), request(2))) == []
+    [error] = errors(run(core, b"h", HOG, request(3)))
+    assert error.code == 429 and "quota_requests is 2" in error.reason
+    assert errors(run(core, b"o", OTHER, p.Hello({}), request(4))) == []  # another key's own
+    worker = run(core, b"w", OTHER, p.Consume("resize", 1))
+    [job] = [m for m in worker if isinstance(m, p.Dispatch)]
+    run(core, b"w", OTHER, p.Reply(b"done", "resize", job.message_id, job.correlation))
+    assert job.correlation == "c1"  # the oldest: the worker answered one of HOG's requests
+    assert errors(run(core, b"h", HOG, request(5))) == []  # so it has room for one more
