@@ -107,7 +107,7 @@ def test_a_key_holds_at_most_its_quota_of_unanswered_requests() -> None:
     [error] = errors(run(core, b"h", HOG, request(3)))
     assert error.code == 429 and "quota_requests is 2" in error.reason
     assert errors(run(core, b"o", OTHER, p.Hello({}), request(4))) == []  # another key's own
-    worker = run(core, b"w", OTHER, p.Consume("resize", 1))
+    worker = run(core, b"w", OTHER, p.Hello({}), p.Consume("resize", 1))
     [job] = [m for m in worker if isinstance(m, p.Dispatch)]
     run(core, b"w", OTHER, p.Reply(b"done", "resize", job.message_id, job.correlation))
     assert job.correlation == "c1"  # the oldest: the worker answered one of HOG's requests
