@@ -196,6 +196,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Requests (§6.6) one key may have held at once (sent, not yet answered or settled);
     #: there is no broker-wide count of them beside the queues' lengths.
     quota_requests: int = 100_000
+    #: Peers (connections) one key, or one other host without a key, may have at once; past
+    #: it a new one's every message is refused with 429 and it is forgotten (0: no quota).
+    quota_connections: int = 1_000
     #: Security (docs/security.md). CURVE on the ZeroMQ endpoint: the broker's secret key
     #: file, and a directory or file of the client public keys allowed in; re-read on SIGHUP.
     curve_secret: str = ""
@@ -265,7 +268,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         quotas = ("quota_queues", "quota_bindings", "quota_consumers", "quota_schedules")
-        for name in (*quotas, "quota_leases", "quota_requests"):
+        for name in (*quotas, "quota_leases", "quota_requests", "quota_connections"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (half the broker-wide limit) or more")
         self.tcp_networks()  # raises on a bad CIDR

@@ -415,11 +415,15 @@ class Core:
         if principal is None:
             if known is None:
                 self.guard.identify(peer, Principal(None, ""))
+                self._peers.admit(peer)
             return peer
         if known is not None and known != principal:
             self._peers.gone(peer.id)
             peer = self._peers.get(peer.id, profile)
+            known = None
         self.guard.identify(peer, principal)
+        if known is None:
+            self._peers.admit(peer)
         return peer
 
     def _on_hello(self, peer: Peer, message: Hello) -> None:

@@ -219,6 +219,8 @@ class Guard:
         rights = peer.rights
         assert rights is not None
         kind = type(message)
+        if peer.over_quota is not None:
+            return self._over_quota(peer, message)
         if kind is Send:
             queue = message.queue  # type: ignore[union-attr]
             if not rights.allows("send", queue):
@@ -300,6 +302,19 @@ class Guard:
         if rights.allows(right, target):
             return True
         return self._refuse(peer, right, target, message, admin_options)
+
+    def _over_quota(self, peer: Peer, message: Message) -> bool:
+        """A peer past its key's quota of connections: whatever it sends is refused (429)."""
+        reason = peer.over_quota or ""
+        if type(message) is Admin:
+            self._ctx.counters.errors += 1
+            error = {"code": int(ErrorCode.LIMIT_REACHED), "reason": reason}
+            self._ctx.reply(peer, AdminReply({"error": error}))
+        else:
+            queue = getattr(message, "queue", None)
+            tag = getattr(message, "tag", None)
+            self._ctx.refuse(peer, ErrorCode.LIMIT_REACHED, reason, None, queue, tag)
+        return False
 
     def _count(self, right: str) -> None:
         self.refused[right] = self.refused.get(right, 0) + 1

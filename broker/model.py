@@ -350,6 +350,7 @@ class Peer:
         "admin_granted",
         "closing",
         "confirm",
+        "connection_of",
         "expiry_due",
         "expiry_ns",
         "extensions",
@@ -364,6 +365,7 @@ class Peer:
         "link",
         "name",
         "owner",
+        "over_quota",
         "paused_on",
         "principal",
         "principal_wire",
@@ -426,6 +428,10 @@ class Peer:
         self.principal_wire: bytes | None = None
         #: Whom its quotas count against (quotas.py): its key, or its host.
         self.owner = ""
+        #: Why it may do nothing: its key had its quota of connections when it came (429).
+        self.over_quota: str | None = None
+        #: The owner its connection is counted against while it is known (peers.py).
+        self.connection_of = ""
         #: A lease ran out while it said nothing at all: frozen or gone. It gets no new work
         #: until it speaks again (dispatch.py).
         self.stalled = False

@@ -20,6 +20,8 @@ from .deadlines import HEARTBEAT, PEER_EXPIRY
 from .dispatch import Dispatch
 from .flow import Flow
 from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
+from .permissions import NOTHING
+from .quotas import CONNECTIONS
 
 log = logging.getLogger("phpmq.broker")
 
@@ -81,15 +83,38 @@ class Peers:
                 peer.opt_in()
         return peer
 
+    def admit(self, peer: Peer) -> None:
+        """A new peer counts against its owner's quota of connections; past it, it may do
+        nothing (`over_quota`: every message refused with 429) and is forgotten after its
+        frame."""
+        owner = peer.owner
+        quotas = self._ctx.quotas
+        problem = quotas.problem(CONNECTIONS, owner)
+        if problem is not None:
+            peer.over_quota = f"{problem}: close some first"
+            peer.rights = NOTHING  # so that the guard sees every message it sends
+            return
+        if owner:
+            quotas.take(CONNECTIONS, owner)
+            peer.connection_of = owner
+
+    def _uncount(self, peer: Peer) -> None:
+        if peer.connection_of:
+            self._ctx.quotas.give_back(CONNECTIONS, peer.connection_of)
+            peer.connection_of = ""
+
     def after_input(self, peer: Peer) -> None:
         """Bound how long the peer is remembered: HELLO arms its own check, other peers that
         showed anything worth remembering idle out; a stock producer is forgotten at once,
         which keeps memory flat however many identities come and go."""
-        if peer.extensions or peer.ttl_form != peer.profile.ttl_form:
+        if peer.over_quota is not None:
+            self.gone(peer.id, said_goodbye=True)  # nothing of it is kept
+        elif peer.extensions or peer.ttl_form != peer.profile.ttl_form:
             if not peer.expiry_due and not peer.forgotten:
                 self._arm_expiry(peer, self._ctx.now + self._idle_ns)
         elif not peer.windows and not peer.forwarding:
             self.by_id.pop(peer.id, None)
+            self._uncount(peer)
 
     def gone(self, peer_id: bytes, said_goodbye: bool = False) -> int:
         """The peer is gone (KBAI, transport error, silence): its held messages return to the
@@ -103,6 +128,7 @@ class Peers:
         if peer is None:
             return 0
         peer.forgotten = True
+        self._uncount(peer)
         if peer.paused_on:
             self._flow.forget(peer)
         if peer.profile.closable and not said_goodbye:

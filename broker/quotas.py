@@ -18,9 +18,11 @@ LEASES = "leases"
 #: Requests (001 with a correlation) a key has sent that are still held: until acked,
 #: answered, buried or purged.
 REQUESTS = "requests"
+#: Peers a key (or host) has connected at once: ZeroMQ connections and raw TCP ones alike.
+CONNECTIONS = "connections"
 #: Counted per queue, from its windows, when a window opens (dispatch.py): no bookkeeping.
 CONSUMERS = "consumers"
-KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES, REQUESTS)
+KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES, REQUESTS, CONNECTIONS)
 
 
 def quota_limits(config: BrokerConfig) -> dict[str, int]:
@@ -32,6 +34,7 @@ def quota_limits(config: BrokerConfig) -> dict[str, int]:
         LEASES: config.quota_leases or max(1, config.max_leases // 2),
         CONSUMERS: config.quota_consumers or max(1, config.max_consumers // 2),
         REQUESTS: config.quota_requests,
+        CONNECTIONS: config.quota_connections,
     }
 
 

@@ -112,3 +112,16 @@ def test_a_key_holds_at_most_its_quota_of_unanswered_requests() -> None:
     run(core, b"w", OTHER, p.Reply(b"done", "resize", job.message_id, job.correlation))
     assert job.correlation == "c1"  # the oldest: the worker answered one of HOG's requests
     assert errors(run(core, b"h", HOG, request(5))) == []  # so it has room for one more
+
+
+def test_a_key_past_its_quota_of_connections_is_refused_and_forgotten() -> None:
+    core = CoreHarness(quota_connections=2)
+    for peer_id in (b"h1", b"h2"):
+        assert errors(run(core, peer_id, HOG, p.Hello({}), p.Send("q", b"x", 0, tag=1))) == []
+    answers = run(core, b"h3", HOG, p.Hello({}), p.Send("q", b"x", 0, tag=2))
+    assert [e.code for e in errors(answers)] == [429, 429]
+    assert "quota_connections is 2" in errors(answers)[0].reason
+    assert b"h3" not in core.core.peers and core.core.queues["q"].ready_count == 2
+    assert errors(run(core, b"o", OTHER, p.Hello({}), p.Send("q", b"x", 0, tag=3))) == []
+    run(core, b"h1", HOG, p.Kbai())  # one goes: room for another
+    assert errors(run(core, b"h4", HOG, p.Hello({}), p.Send("q", b"x", 0, tag=4))) == []
