@@ -156,6 +156,30 @@ class BrokerProcess(testing.BrokerProcess):
         super().__init__(*flags, log_path=log_path, **options)
 
 
+def curve_broker(
+    tmp_path: Path,
+    keys: Path,
+    *flags: str,
+    as_key: str,
+    clients: Path | None = None,
+    address: str | None = None,
+) -> BrokerProcess:
+    """A broker with CURVE on: its key pair `keys/broker.key_secret`, the clients let in from
+    `clients` (default `keys/clients`); its readiness check and `client()` use `as_key`."""
+    from phpmq.client import curve_keys
+
+    return BrokerProcess(
+        tmp_path / "broker.log",
+        "--curve-secret",
+        str(keys / "broker.key_secret"),
+        "--curve-clients",
+        str(clients or keys / "clients"),
+        *flags,
+        address=address,
+        curve=curve_keys(keys / f"{as_key}.key_secret", keys / "broker.key"),
+    )
+
+
 @contextmanager
 def raw_dealer(address: str, identity: bytes | None = None) -> Iterator[zmq.Socket]:
     """A bare DEALER socket, as a client that speaks PHPMQ bytes by hand would use."""

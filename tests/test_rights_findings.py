@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 import phpmq.protocol as p
-from harness import BrokerProcess, phpmq, recv_messages, wait_for
+from harness import BrokerProcess, curve_broker, phpmq, recv_messages, wait_for
 from phpmq.broker.shell.shards import shard_address
 from phpmq.client import curve_keys
 from phpmq.testing import free_ports
@@ -60,17 +60,8 @@ def start(tmp_path: Path, keys: Path, *flags: str, address: str | None = None) -
     permissions = tmp_path / "permissions.toml"
     if not permissions.exists():
         permissions.write_text(PERMISSIONS)
-    return BrokerProcess(
-        tmp_path / "broker.log",
-        "--curve-secret",
-        str(keys / "broker.key_secret"),
-        "--curve-clients",
-        str(keys / "clients"),
-        "--permissions",
-        str(permissions),
-        *flags,
-        address=address,
-        curve=curve_keys(keys / "ops.key_secret", keys / "broker.key"),
+    return curve_broker(
+        tmp_path, keys, "--permissions", str(permissions), *flags, as_key="ops", address=address
     )
 
 

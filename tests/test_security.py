@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import zmq
 
+import harness
 import phpmq.protocol as p
 from harness import BrokerProcess, phpmq, recv_messages, wait_for
 from phpmq.broker.config import endpoint_is_local
@@ -46,15 +47,7 @@ def client_of(address: str, keys: Path, name: str, **options: object) -> Client:
 def curve_broker(
     tmp_path: Path, keys: Path, *flags: str, clients: Path | None = None
 ) -> BrokerProcess:
-    return BrokerProcess(
-        tmp_path / "broker.log",
-        "--curve-secret",
-        str(keys / "broker.key_secret"),
-        "--curve-clients",
-        str(clients or keys / "clients"),
-        *flags,
-        curve=curve_keys(keys / "alice.key_secret", keys / "broker.key"),
-    )
+    return harness.curve_broker(tmp_path, keys, *flags, as_key="alice", clients=clients)
 
 
 def test_only_allowed_keys_complete_the_handshake(tmp_path: Path, keys: Path) -> None:
@@ -237,18 +230,9 @@ def test_a_sharded_curve_broker_forwards_over_curve_links_and_checks_rights_at_e
     permissions = tmp_path / "permissions.toml"
     permissions.write_text('[keys.alice]\nsend = ["ok.#"]\n[keys.bob]\nadmin = true\n')
     address = free_ports(2)
-    broker = BrokerProcess(
-        tmp_path / "broker.log",
-        "--shards",
-        "2",
-        "--curve-secret",
-        str(keys / "broker.key_secret"),
-        "--curve-clients",
-        str(keys / "clients"),
-        "--permissions",
-        str(permissions),
+    broker = harness.curve_broker(
+        tmp_path, keys, "--shards", "2", "--permissions", str(permissions), as_key="bob",
         address=address,
-        curve=curve_keys(keys / "bob.key_secret", keys / "broker.key"),
     )
     alice = curve_keys(keys / "alice.key_secret", keys / "broker.key")
     try:
