@@ -28,9 +28,14 @@ def driver() -> Iterator[Any]:
 
 
 def waiter(driver: Any) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.1)
+    # The pages replace their tables live: an element read between two updates is stale,
+    # which only means "look again".
+    return WebDriverWait(
+        driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    )
 
 
 def by_css(driver: Any, selector: str) -> Any:
