@@ -88,6 +88,9 @@ class Peers:
         nothing (`over_quota`: every message refused with 429) and is forgotten after its
         frame."""
         owner = peer.owner
+        if peer.connection_of == owner:
+            return  # counted already (a relayed peer identified again), or nobody's to count
+        self._uncount(peer)
         quotas = self._ctx.quotas
         problem = quotas.problem(CONNECTIONS, owner)
         if problem is not None:
