@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..protocol import AdminReply, ErrorCode, encode
+from ..protocol import admin_commands as cmd
 from . import browse
 from .batch_leases import BatchLeases
 from .context import Context
@@ -81,20 +82,20 @@ class Admin:
         #: `stats`; the sections from outside the core register with `stats.add_section`.
         self.stats = Stats(ctx, queues, peers, intake, flow, events)
         self._commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            "stats": self.stats.everything,
-            "dlq-list": self._dlq_list,
-            "dlq-replay": self._dlq_replay,
-            "dlq-purge": self._dlq_purge,
-            "queue-peek": self._queue_peek,
-            "queue-purge": self._queue_purge,
-            "queue-delete": self._queue_delete,
-            "queue-bind": self._queue_bind,
-            "queue-unbind": self._queue_unbind,
-            "queue-rebind": self._queue_rebind,
-            "queue-bindings": self._queue_bindings,
-            "schedule-add": schedules.add,
-            "schedule-remove": schedules.remove,
-            "schedule-list": schedules.listing,
+            cmd.STATS: self.stats.everything,
+            cmd.DLQ_LIST: self._dlq_list,
+            cmd.DLQ_REPLAY: self._dlq_replay,
+            cmd.DLQ_PURGE: self._dlq_purge,
+            cmd.QUEUE_PEEK: self._queue_peek,
+            cmd.QUEUE_PURGE: self._queue_purge,
+            cmd.QUEUE_DELETE: self._queue_delete,
+            cmd.QUEUE_BIND: self._queue_bind,
+            cmd.QUEUE_UNBIND: self._queue_unbind,
+            cmd.QUEUE_REBIND: self._queue_rebind,
+            cmd.QUEUE_BINDINGS: self._queue_bindings,
+            cmd.SCHEDULE_ADD: schedules.add,
+            cmd.SCHEDULE_REMOVE: schedules.remove,
+            cmd.SCHEDULE_LIST: schedules.listing,
             **leases.commands(),
         }
 
@@ -142,7 +143,7 @@ class Admin:
     def _answer(self, peer: Peer, options: dict[str, Any]) -> None:
         self._ctx.owner = peer.owner  # whose quotas what the command creates counts against
         try:
-            if options.get("command") == "stats":
+            if options.get("command") == cmd.STATS:
                 answer = self.stats.answer(options)
             else:
                 answer = encode(AdminReply(self.run(options, peer)))
@@ -164,11 +165,11 @@ class Admin:
 
     def run(self, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
         command = options.get("command")
-        if command == "report":
+        if command == cmd.REPORT:
             return _report(peer, options)
         handler = self._commands.get(command) if isinstance(command, str) else None
         if handler is None:
-            known = ", ".join([*self._commands, "report"])
+            known = ", ".join([*self._commands, cmd.REPORT])
             raise ValueError(f"unknown admin command {command!r}; known: {known}")
         return handler(options)
 

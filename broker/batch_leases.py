@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..protocol import ErrorCode
+from ..protocol import admin_commands as cmd
 from .browse import Entry, entry_of_record, oldest_sent_at, page_budget
 from .context import Context
 from .deadletters import DeadLetters
@@ -76,11 +77,11 @@ class BatchLeases:
 
     def commands(self) -> dict[str, Any]:
         return {
-            "lease": self.take,
-            "lease-read": self.read,
-            "lease-commit": self.commit,
-            "lease-release": self.release_command,
-            "leases": self.listing,
+            cmd.LEASE: self.take,
+            cmd.LEASE_READ: self.read,
+            cmd.LEASE_COMMIT: self.commit,
+            cmd.LEASE_RELEASE: self.release_command,
+            cmd.LEASES: self.listing,
         }
 
     # ----------------------------------------------------------------- commands

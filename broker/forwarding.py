@@ -35,6 +35,7 @@ from ..protocol import (
     Send,
     encode,
 )
+from ..protocol import admin_commands as cmd
 from ..protocol.cluster import ClusterMap
 from .context import Context
 from .guard import Guard
@@ -45,7 +46,7 @@ QUEUE_ADDRESSED: frozenset[type] = frozenset(
     (Send, Consume, Cancel, Ack, Requeue, DeadLetter, Reply)
 )
 #: Admin commands that run where they arrive, even when they name a queue.
-LOCAL_COMMANDS = frozenset(("stats",))
+LOCAL_COMMANDS = frozenset((cmd.STATS,))
 #: Queue names whose owner is remembered; past it the memo starts over.
 MAX_REMEMBERED_OWNERS = 100_000
 #: Consumers (peer, queue) of other shards' queues remembered for a restarted owner.

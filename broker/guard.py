@@ -35,6 +35,7 @@ from ..protocol import (
     Requeue,
     Send,
 )
+from ..protocol import admin_commands as cmd
 from .context import Context
 from .model import Peer, PeerProfile
 from .permissions import NOTHING, Permissions, Rights, everything
@@ -48,18 +49,20 @@ LINK_KEY_NAME = "phpmq-shard-link"
 
 #: Admin commands anyone may run; those that read a queue need `consume`, those that bind
 #: need `bind`; every other command needs `admin` and is audited.
-OPEN_COMMANDS = frozenset(("stats", "report", "leases", "schedule-list", "queue-bindings"))
+OPEN_COMMANDS = frozenset(
+    (cmd.STATS, cmd.REPORT, cmd.LEASES, cmd.SCHEDULE_LIST, cmd.QUEUE_BINDINGS)
+)
 #: Commands that need `delete` on their queue (or `admin`).
-DELETE_COMMANDS = frozenset(("queue-delete",))
+DELETE_COMMANDS = frozenset((cmd.QUEUE_DELETE,))
 #: Commands whose patterns need `subscribe`, whoever runs them.
-SUBSCRIBING_COMMANDS = frozenset(("queue-bind", "queue-rebind"))
+SUBSCRIBING_COMMANDS = frozenset((cmd.QUEUE_BIND, cmd.QUEUE_REBIND))
 #: Messages that name only what the peer already holds (settles) or are control: no right.
 SETTLES = frozenset((Ack, Requeue, DeadLetter, Reply, Cancel))
 UNCHECKED = frozenset((Hello, Heartbeat, Disconnect, Kbai, Forward))
 CONSUME_COMMANDS = frozenset(
-    ("lease", "lease-read", "lease-commit", "lease-release", "queue-peek", "dlq-list")
+    (cmd.LEASE, cmd.LEASE_READ, cmd.LEASE_COMMIT, cmd.LEASE_RELEASE, cmd.QUEUE_PEEK, cmd.DLQ_LIST)
 )
-BIND_COMMANDS = frozenset(("queue-bind", "queue-unbind", "queue-rebind"))
+BIND_COMMANDS = frozenset((cmd.QUEUE_BIND, cmd.QUEUE_UNBIND, cmd.QUEUE_REBIND))
 #: Options the audit log leaves out (a schedule's content may be large or private).
 UNLOGGED_OPTIONS = frozenset(("command", "content", "content_base64"))
 
@@ -263,7 +266,7 @@ class Guard:
             for pattern in _patterns_bound(options):
                 if not self._check(peer, rights, "subscribe", pattern, None, options):
                     return False
-        if command == "schedule-add" and not self._schedule_target_allowed(peer, rights, options):
+        if command == cmd.SCHEDULE_ADD and not self._schedule_target_allowed(peer, rights, options):
             return False
         if rights.admin:
             return True

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
+from ...protocol import admin_commands as cmd
 from ..clock import Clock, SystemClock
 from ..config import BrokerConfig
 from ..core import Core, Turn
@@ -131,7 +132,7 @@ class BrokerServer:
         try:
             return MetricsExporter(
                 self.config.metrics_bind,
-                lambda: self.core.admin.run({"command": "stats"}),
+                lambda: self.core.admin.run({"command": cmd.STATS}),
                 self.config.shard,
             )
         except OSError as exc:

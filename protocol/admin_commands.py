@@ -1,0 +1,49 @@
+"""The names of the ADMIN commands (110, docs/protocol.md §9): one constant each, for the
+broker that runs them and every tool that sends them."""
+
+from __future__ import annotations
+
+STATS = "stats"
+REPORT = "report"
+DLQ_LIST = "dlq-list"
+DLQ_REPLAY = "dlq-replay"
+DLQ_PURGE = "dlq-purge"
+QUEUE_PEEK = "queue-peek"
+QUEUE_PURGE = "queue-purge"
+QUEUE_DELETE = "queue-delete"
+QUEUE_BIND = "queue-bind"
+QUEUE_UNBIND = "queue-unbind"
+QUEUE_REBIND = "queue-rebind"
+QUEUE_BINDINGS = "queue-bindings"
+SCHEDULE_ADD = "schedule-add"
+SCHEDULE_REMOVE = "schedule-remove"
+SCHEDULE_LIST = "schedule-list"
+LEASE = "lease"
+LEASE_READ = "lease-read"
+LEASE_COMMIT = "lease-commit"
+LEASE_RELEASE = "lease-release"
+LEASES = "leases"
+
+#: Every command, in the order `stats`' error message lists them.
+ALL = (
+    STATS,
+    REPORT,
+    DLQ_LIST,
+    DLQ_REPLAY,
+    DLQ_PURGE,
+    QUEUE_PEEK,
+    QUEUE_PURGE,
+    QUEUE_DELETE,
+    QUEUE_BIND,
+    QUEUE_UNBIND,
+    QUEUE_REBIND,
+    QUEUE_BINDINGS,
+    SCHEDULE_ADD,
+    SCHEDULE_REMOVE,
+    SCHEDULE_LIST,
+    LEASE,
+    LEASE_READ,
+    LEASE_COMMIT,
+    LEASE_RELEASE,
+    LEASES,
+)
