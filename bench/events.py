@@ -21,6 +21,7 @@ import zmq
 from rich.console import Console
 
 from .. import protocol as p
+from ..protocol import admin_commands as cmd
 from ..testing import BrokerProcess
 from .pipe import MAX_LEAD, _run, runs_table
 
@@ -65,7 +66,7 @@ def _bind_all(address: str, plan: dict[str, list[str]]) -> int:
     try:
         for queue, patterns in plan.items():
             sock.send(
-                p.encode(p.Admin({"command": "queue-bind", "queue": queue, "patterns": patterns}))
+                p.encode(p.Admin({"command": cmd.QUEUE_BIND, "queue": queue, "patterns": patterns}))
             )
             if not sock.poll(10_000):
                 raise RuntimeError("the broker did not answer a queue-bind")

@@ -41,6 +41,7 @@ from rich.table import Table
 
 from .. import protocol as p
 from ..client import Client, ClientError, PartialSend
+from ..protocol import admin_commands as cmd
 from ..testing import BrokerProcess
 from .measure import MB, RssSampler, SeenSequence, mb, ms, percentiles, verdict
 
@@ -231,7 +232,7 @@ def _wait_until_full(address: str, queue_limit: int) -> None:
     deadline = time.monotonic() + STATS_TIMEOUT_S
     with Client(address, name="bench-fill-watch", close_timeout=1) as client:
         while time.monotonic() < deadline:
-            queues = client.admin("stats", timeout=STATS_TIMEOUT_S)["queues"]
+            queues = client.admin(cmd.STATS, timeout=STATS_TIMEOUT_S)["queues"]
             if queues.get(FLOOD_QUEUE, {}).get("ready", 0) >= queue_limit:
                 return
             time.sleep(0.02)
@@ -265,7 +266,7 @@ class _StatsProbe:
             try:
                 start = time.monotonic()  # connecting counts, as for `phpmq stats`
                 with Client(self.address, name="bench-stats", close_timeout=1) as client:
-                    client.admin("stats", timeout=STATS_TIMEOUT_S)
+                    client.admin(cmd.STATS, timeout=STATS_TIMEOUT_S)
                     self.durations.append(time.monotonic() - start)
             except ClientError:
                 self.failures += 1
@@ -351,7 +352,7 @@ def run_flood_benchmark(
             producer.join(10)
             consumer.join(10)
             with Client(broker.address, name="bench-stats", close_timeout=1) as client:
-                stats = client.admin("stats", timeout=STATS_TIMEOUT_S)
+                stats = client.admin(cmd.STATS, timeout=STATS_TIMEOUT_S)
             rss_end = rss.sample()
     latencies = array("q", raw)
     sent_ats = array("q", raw_sent_at)

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client import Client
+from ..protocol import admin_commands as cmd
 from ..testing import BrokerProcess
 from .measure import MB, RssSampler, data_dir_bytes, mb, verdict
 
@@ -47,7 +48,7 @@ def _wait_ready(client: Client, count: int, sizes: list[int], data_dir: str | No
     while time.monotonic() - start < LOAD_TIMEOUT_S:
         if data_dir:
             sizes.append(data_dir_bytes(data_dir))
-        queue = client.admin("stats", timeout=60)["queues"].get(QUEUE, {})
+        queue = client.admin(cmd.STATS, timeout=60)["queues"].get(QUEUE, {})
         if queue.get("ready", 0) >= count:
             return time.monotonic() - start
         time.sleep(0.2)
@@ -102,7 +103,7 @@ def _durable_mode(count: int, watch_seconds: float) -> dict[str, Any]:
         with Client(broker.address, name="bench-memory") as client:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                queue = client.admin("stats", timeout=60)["queues"].get(QUEUE, {})
+                queue = client.admin(cmd.STATS, timeout=60)["queues"].get(QUEUE, {})
                 if not queue.get("ready") and not queue.get("in_flight"):
                     break
                 time.sleep(0.2)

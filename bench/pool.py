@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client import Client
+from ..protocol import admin_commands as cmd
 from ..testing import BrokerProcess
 
 QUEUE = "bench-pool"
@@ -26,7 +27,7 @@ def _drain_rate(address: str, processes: int, messages: int, prefetch: int) -> f
         Client(address, name="bench-pool-watch") as watch,
         tempfile.TemporaryFile() as log,
     ):
-        acked_before = watch.admin("stats")["counters"]["acked"]
+        acked_before = watch.admin(cmd.STATS)["counters"]["acked"]
         pool = subprocess.Popen(
             [
                 sys.executable,
@@ -55,7 +56,7 @@ def _drain_rate(address: str, processes: int, messages: int, prefetch: int) -> f
                     log.seek(0)
                     output = log.read().decode(errors="replace")[-2000:]
                     raise RuntimeError(f"the pool exited with status {pool.returncode}:\n{output}")
-                stats = watch.admin("stats")
+                stats = watch.admin(cmd.STATS)
                 acked = stats["counters"]["acked"] - acked_before
                 if start is None and acked:
                     start, acked_at_start = time.monotonic(), acked

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client import Client
+from ..protocol import admin_commands as cmd
 from ..testing import BrokerProcess, free_ports
 from .forwarding import run_forwarding
 from .shard_cpu import cpu_seconds, shard_pids
@@ -66,7 +67,7 @@ def run_shards(shards: int, queues: int, seconds: float, size: int) -> dict[str,
     flags = ("--log-level", "INFO", "--shards", str(shards))
     with BrokerProcess(*flags, address=address) as broker:
         with Client(address) as probe:
-            probe.admin("stats")
+            probe.admin(cmd.STATS)
             mapping = probe.cluster_map
         names = [f"bench-{index}" for index in range(queues)]
         owned: dict[str, list[str]] = {}

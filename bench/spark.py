@@ -36,6 +36,7 @@ from rich.table import Table
 
 from ..client import Client
 from ..pipeline.options import OptionError, SourceOptions
+from ..protocol import admin_commands as cmd
 from ..testing import BrokerProcess
 from .measure import MB, RssSampler, pss_bytes, rss_bytes
 
@@ -193,8 +194,8 @@ def _sink(spark: SparkSession, address: str, messages: int, size: int, tasks: in
     wall = time.monotonic() - started
     frame.unpersist()
     with Client(address, name="bench-spark-check") as client:
-        landed = client.admin("stats")["queues"][queue]["ready"]
-        client.admin("queue-purge", queue=queue)  # the broker need not hold them any more
+        landed = client.admin(cmd.STATS)["queues"][queue]["ready"]
+        client.admin(cmd.QUEUE_PURGE, queue=queue)  # the broker need not hold them any more
     return _result(f"{tasks_used} tasks", landed, None, wall, size)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import zmq
 
 from ..client import BrokerRefused, Client, ClientError
+from ..protocol import admin_commands as cmd
 
 log = logging.getLogger("phpmq.bridge")
 
@@ -89,7 +90,7 @@ class Bridge:
         if self.client.closed:
             return
         try:
-            self.client.admin("report", timeout=1.0, kind=self.kind, counters=self.counters)
+            self.client.admin(cmd.REPORT, timeout=1.0, kind=self.kind, counters=self.counters)
         except (ClientError, BrokerRefused) as exc:
             log.debug("could not report to the broker: %s", exc)
 

@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from .client import Client, Curve
+from .protocol import admin_commands as cmd
 
 __all__ = ["ANY_PORT", "BrokerProcess", "BrokerStartError", "free_port", "free_ports"]
 
@@ -190,7 +191,7 @@ class BrokerProcess:
     def stats(self) -> dict[str, Any]:
         """The broker's `stats` answer, through a client opened for this call."""
         with self.client(name="phpmq-testing", close_timeout=1) as client:
-            return client.admin("stats")
+            return client.admin(cmd.STATS)
 
     def wait_draining(self, timeout: float = 5.0) -> None:
         """Wait until the broker reports that it is draining (after a first SIGTERM)."""

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client import Client
+from ..protocol import admin_commands as cmd
 
 EVENTS_QUEUE = "demo.events"
 COUNTS_QUEUE = "demo.counts"
@@ -150,5 +151,5 @@ def _table(rows: list, unique: int) -> Table:
 
 def _ready(address: str, queue: str) -> int:
     with Client(address, name="pipeline-demo") as client:
-        stats = client.admin("stats")["queues"].get(queue)
+        stats = client.admin(cmd.STATS)["queues"].get(queue)
     return stats["ready"] if stats else 0

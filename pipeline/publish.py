@@ -24,6 +24,7 @@ from typing import Protocol
 
 from ..client import BrokerRefused, Client, ClientError, Unconfirmed
 from ..protocol import DEFAULT_MAX_CONTENT_BYTES, Error
+from ..protocol import admin_commands as cmd
 from .options import CurveFiles
 
 #: Longest the end-of-task round trip to the broker may take, in seconds.
@@ -131,7 +132,7 @@ class BarrierPublisher:
         self._published += len(run.contents)
 
     def finish(self) -> Receipt:
-        self._client.admin("stats", timeout=BARRIER_TIMEOUT_S)
+        self._client.admin(cmd.STATS, timeout=BARRIER_TIMEOUT_S)
         if self._client.error_count:
             raise _refused(self._client.error_count, list(self._client.errors))
         return Receipt(self._published, confirmed=False, deduplicated=False)
@@ -235,7 +236,7 @@ def open_publisher(
     keys = curve.keys() if curve is not None else None
     client = Client(address, name=f"{name} pid {os.getpid()}", role="spark-sink", curve=keys)
     try:
-        client.admin("stats", timeout=BARRIER_TIMEOUT_S)  # reads the HELLO answer
+        client.admin(cmd.STATS, timeout=BARRIER_TIMEOUT_S)  # reads the HELLO answer
     except ClientError:
         client.close()
         raise

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..protocol import DEFAULT_ADDRESS
+from ..protocol import admin_commands as cmd
 from .environment import BROKER_VARIABLE
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def with_client(address: str, timeout: float, action: Callable[[Client], Result]
         try:
             # A DEALER queues sends to an address nobody listens on: only an answer proves
             # there is a broker, so ask for one before anything else.
-            client.admin("stats", timeout=timeout, limit=0)  # the figures, no queue listed
+            client.admin(cmd.STATS, timeout=timeout, limit=0)  # the figures, no queue listed
         except ClientError:
             client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
             logging.getLogger("phpmq.client").disabled = True

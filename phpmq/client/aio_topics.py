@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..protocol import admin_commands as cmd
 from .errors import ClientError
 from .message import queue_packet
 from .refusals import FlowRefusal
@@ -110,7 +111,7 @@ class AsyncTopics:
         """Bind `queue` (made if it does not exist) to `patterns`; its bindings after.
         BrokerRefused (422) past the broker's binding limits: then nothing is bound."""
         queue_packet(queue)
-        reply = await self.admin("queue-bind", queue=queue, patterns=checked_patterns(patterns))
+        reply = await self.admin(cmd.QUEUE_BIND, queue=queue, patterns=checked_patterns(patterns))
         return list(reply["bindings"])
 
     @to_owner_async
@@ -118,7 +119,7 @@ class AsyncTopics:
         """Remove `patterns` (as written) from `queue`'s bindings; its bindings after.
         BrokerRefused (404) for a queue that does not exist."""
         queue_packet(queue)
-        reply = await self.admin("queue-unbind", queue=queue, patterns=checked_patterns(patterns))
+        reply = await self.admin(cmd.QUEUE_UNBIND, queue=queue, patterns=checked_patterns(patterns))
         return list(reply["bindings"])
 
     @to_owner_async
@@ -135,14 +136,14 @@ class AsyncTopics:
         matches: `order.*` removes `order.paid` and `order.*`), `add`. Its bindings after."""
         queue_packet(queue)
         options = rebind_options(replace, remove, remove_mask, add)
-        reply = await self.admin("queue-rebind", queue=queue, **options)
+        reply = await self.admin(cmd.QUEUE_REBIND, queue=queue, **options)
         return list(reply["bindings"])
 
     @to_owner_async
     async def bindings(self, queue: str) -> list[str]:
         """`queue`'s binding patterns, in the order bound (BrokerRefused 404: no queue)."""
         queue_packet(queue)
-        reply = await self.admin("queue-bindings", queue=queue)
+        reply = await self.admin(cmd.QUEUE_BINDINGS, queue=queue)
         return list(reply["bindings"])
 
     @to_owner_async
@@ -155,11 +156,11 @@ class AsyncTopics:
         self._forget_subscription(queue)
         async with self._lock:
             self._connection.subscribe(queue, 0)  # ours ends here, not told as news
-        return await self.admin("queue-delete", queue=queue)
+        return await self.admin(cmd.QUEUE_DELETE, queue=queue)
 
     @to_owner_async
     async def purge(self, queue: str) -> int:
         """Delete `queue`'s ready messages (in flight ones and dead letters stay); how many."""
         queue_packet(queue)
-        reply = await self.admin("queue-purge", queue=queue)
+        reply = await self.admin(cmd.QUEUE_PURGE, queue=queue)
         return int(reply["purged"])

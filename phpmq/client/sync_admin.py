@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..protocol import admin_commands as cmd
 from .errors import ClientError
 
 
@@ -24,7 +25,7 @@ class SyncAdmin:
             ClientError: no answer within `timeout` seconds.
         """
         queue = options.get("queue")
-        if self._routing is not None and isinstance(queue, str) and command != "stats":
+        if self._routing is not None and isinstance(queue, str) and command != cmd.STATS:
             link = self._link_for(queue)
             if link is not None:
                 return link.admin(command, timeout, **options)
@@ -61,25 +62,25 @@ class SyncAdmin:
 
     def stats(self, timeout: float = 5.0) -> dict[str, Any]:
         """The broker's `stats` with every queue, however many pages they take."""
-        return self.admin_pages("stats", "queues", timeout)
+        return self.admin_pages(cmd.STATS, "queues", timeout)
 
     def peek(self, queue: str, limit: int = 10) -> dict[str, Any]:
         """`queue`'s first `limit` ready messages, left in place (no delivery is counted):
         `entries` (`id`, `ttl`, `deliveries`, `content` in base64), `ready`, `truncated`."""
-        return self.admin("queue-peek", queue=queue, limit=limit)
+        return self.admin(cmd.QUEUE_PEEK, queue=queue, limit=limit)
 
     def dead_letters(self, queue: str, limit: int = 100) -> dict[str, Any]:
         """`queue`'s dead letters, oldest first, at most `limit`: `entries` (`id`, `reason`,
         `deliveries`, `content` in base64), `total`, `dropped`."""
-        return self.admin("dlq-list", queue=queue, limit=limit)
+        return self.admin(cmd.DLQ_LIST, queue=queue, limit=limit)
 
     def replay_dead_letters(self, queue: str, ids: Iterable[str] = ()) -> int:
         """Put `queue`'s dead letters (only `ids`, if given) back at its tail; how many."""
         options: dict[str, Any] = {"ids": list(ids)} if ids else {}
-        reply = self.admin("dlq-replay", queue=queue, **options)
+        reply = self.admin(cmd.DLQ_REPLAY, queue=queue, **options)
         return int(reply["replayed"])
 
     def purge_dead_letters(self, queue: str) -> int:
         """Delete all of `queue`'s dead letters; how many."""
-        reply = self.admin("dlq-purge", queue=queue)
+        reply = self.admin(cmd.DLQ_PURGE, queue=queue)
         return int(reply["purged"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..protocol import ErrorCode
+from ..protocol import admin_commands as cmd
 from .errors import BrokerRefused
 from .schedules import Duration, schedule_options
 
@@ -50,7 +51,7 @@ class SyncSchedules:
         owner = None
         if queue is not None and self._routing is not None:  # type: ignore[attr-defined]
             owner = self._link_for(queue)  # type: ignore[attr-defined]
-        return (owner or self).admin("schedule-add", **options)  # type: ignore[attr-defined]
+        return (owner or self).admin(cmd.SCHEDULE_ADD, **options)  # type: ignore[attr-defined]
 
     def unschedule(self, name: str) -> bool:
         """Remove the schedule `name`: it stops at once. False if there was none (on a
@@ -58,7 +59,7 @@ class SyncSchedules:
         removed = False
         for shard in self._every_shard():  # type: ignore[attr-defined]
             try:
-                shard.admin("schedule-remove", name=name)
+                shard.admin(cmd.SCHEDULE_REMOVE, name=name)
             except BrokerRefused as exc:
                 if exc.error.code != ErrorCode.NOT_FOUND:
                     raise
@@ -73,6 +74,6 @@ class SyncSchedules:
         On a sharded broker: those of every shard."""
         found = []
         for shard in self._every_shard():  # type: ignore[attr-defined]
-            listed = shard.admin_pages("schedule-list", "schedules")
+            listed = shard.admin_pages(cmd.SCHEDULE_LIST, "schedules")
             found.extend(listed["schedules"])
         return sorted(found, key=lambda schedule: str(schedule["name"]))

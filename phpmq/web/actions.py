@@ -21,6 +21,7 @@ from phpmq import BrokerRefused, ClientError, InvalidArgument
 
 from ..broker.routing import Bindings
 from ..client.schedules import schedule_options
+from ..protocol import admin_commands as cmd
 from .console import Console, flash, queue_url
 from .users import User
 
@@ -129,7 +130,7 @@ class Actions:
         async def do(request: Request, form: FormData, user: User) -> Response:
             name = str(form.get("name", ""))
             back = _back(danger, name)
-            if danger.command == "schedule-remove":
+            if danger.command == cmd.SCHEDULE_REMOVE:
                 action = self._remove_schedule(user, name)
             else:
                 action = self.watch.act(user, danger.command, queue=name)
@@ -138,7 +139,7 @@ class Actions:
         return do
 
     async def _remove_schedule(self, user: User, name: str) -> dict[str, Any]:
-        if not await self.watch.act_everywhere(user, "schedule-remove", name=name):
+        if not await self.watch.act_everywhere(user, cmd.SCHEDULE_REMOVE, name=name):
             raise Refused(f"no schedule named {name!r}")
         return {}
 
@@ -172,7 +173,7 @@ class Actions:
         name = str(form.get("name", ""))
         one = form.get("id")
         options: dict[str, Any] = {"ids": [str(one)]} if one else {}
-        replayed = self.watch.act(user, "dlq-replay", queue=name, **options)
+        replayed = self.watch.act(user, cmd.DLQ_REPLAY, queue=name, **options)
         return await self._done(
             request, queue_url(name), replayed, lambda a: f"replayed {a['replayed']} into {name}"
         )
@@ -200,7 +201,7 @@ class Actions:
         for name, figures in stats["queues"].items():
             patterns = figures["bindings"]
             if figures["binding_count"] > len(patterns):
-                with_all = await self.watch.client.admin("queue-bindings", queue=name)
+                with_all = await self.watch.client.admin(cmd.QUEUE_BINDINGS, queue=name)
                 patterns = with_all["bindings"]
             for pattern in patterns:
                 bindings.bind(name, pattern)
@@ -209,7 +210,7 @@ class Actions:
     async def add_schedule(self, request: Request, form: FormData, user: User) -> Response:
         async def add() -> dict[str, Any]:
             options = schedule_options(**_schedule_fields(form))
-            return await self.watch.act(user, "schedule-add", **options)
+            return await self.watch.act(user, cmd.SCHEDULE_ADD, **options)
 
         name = str(form.get("name", ""))
         return await self._done(

@@ -15,6 +15,7 @@ from starlette.routing import Route
 from phpmq import ClientError
 
 from ..protocol import ErrorCode
+from ..protocol import admin_commands as cmd
 from .access import safe_next
 from .console import Console, flash
 from .content import shown
@@ -84,12 +85,12 @@ class Pages:
         figures = stats["queues"].get(name)
         offset = _offset(request.query_params.get("offset"))
         problems: list[str] = []
-        peek = await self._asked(user, problems, "queue-peek", queue=name, limit=PEEK_LIMIT,
+        peek = await self._asked(user, problems, cmd.QUEUE_PEEK, queue=name, limit=PEEK_LIMIT,
                                  offset=offset)  # fmt: skip
-        dead = await self._asked(user, problems, "dlq-list", queue=name, limit=DEAD_LETTER_LIMIT)
+        dead = await self._asked(user, problems, cmd.DLQ_LIST, queue=name, limit=DEAD_LETTER_LIMIT)
         bindings = figures["bindings"] if figures else []
         if figures and figures["binding_count"] > len(bindings):
-            listed = await self._asked(user, problems, "queue-bindings", queue=name)
+            listed = await self._asked(user, problems, cmd.QUEUE_BINDINGS, queue=name)
             bindings = listed["bindings"] if listed else bindings
         return self.console.render(
             request,
@@ -140,7 +141,7 @@ class Pages:
         problems: list[str] = []
         for client in self.watch.every_shard():
             try:
-                listed += (await client.admin("schedule-list", timeout=self.watch.timeout))[
+                listed += (await client.admin(cmd.SCHEDULE_LIST, timeout=self.watch.timeout))[
                     "schedules"
                 ]
             except ClientError as exc:

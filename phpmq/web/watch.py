@@ -20,6 +20,7 @@ from typing import Any
 from phpmq import AsyncClient, BrokerRefused, ClientError
 
 from ..monitor import Monitor, merged_stats, rate
+from ..protocol import admin_commands as cmd
 from .tables import QueueLine, queue_lines
 from .users import User
 
@@ -138,7 +139,7 @@ class Watch:
 
     async def _stats(self) -> dict[str, Any]:
         """The broker's stats; a sharded broker's merged over every shard of its map."""
-        home = await self.client.admin("stats", timeout=self.timeout)
+        home = await self.client.admin(cmd.STATS, timeout=self.timeout)
         mapping = self.client.cluster_map
         if mapping is None or len(mapping.shards) < 2:
             return home
@@ -150,7 +151,7 @@ class Watch:
                 continue
             try:
                 answers[shard.name] = await self._shard(shard.name, shard.address).admin(
-                    "stats", timeout=self.timeout
+                    cmd.STATS, timeout=self.timeout
                 )
             except ClientError as exc:
                 unreachable[shard.name] = str(exc)
