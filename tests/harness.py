@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -154,6 +154,19 @@ class BrokerProcess(testing.BrokerProcess):
 
     def __init__(self, log_path: Path, *flags: str, **options: Any) -> None:
         super().__init__(*flags, log_path=log_path, **options)
+
+
+def generate_keys(folder: Path, names: Iterable[str], allowed: Iterable[str]) -> Path:
+    """CURVE key pairs made by `phpmq keys generate` in `folder`, the `allowed` ones' public
+    keys copied into `folder/clients` (what `--curve-clients` reads); returns `folder`."""
+    clients = folder / "clients"
+    clients.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        result = phpmq("keys", "generate", name, "--dir", str(folder))
+        assert result.returncode == 0, result.stderr
+    for name in allowed:
+        (clients / f"{name}.key").write_text((folder / f"{name}.key").read_text())
+    return folder
 
 
 def curve_broker(

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, BrokerProcess, phpmq, read_until
+from harness import REPO, BrokerProcess, curve_broker, generate_keys, read_until
 
 IN_CI = os.environ.get("CI") == "true"
 try:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from phpmq.client import BrokerRefused, curve_keys
+    from phpmq.client import BrokerRefused
     from pipeline_harness import QUERY_TIMEOUT_S, queue_stats, run_available_now
 except ModuleNotFoundError as missing:
     if (missing.name or "").split(".")[0] not in {"pyspark", "pyarrow", "pandas", "numpy"}:
@@ -410,23 +410,13 @@ def test_the_source_and_sink_use_their_curve_keys_and_get_exactly_their_rights(
 ) -> None:
     """A CURVE broker with rights: the source's key may consume `in`, the sink's may send to
     `out`; a source key without the consume right fails the query with the broker's 403."""
-    keys = tmp_path / "keys"
-    (keys / "clients").mkdir(parents=True)
-    for name in ("broker", "reader", "writer", "nobody"):
-        assert phpmq("keys", "generate", name, "--dir", str(keys)).returncode == 0
-        (keys / "clients" / f"{name}.key").write_text((keys / f"{name}.key").read_text())
+    names = ("broker", "reader", "writer", "nobody")
+    keys = generate_keys(tmp_path / "keys", names, names)
     (keys / "rights.toml").write_text(
         '[keys.reader]\nconsume = ["in"]\n[keys.writer]\nsend = ["in", "out"]\n[keys.nobody]\n'
     )
-    secure = BrokerProcess(
-        tmp_path / "broker.log",
-        "--curve-secret",
-        str(keys / "broker.key_secret"),
-        "--curve-clients",
-        str(keys / "clients"),
-        "--permissions",
-        str(keys / "rights.toml"),
-        curve=curve_keys(keys / "writer.key_secret", keys / "broker.key"),
+    secure = curve_broker(
+        tmp_path, keys, "--permissions", str(keys / "rights.toml"), as_key="writer"
     )
     try:
         sent = send(secure, "in", 50)

@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 import phpmq.protocol as p
-from harness import BrokerProcess, curve_broker, phpmq, recv_messages, wait_for
+from harness import BrokerProcess, curve_broker, generate_keys, recv_messages, wait_for
 from phpmq.broker.shell.shards import shard_address
 from phpmq.client import curve_keys
 from phpmq.testing import free_ports
@@ -45,15 +45,8 @@ delete = ["#"]
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("keys")
-    for name in ("broker", "limited", "worker", "ops"):
-        result = phpmq("keys", "generate", name, "--dir", str(folder))
-        assert result.returncode == 0, result.stderr
-    allowed = folder / "clients"
-    allowed.mkdir()
-    for name in ("limited", "worker", "ops"):
-        (allowed / f"{name}.key").write_text((folder / f"{name}.key").read_text())
-    return folder
+    clients = ("limited", "worker", "ops")
+    return generate_keys(tmp_path_factory.mktemp("keys"), ("broker", *clients), clients)
 
 
 def start(tmp_path: Path, keys: Path, *flags: str, address: str | None = None) -> BrokerProcess:

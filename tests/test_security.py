@@ -16,7 +16,7 @@ import zmq
 
 import harness
 import phpmq.protocol as p
-from harness import BrokerProcess, phpmq, recv_messages, wait_for
+from harness import BrokerProcess, generate_keys, phpmq, recv_messages, wait_for
 from phpmq.broker.config import endpoint_is_local
 from phpmq.broker.shell.shards import shard_address
 from phpmq.client import BrokerRefused, Client, ClientError, curve_keys
@@ -28,15 +28,8 @@ FAST = {"send_timeout": 1.0, "confirm_timeout": 2.0, "close_timeout": 1.0}
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """broker, alice, bob and mallory key pairs; alice and bob are allowed in."""
-    folder = tmp_path_factory.mktemp("keys")
-    for name in ("broker", "alice", "bob", "mallory"):
-        result = phpmq("keys", "generate", name, "--dir", str(folder))
-        assert result.returncode == 0, result.stderr
-    allowed = folder / "clients"
-    allowed.mkdir()
-    for name in ("alice", "bob"):
-        (allowed / f"{name}.key").write_text((folder / f"{name}.key").read_text())
-    return folder
+    names = ("broker", "alice", "bob", "mallory")
+    return generate_keys(tmp_path_factory.mktemp("keys"), names, ("alice", "bob"))
 
 
 def client_of(address: str, keys: Path, name: str, **options: object) -> Client:

@@ -14,8 +14,7 @@ import pytest
 import zmq
 from test_pool import PoolProcess
 
-from harness import REPO, BrokerProcess, phpmq, wait_for
-from phpmq.client import curve_keys
+from harness import REPO, BrokerProcess, curve_broker, generate_keys, wait_for
 
 PERMISSIONS = """
 [keys.producer]
@@ -34,28 +33,16 @@ send = ["bridged"]
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("keys")
-    (folder / "clients").mkdir()
-    for name in ("broker", "producer", "worker", "bridge", "outsider"):
-        assert phpmq("keys", "generate", name, "--dir", str(folder)).returncode == 0
-        if name != "broker":
-            (folder / "clients" / f"{name}.key").write_text((folder / f"{name}.key").read_text())
+    clients = ("producer", "worker", "bridge", "outsider")
+    folder = generate_keys(tmp_path_factory.mktemp("keys"), ("broker", *clients), clients)
     (folder / "permissions.toml").write_text(PERMISSIONS)
     return folder
 
 
 @pytest.fixture
 def broker(tmp_path: Path, keys: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(
-        tmp_path / "broker.log",
-        "--curve-secret",
-        str(keys / "broker.key_secret"),
-        "--curve-clients",
-        str(keys / "clients"),
-        "--permissions",
-        str(keys / "permissions.toml"),
-        curve=curve_keys(keys / "producer.key_secret", keys / "broker.key"),
-    ) as process:
+    permissions = str(keys / "permissions.toml")
+    with curve_broker(tmp_path, keys, "--permissions", permissions, as_key="producer") as process:
         yield process
 
 
