@@ -86,10 +86,10 @@ class RelayedPeers:
         flags = message.flags or 0
         if message.content:
             new = peer_id not in self._peers.by_id
-            _take_flags(self._peers.get(peer_id, self._profile), flags, new)
+            relayed = self._peers.get(peer_id, self._profile)
+            _take_flags(relayed, flags, new)
             messages, error = decode_frame(message.content, self._ctx.config.max_content_bytes)
             principal, admin_granted = self._guard.forwarded_principal(message.principal)
-            relayed = self._peers.by_id[peer_id]
             if relayed.admin_granted != admin_granted:
                 relayed.admin_granted = admin_granted
                 relayed.principal = None  # identified again below
