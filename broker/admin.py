@@ -120,9 +120,9 @@ class Admin:
         else:
             self._refuse(peer, f"{MAX_WAITING} admin commands are waiting: send it again")
 
-    def run_waiting(self, is_current: Callable[[Peer], bool]) -> None:
+    def run_waiting(self, may_run: Callable[[Peer, dict[str, Any]], bool]) -> None:
         """Answer the commands waiting for a turn with room (once per turn, by the core),
-        those of peers that are gone dropped."""
+        those `may_run` refuses dropped (a peer gone, or refused since: it answered that)."""
         self._count_turn()
         waiting = self.waiting
         while waiting and self._answered_bytes < ADMIN_BYTES_PER_TURN:
@@ -130,7 +130,7 @@ class Admin:
             left = self._waiting_of.pop(peer.id) - 1
             if left:
                 self._waiting_of[peer.id] = left
-            if is_current(peer):
+            if may_run(peer, options):
                 self._answer(peer, options)
 
     def _count_turn(self) -> None:

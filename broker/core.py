@@ -426,6 +426,13 @@ class Core:
             self._peers.admit(peer)
         return peer
 
+    def _may_run_waiting(self, peer: Peer, options: dict[str, Any]) -> bool:
+        """An admin command that waited for a turn with room runs if its peer is still here
+        and still has the right (a SIGHUP may have come in between): the one check again."""
+        if self._peers.by_id.get(peer.id) is not peer:
+            return False
+        return peer.rights is None or self.guard.allows(peer, Admin(options))
+
     def _on_hello(self, peer: Peer, message: Hello) -> None:
         self.guard.on_hello(peer, message.options)
         self._peers.on_hello(peer, message)
@@ -473,8 +480,7 @@ class Core:
         if schedule.needs_compaction():
             schedule.compact(self._entry_is_live)
         if self.admin.waiting:
-            by_id = self._peers.by_id
-            self.admin.run_waiting(lambda peer: by_id.get(peer.id) is peer)
+            self.admin.run_waiting(self._may_run_waiting)
         if ctx.dirty:
             dirty = ctx.dirty
             ctx.dirty = {}

@@ -138,6 +138,35 @@ def test_waiting_commands_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(core.core.admin.waiting) == 5
 
 
+def test_a_waiting_command_is_checked_again_when_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGHUP that takes the admin right away while a purge waits for a turn with room:
+    the purge is refused (403) when its turn comes, not run with the rights it had."""
+    from phpmq.broker.guard import Principal
+    from phpmq.broker.model import PeerProfile
+    from phpmq.broker.permissions import Permissions, Rights
+
+    core = CoreHarness()
+    ops = Principal("ops", "10.0.0.1:1000", "router")
+    profile = PeerProfile("router", ttl_form=True)
+    core.core.set_permissions(Permissions({"ops": Rights("ops", send=("#",), admin=True)}))
+    core.core.begin_turn()
+    core.core.handle_frame(b"o", p.encode(p.Send("q", b"x", 0)), profile, ops)
+    core.core.end_turn()
+    monkeypatch.setattr(admin_module, "ADMIN_BYTES_PER_TURN", 0)
+    purge = p.encode(p.Admin({"command": "queue-purge", "queue": "q"}))
+    core.core.begin_turn()
+    core.core.handle_frame(b"o", purge, profile, ops)
+    core.core.end_turn()
+    assert core.core.admin.waiting
+    core.core.set_permissions(Permissions({"ops": Rights("ops", send=("#",))}))
+    monkeypatch.setattr(admin_module, "ADMIN_BYTES_PER_TURN", 1 << 20)
+    core.core.begin_turn()
+    [(_, frame)] = core.core.end_turn().frames
+    [reply] = answers(p.decode_frame(frame)[0])
+    assert reply["error"]["code"] == 403 and "no admin right" in reply["error"]["reason"]
+    assert core.stats("q")["ready"] == 1
+
+
 # ----------------------------------------------------------------- a real broker
 
 
