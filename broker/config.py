@@ -176,6 +176,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: shard's name in it. Empty: not part of a cluster.
     cluster: str = ""
     shard: str = ""
+    #: Set by the supervisor for a replica of a replicated shard (docs/cluster.md
+    #: "Replicated queues"): its Raft address (host:port) and the other replicas'.
+    raft_bind: str = ""
+    raft_peers: list[str] = []
     #: Several hosts: the cluster file every node shares, and which node this host is
     #: (docs/cluster.md "Several hosts"). Its shards bind the node's address from the file.
     cluster_file: str = ""

@@ -37,7 +37,7 @@ CACHED_PAGES = 8
 #: The sections of `stats` whose figures come from outside the core (the store, the server
 #: loop, the security shell, a shard's forwarding), each registered once by its owner with
 #: `Stats.add_section`; a section nobody registered is left out (`storage`: memory mode).
-SECTIONS = ("storage", "server", "cluster", "security")
+SECTIONS = ("storage", "replication", "server", "cluster", "security")
 
 
 class Stats:

@@ -12,6 +12,7 @@ shard that owned it, while the rest stay where they were; removing one moves onl
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from functools import lru_cache
 
 import msgspec
@@ -58,6 +59,27 @@ def score(shard_name: str, queue: str) -> int:
 def _owner(shards: tuple[Shard, ...], queue: str) -> Shard:
     # Ties (two equal 64-bit hashes) go to the smaller name, so every side agrees.
     return max(shards, key=lambda shard: (score(shard.name, queue), _reverse(shard.name)))
+
+
+def replica_nodes(shard_name: str, home: str, nodes: Sequence[str], count: int) -> tuple[str, ...]:
+    """The nodes that hold a shard's replicas (docs/cluster.md "Replicated queues"): its home
+    node first, then the `count - 1` other nodes with the highest rendezvous score for the
+    shard's name (the same hash as a queue's owner, ties to the smaller name). Never two
+    on one node; adding a node moves a replica only to the new node.
+
+    Raises:
+        ValueError: `count` is not between 1 and the number of nodes, or `home` is not one.
+    """
+    if home not in nodes:
+        raise ValueError(f"the home node {home!r} is not among the nodes")
+    if not 1 <= count <= len(nodes):
+        raise ValueError(f"{count} replicas need 1 to {len(nodes)} nodes")
+    others = sorted(
+        (node for node in nodes if node != home),
+        key=lambda node: (score(node, shard_name), _reverse(node)),
+        reverse=True,
+    )
+    return (home, *others[: count - 1])
 
 
 def _reverse(name: str) -> tuple[int, ...]:

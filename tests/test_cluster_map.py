@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phpmq.protocol.cluster import ClusterMap, Shard, decode_map, encode_map
+from phpmq.protocol.cluster import ClusterMap, Shard, decode_map, encode_map, replica_nodes
 
 QUEUES = [f"queue-{i}" for i in range(10_000)]
 
@@ -76,3 +76,37 @@ def test_maps_travel_as_json_and_bad_ones_are_refused() -> None:
     twice = b'{"epoch":1,"shards":[{"name":"a","address":"x"},{"name":"a","address":"y"}]}'
     with pytest.raises(ValueError, match="unique"):
         decode_map(twice)
+
+
+# ---------------------------------------------------------------- replica placement
+
+NODES = ["a", "b", "c", "d", "e"]
+
+
+def test_replica_placement_is_fixed_across_versions() -> None:
+    """Every node places replicas alike, whatever its version: these must never change."""
+    placed = {shard: replica_nodes(shard, shard[0], NODES[:4], 3) for shard in ("a/0", "b/0")}
+    assert placed == {"a/0": ("a", "d", "c"), "b/0": ("b", "c", "a")}
+
+
+@given(st.integers(min_value=1, max_value=5), st.text(min_size=1, max_size=20))
+def test_replicas_start_at_home_and_never_share_a_node(count: int, suffix: str) -> None:
+    shard = f"c/{suffix}"
+    nodes = replica_nodes(shard, "c", NODES, count)
+    assert nodes[0] == "c" and len(nodes) == count == len(set(nodes))
+    assert replica_nodes(shard, "c", list(reversed(NODES)), count) == nodes  # order-free
+
+
+def test_a_new_node_takes_replicas_only_onto_itself() -> None:
+    shards = [f"{node}/{index}" for node in NODES[:4] for index in range(50)]
+    for shard in shards:
+        before = replica_nodes(shard, shard[0], NODES[:4], 3)
+        after = replica_nodes(shard, shard[0], NODES, 3)
+        assert set(after) - set(before) <= {"e"}
+
+
+def test_impossible_placements_are_refused() -> None:
+    with pytest.raises(ValueError, match="need 1 to 3 nodes"):
+        replica_nodes("a/0", "a", ["a", "b", "c"], 4)
+    with pytest.raises(ValueError, match="home node"):
+        replica_nodes("a/0", "z", ["a", "b"], 1)

@@ -49,8 +49,11 @@ class StorageError(Exception):
 
 
 class DurableStore:
-    def __init__(self, data_dir: str | Path) -> None:
+    def __init__(self, data_dir: str | Path, synchronous: str = "FULL") -> None:
+        """`synchronous`: SQLite's setting; OFF only where another log (a replica's Raft
+        log, broker/shell/replication.py) is what a confirm waits for."""
         self.directory = Path(data_dir)
+        self._synchronous = synchronous
         lock: DataDirLock | None = None
         self._db: sqlite3.Connection | None = None
         #: While read_with runs: a copy of the store in memory, which the readers read.
@@ -171,8 +174,9 @@ class DurableStore:
             # converted below.
             db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             db.execute("PRAGMA journal_mode=WAL")
-            # FULL: the WAL is fsynced at every commit, so a commit is on disk when it returns.
-            db.execute("PRAGMA synchronous=FULL")
+            # FULL: the WAL is fsynced at every commit, so a commit is on disk when it returns
+            # (a replica's store is OFF: its Raft log is what is synced, replication.py).
+            db.execute(f"PRAGMA synchronous={self._synchronous}")
             # The loop never checkpoints (a checkpoint inside a COMMIT stalls the turn): the
             # checkpoint thread does. The WAL file shrinks back to this size when it restarts:
             # one that starts over then overwrites blocks it already has, and the loop's
@@ -305,6 +309,20 @@ class DurableStore:
         self.commits += 1
         self.last_commit_ms = (time.perf_counter() - started) * 1000
         self.longest_commit_ms = max(self.longest_commit_ms, self.last_commit_ms)
+
+    def backup_into(self, target: sqlite3.Connection) -> None:
+        """Copy the whole store into `target` (a replica's snapshot)."""
+        if not self.try_open():
+            raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
+        assert self._db is not None
+        self._db.backup(target)
+
+    def restore_from(self, source: sqlite3.Connection) -> None:
+        """Replace the whole store with `source` (a replica's snapshot)."""
+        if not self.try_open():
+            raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
+        assert self._db is not None
+        source.backup(self._db)
 
     def read_with(self, operations: list[tuple]) -> None:
         """Until `read_done()`, load() and the other readers read a copy of the store in

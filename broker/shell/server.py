@@ -25,12 +25,14 @@ from ..journal import Journal, NullJournal
 from .durable import DurableStore, StorageError
 from .keeper import StoreKeeper
 from .loop_stats import Backlog, LoopStats
+from .replicated_turns import ReplicatedTurns
 from .security import Security, SecurityError
 from .transports import RouterTransport, TcpEndpoint
 from .transports.links import Links
 
 if TYPE_CHECKING:
     from .metrics import MetricsExporter
+    from .replication import ReplicaGroup
 
 log = logging.getLogger("phpmq.broker")
 
@@ -51,7 +53,12 @@ class BrokerError(Exception):
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, clock: Clock | None = None, replica: ReplicaGroup | None = None
+    ) -> None:
+        """`replica`: this broker leads a replicated shard (docs/cluster.md "Replicated
+        queues"): its store is the group's, and what a turn changes is confirmed once the
+        group committed it."""
         self.config = config
         self.clock = clock or SystemClock()
         self._stop_requests = 0
@@ -76,7 +83,16 @@ class BrokerServer:
         #: The store, and what keeps it writing as disk space comes and goes.
         self.keeper: StoreKeeper | None = None
         self.store: DurableStore | None = None
-        if config.data_dir:
+        self.replicated: ReplicatedTurns | None = None
+        #: Set when this replica stopped leading its group: the process exits to rejoin it.
+        self.stepped_down = False
+        if replica is not None:
+            self.store = replica.store
+            self.replicated = ReplicatedTurns(replica)
+            self._replica = replica
+            self._replica_poller = zmq.Poller()
+            self._replica_poller.register(replica.wake_fd, zmq.POLLIN)
+        elif config.data_dir:
             try:
                 self.keeper = StoreKeeper(config)
             except StorageError as exc:
@@ -169,8 +185,10 @@ class BrokerServer:
             raise BrokerError(str(exc)) from None
         store.read_done()
         core = self.core
-        assert self.keeper is not None
-        core.admin.stats.add_section("storage", self.keeper.stats)
+        if self.keeper is not None:
+            core.admin.stats.add_section("storage", self.keeper.stats)
+        if self.replicated is not None:
+            core.admin.stats.add_section("replication", self.replicated.stats)
         ready, were_in_flight, dead_count = core.restore(messages, dead)
         key_count = core.restore_keys(keys)
         binding_count = core.restore_bindings(bindings, unused)
@@ -195,10 +213,15 @@ class BrokerServer:
         """Commit the turn, then send: what goes out is on disk. CONFIRMs go out only after
         a commit that succeeded; the rest of the turn goes out either way, so consumers are
         served while the store fails."""
-        committed = self._commit()
-        self._send(turn.frames)
-        if committed:
-            self._send(self.core.release_confirms())
+        if self.replicated is not None:
+            # Everything waits for the batch its operations are in (replicated_turns.py).
+            output = turn.frames + self.core.release_confirms()
+            self._send(self.replicated.add(self.core.journal.take(), output))
+        else:
+            committed = self._commit()
+            self._send(turn.frames)
+            if committed:
+                self._send(self.core.release_confirms())
         if self.links is not None and turn.forwards:
             self.links.send(turn.forwards)
         # A TCP peer the broker gave up on (silent) loses its connection too, or it would
@@ -217,6 +240,9 @@ class BrokerServer:
         consumers are served meanwhile (broker/keeper.py). Returns False while something is
         left unwritten."""
         keeper, core = self.keeper, self.core
+        if self.replicated is not None:
+            self._send(self.replicated.add(core.journal.take(), core.release_confirms()))
+            return self.replicated.idle
         if keeper is None:
             return True
         commits = keeper.store.commits
@@ -276,11 +302,16 @@ class BrokerServer:
         poller.register(self.router.socket, zmq.POLLIN)
         if self.tcp is not None:
             poller.register(self.tcp.socket, zmq.POLLIN)
+        if self.replicated is not None:
+            poller.register(self._replica.wake_fd, zmq.POLLIN)
         drain_deadline: float | None = None
         try:
             if on_ready is not None:
                 on_ready(self.endpoints())
             while True:
+                if self.replicated is not None and self.replicated.lost is not None:
+                    self.stepped_down = True
+                    break
                 if self._stop_requests >= 2:
                     log.warning("second stop signal: exiting without waiting for acks")
                     break
@@ -323,10 +354,18 @@ class BrokerServer:
             self._polled_links = links.sockets
             for sock in self._polled_links:
                 poller.register(sock, zmq.POLLIN)
+        replicated = self.replicated
+        if replicated is not None and replicated.held_back:
+            # Input waits for the group (replicated_turns.py): only its news is awaited.
+            poller = self._replica_poller
         readable = poller.poll(self._poll_timeout_ms())
         started = time.perf_counter()
         core = self.core
         core.begin_turn()
+        if replicated is not None:
+            self._send(replicated.on_events())
+            if replicated.held_back:
+                readable = []
         pending = self._read() if readable else False
         if pending != self._input_pending:
             self._input_pending = pending
@@ -471,6 +510,26 @@ class BrokerServer:
         self.core.begin_turn()
         self.core.peer_gone(peer_id)
 
+    def _settle_replicated(self, ready: int, in_flight: int) -> None:
+        """At a stop: what the group commits within the grace period is confirmed."""
+        replicated = self.replicated
+        assert replicated is not None
+        if replicated.lost is None:
+            self._commit()
+            deadline = time.monotonic() + max(self.config.grace_seconds, 1.0)
+            poller = self._replica_poller
+            while not replicated.idle and replicated.lost is None:
+                wait_ms = int((deadline - time.monotonic()) * 1000)
+                if wait_ms <= 0:
+                    break
+                poller.poll(min(wait_ms, MAX_POLL_MS))
+                self._send(replicated.on_events())
+        log.info(
+            "exiting: %d ready and %d unacked messages are kept by the shard's replicas",
+            ready,
+            in_flight,
+        )
+
     def stats(self) -> dict[str, float | int]:
         """The loop's own figures (`stats` shows them under "server")."""
         loop = self._loop
@@ -491,6 +550,9 @@ class BrokerServer:
 
     def _report_losses(self) -> None:
         ready, in_flight = self.core.ready, self.core.in_flight
+        if self.replicated is not None:
+            self._settle_replicated(ready, in_flight)
+            return
         keeper = self.keeper
         if keeper is not None:
             # What the store could not write is waited for, then kept beside it if need be.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -41,10 +42,10 @@ import msgspec
 
 from ...protocol.cluster import ClusterMap, Shard, encode_map
 from ..config import BrokerConfig, metrics_address, metrics_bind_text
-from .cluster_file import read_cluster_file
+from .cluster_file import ClusterFile, read_cluster_file
 
 if TYPE_CHECKING:
-    from .server import BrokerServer
+    from .replication import ReplicaGroup
 
 log = logging.getLogger("phpmq.shards")
 
@@ -130,6 +131,8 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
                 " the TOML file, or PHPMQ_LINK_SECRET), the same on every node: shards take"
                 " forwarded messages only from links that prove they are the cluster's"
             )
+        if cluster.replicas > 1:
+            return replica_configs(config, cluster)
         mapping = cluster.cluster_map(shard_address)
         bind, count = node.address, node.shards
         prefix = f"{node.name}/"
@@ -160,29 +163,132 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
     ]
 
 
+def replica_configs(config: BrokerConfig, cluster: ClusterFile) -> list[BrokerConfig]:
+    """A replicated cluster's processes on this node: one per replica it holds
+    (docs/cluster.md "Replicated queues"), each with its own endpoint, store and Raft port.
+
+    Raises:
+        ValueError: no --data-dir (a replica's Raft log must be on disk).
+    """
+    if not config.data_dir:
+        raise ValueError("a cluster with replicas > 1 needs --data-dir (the replicas' logs)")
+    sets = cluster.replica_sets(shard_address)
+    # Clients and links reach a shard at its home replica's endpoint (docs/cluster.md).
+    mapping = ClusterMap(
+        cluster.epoch,
+        tuple(Shard(name, advertised(replicas[0].address)) for name, replicas in sets.items()),
+    )
+    encoded = encode_map(mapping).decode()
+    held = [
+        (replica, replicas)
+        for replicas in sets.values()
+        for replica in replicas
+        if replica.node == config.node
+    ]
+    held.sort(key=lambda pair: int(urlsplit(pair[0].address).port or 0))
+    memory = config.max_memory_bytes // len(held)
+    return [
+        msgspec.structs.replace(
+            config,
+            max_memory=memory,
+            bind=replica.address,
+            data_dir=str(Path(config.data_dir) / f"replica-{replica.shard.replace('/', '-')}"),
+            tcp_bind=config.tcp_bind if index == 0 else "",
+            metrics_bind=shard_metrics_bind(config.metrics_bind, index),
+            shards=1,
+            cluster=encoded,
+            shard=replica.shard,
+            cluster_file="",
+            node="",
+            raft_bind=replica.raft,
+            raft_peers=[other.raft for other in replicas if other is not replica],
+            link_secret=config.link_secret or _secret_from_curve(config.curve_secret),
+        )
+        for index, (replica, replicas) in enumerate(held)
+    ]
+
+
+def _secret_from_curve(curve_secret: str) -> str:
+    """Without a link secret, the replicas authenticate their Raft traffic with one made from
+    the cluster's shared CURVE secret key file."""
+    return hashlib.blake2b(Path(curve_secret).read_bytes(), person=b"phpmq-raft").hexdigest()
+
+
+#: A replica that stopped leading exits with this, and is started again at once as a follower.
+STEPPED_DOWN = 75
+
+
 def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
     """A shard process: one whole broker until SIGTERM; once it serves it puts
-    (its name, its endpoints) into `ready`."""
+    (its name, its endpoints) into `ready`. A replica of a replicated shard first waits,
+    as a follower, until its group elects it leader."""
     from .server import BrokerError, BrokerServer
 
     logging.basicConfig(
         level=config.log_level,
         format=f"%(asctime)s %(levelname)s %(name)s [{config.shard}]: %(message)s",
     )
+    replica = None
+    if config.raft_bind:
+        replica = _lead(config, ready)
+        if replica is None:
+            return
     try:
-        server = BrokerServer(config)
+        server = BrokerServer(config, replica=replica)
     except BrokerError as exc:
         log.error("%s cannot start: %s", config.shard, exc)
+        if replica is not None:
+            replica.close()
         raise SystemExit(1) from None
     server.install_signal_handlers()
-    _stop_with_parent(server)
-    if ready is None:
-        server.run()
-    else:
-        server.run(on_ready=lambda endpoints: ready.put((config.shard, endpoints)))
+    _on_parent_gone(server.request_stop)
+    extra = {"raft": config.raft_bind, "role": "leader"} if replica is not None else {}
+    try:
+        if ready is None:
+            server.run()
+        else:
+            server.run(on_ready=lambda endpoints: ready.put((config.shard, {**endpoints, **extra})))
+    finally:
+        if replica is not None:
+            replica.close()
+    if server.stepped_down:
+        raise SystemExit(STEPPED_DOWN)
 
 
-def _stop_with_parent(server: BrokerServer) -> None:
+def _lead(config: BrokerConfig, ready: Queue | None) -> ReplicaGroup | None:
+    """Join the shard's Raft group and wait until this replica leads it (None: stopped
+    first). A follower serves no peer: its store follows the leader's."""
+    from .replication import ReplicaGroup
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    _on_parent_gone(stop.set)
+    group = ReplicaGroup(config.data_dir, config.raft_bind, config.raft_peers, config.link_secret)
+    log.info(
+        "replica of %s at %s: following, peers %s",
+        config.shard,
+        config.raft_bind,
+        config.raft_peers,
+    )
+    if ready is not None:
+        ready.put((config.shard, {"raft": config.raft_bind, "role": "follower"}))
+    if group.wait_until_leader(stop.is_set):
+        log.info(
+            "replica of %s at %s leads the group: serving on %s",
+            config.shard,
+            config.raft_bind,
+            config.bind,
+        )
+        return group
+    if group.broken:
+        group.close()
+        raise SystemExit(STEPPED_DOWN)
+    group.close()
+    return None
+
+
+def _on_parent_gone(stop: Callable[[], None]) -> None:
     """Drain and stop, as on SIGTERM, once the supervisor is gone: the end of multiprocessing's
     pipe from the parent reads end-of-file when the parent's end closes, which the kernel does
     however the parent dies (a parent-death signal would be Linux-only)."""
@@ -193,7 +299,7 @@ def _stop_with_parent(server: BrokerServer) -> None:
     def watch() -> None:
         multiprocessing.connection.wait([parent.sentinel])
         log.warning("the supervisor (pid %s) is gone: stopping", parent.pid)
-        server.request_stop()
+        stop()
 
     threading.Thread(target=watch, name="phpmq-parent-watch", daemon=True).start()
 

@@ -1,0 +1,111 @@
+"""The loop's side of a replicated shard (docs/cluster.md "Replicated queues"): each batch of
+journal operations goes to the shard's Raft group (replication.py), and everything the loop
+turns produced meanwhile (confirms, dispatches, answers) waits until that batch is committed
+by a majority, then goes out in the order it was made. So nothing a peer is told rests on
+an entry a failover could lose.
+
+Batches are cut as the group keeps up: at most MAX_IN_FLIGHT are uncommitted at once, and
+the operations of the turns in between form the next one (group commit across turns, like
+the single store's one fsync per turn). Past MAX_WAITING_OPERATIONS waiting, the server reads
+no input until batches are committed (a group without a majority stalls its peers, which
+then see a silent broker, rather than grow the broker's memory).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from ..core import Frames
+from .replication import Broken, Committed, Failed, ReplicaGroup, RoleChanged
+
+log = logging.getLogger("phpmq.replication")
+
+#: Batches handed to the group and not yet committed, at most.
+MAX_IN_FLIGHT = 2
+#: Operations waiting for a batch of their own beyond which the server reads no input.
+MAX_WAITING_OPERATIONS = 200_000
+
+
+class ReplicatedTurns:
+    def __init__(self, group: ReplicaGroup) -> None:
+        self._group = group
+        #: Operations and output of the turns since the last batch went to the group.
+        self._operations: list[tuple] = []
+        self._output: Frames = []
+        #: Batches in the group, oldest first: (ticket, the output that waits for it).
+        self._in_flight: deque[tuple[int, Frames]] = deque()
+        #: Why this replica can no longer lead (None while it can): the server stops.
+        self.lost: str | None = None
+        self.batches = 0
+        self.operations = 0
+
+    def add(self, operations: list[tuple], output: Frames) -> Frames:
+        """A turn's operations and output; returns what may go out now."""
+        if operations:
+            self._operations.extend(operations)
+        if output:
+            self._output.extend(output)
+        return self._next()
+
+    def on_events(self) -> Frames:
+        """What the group did since the last call; returns the output now committed."""
+        ready: Frames = []
+        for event in self._group.take_events():
+            if isinstance(event, Committed):
+                ticket, output = self._in_flight.popleft()
+                assert ticket == event.ticket, (ticket, event.ticket)
+                ready.extend(output)
+            elif isinstance(event, Failed):
+                self._lose(f"batch {event.ticket} failed: {event.reason}")
+            elif isinstance(event, RoleChanged) and not event.leader:
+                self._lose("another replica was elected leader, or no majority answers")
+            elif isinstance(event, Broken):
+                self._lose(event.reason)
+        if self.lost is None:
+            ready.extend(self._next())
+        return ready
+
+    @property
+    def held_back(self) -> bool:
+        """Whether input should wait: too many operations wait for a batch."""
+        return len(self._operations) > MAX_WAITING_OPERATIONS
+
+    @property
+    def idle(self) -> bool:
+        return not self._in_flight and not self._operations and not self._output
+
+    def _next(self) -> Frames:
+        if self.lost is not None:
+            return []
+        if self._operations:
+            if len(self._in_flight) < MAX_IN_FLIGHT:
+                ticket = self._group.submit(self._operations)
+                self.batches += 1
+                self.operations += len(self._operations)
+                self._in_flight.append((ticket, self._output))
+                self._operations, self._output = [], []
+            return []
+        if self._output and not self._in_flight:
+            output, self._output = self._output, []
+            return output
+        return []
+
+    def _lose(self, why: str) -> None:
+        if self.lost is None:
+            self.lost = why
+            held = sum(len(output) for _, output in self._in_flight) + len(self._output)
+            log.warning(
+                "this replica stops leading (%s): %d frames of answers were never sent",
+                why,
+                held,
+            )
+
+    def stats(self) -> dict[str, object]:
+        return {
+            **self._group.status(),
+            "batches": self.batches,
+            "operations": self.operations,
+            "batches_in_flight": len(self._in_flight),
+            "operations_waiting": len(self._operations),
+        }

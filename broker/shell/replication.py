@@ -1,0 +1,386 @@
+"""A shard's replicas as one Raft group (docs/cluster.md "Replicated queues").
+
+The consensus engine is pysyncobj (Raft, embedded, its own TCP port per replica). The group's
+state machine is the shard's durable store: every committed log entry is one batch of the
+core's journal operations (broker/journal.py), applied to every replica's SQLite store in log
+order. So a batch is committed once a majority of the replicas wrote it to their Raft logs
+(and synced them: see `SyncedJournal`), and the leader confirms what it holds only then.
+
+The store is a cache of the log here: it is rebuilt at every start from the last snapshot
+(pysyncobj's log compaction, written by `_write_snapshot`) and the log after it, so no batch
+is ever applied to it twice. A follower too far behind gets the leader's snapshot, then the
+log (Raft's catch-up).
+
+Threads: pysyncobj runs its own (the Raft thread): it applies entries and calls back from
+there. The broker's loop only submits batches (`submit`) and takes what happened
+(`take_events`), woken through a pipe it polls (`wake_fd`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pysyncobj.syncobj
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.journal import FileJournal
+from pysyncobj.pickle import dumps, loads
+
+from .durable import DurableStore, StorageError
+
+log = logging.getLogger("phpmq.replication")
+
+RAFT_LOG_NAME = "raft.log"
+SNAPSHOT_NAME = "raft.snapshot"
+
+#: Raft's timing (docs/cluster.md "Timeouts"): a follower that hears nothing from its leader
+#: for a random time in [MIN, MAX] starts an election; the leader sends entries (or an empty
+#: heartbeat) every PERIOD; a leader that hears from no majority for FALLBACK steps down.
+RAFT_MIN_TIMEOUT_S = 1.0
+RAFT_MAX_TIMEOUT_S = 2.0
+APPEND_PERIOD_S = 0.1
+LEADER_FALLBACK_S = 3.0
+CONNECTION_TIMEOUT_S = 3.0
+CONNECTION_RETRY_S = 0.5
+#: Log entries kept before a snapshot lets the log start over (or this many seconds).
+COMPACT_AFTER_ENTRIES = 20_000
+COMPACT_AFTER_S = 600
+
+
+class SyncedJournal(FileJournal):  # type: ignore[misc]
+    """pysyncobj's file journal, synced to disk before pysyncobj answers for what it wrote.
+
+    pysyncobj writes its log through mmap and syncs it only when the process ends; a power
+    loss could then lose an entry a follower already acknowledged. Each write below is
+    msync'ed before it returns, and the term and vote are fsynced, as Raft requires."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._meta_path = path + ".meta"
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        self.flush()
+
+    def clear(self) -> None:
+        super().clear()
+        self.flush()
+
+    def deleteEntriesFrom(self, entry_from: int) -> None:  # noqa: N802 (pysyncobj's name)
+        super().deleteEntriesFrom(entry_from)
+        self.flush()
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802, N803
+        super().setCurrentTerm(term, votedForNodeId)
+        _fsync(self._meta_path)
+
+    def onOneSecondTimer(self) -> None:  # noqa: N802
+        super().onOneSecondTimer()
+        _fsync(self._meta_path)
+
+
+def _fsync(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+_journal_lock = threading.Lock()
+
+
+@contextmanager
+def _synced_journals():
+    """pysyncobj makes its journal with a module-level factory and offers no other way in:
+    swap it for the synced one while a group is made (and only then)."""
+    with _journal_lock:
+        original = pysyncobj.syncobj.createJournal
+        pysyncobj.syncobj.createJournal = lambda path: (
+            SyncedJournal(path) if path else original(path)
+        )
+        try:
+            yield
+        finally:
+            pysyncobj.syncobj.createJournal = original
+
+
+_batch_encoder = msgspec.msgpack.Encoder()
+_batch_decoder = msgspec.msgpack.Decoder(list[list[Any]])
+
+
+class Committed(msgspec.Struct, frozen=True):
+    """Batch `ticket` is in a majority's logs and applied here."""
+
+    ticket: int
+
+
+class Failed(msgspec.Struct, frozen=True):
+    """Batch `ticket` will never be committed by this leader (it lost leadership)."""
+
+    ticket: int
+    reason: str
+
+
+class RoleChanged(msgspec.Struct, frozen=True):
+    leader: bool
+
+
+class Broken(msgspec.Struct, frozen=True):
+    """A committed batch could not be applied to this replica's store (a full disk): the
+    store no longer matches the log, so the replica must stop (its next start rebuilds it)."""
+
+    reason: str
+
+
+Event = Committed | Failed | RoleChanged | Broken
+
+_FAILURES = {
+    FAIL_REASON.QUEUE_FULL: "the Raft command queue is full",
+    FAIL_REASON.MISSING_LEADER: "the group has no leader",
+    FAIL_REASON.DISCARDED: "a new leader replaced the entry",
+    FAIL_REASON.NOT_LEADER: "this replica is no longer the leader",
+    FAIL_REASON.LEADER_CHANGED: "the leader changed before the entry was committed",
+    FAIL_REASON.REQUEST_DENIED: "the entry was refused",
+    FAIL_REASON.UNKNOWN_OUTCOME: "the entry's outcome is unknown",
+}
+
+
+class _StoreMachine(SyncObj):  # type: ignore[misc]
+    """The Raft node; its one replicated command applies a batch to the store."""
+
+    def __init__(
+        self,
+        self_address: str,
+        others: list[str],
+        conf: SyncObjConf,
+        store: DurableStore,
+        on_broken: Callable[[str], None],
+    ) -> None:
+        self._store = store
+        self._on_broken = on_broken
+        self.broken = False
+        with _synced_journals():
+            super().__init__(self_address, others, conf)
+
+    @replicated  # type: ignore[misc]
+    def apply_batch(self, batch: bytes) -> None:
+        if not batch or self.broken:
+            return
+        try:
+            self._store.commit(_batch_decoder.decode(batch))
+        except StorageError as exc:
+            self.broken = True
+            self._on_broken(f"a committed batch could not be applied to the store: {exc}")
+
+
+class ReplicaGroup:
+    """This process's replica of one shard: its store, its Raft node, and what the loop
+    needs to know of them.
+
+    `address` and `others` are Raft addresses (host:port) of this replica and the others;
+    `secret` authenticates and encrypts the group's traffic (pysyncobj's password); every
+    replica of the cluster must have the same.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        address: str,
+        others: list[str],
+        secret: str,
+        on_event: Callable[[], None] | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.address = address
+        self.others = list(others)
+        _discard_cache(self.directory)
+        self.store = DurableStore(self.directory, synchronous="OFF")
+        self._events: deque[Event] = deque()
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._on_event = on_event
+        self._next_ticket = 0
+        self.leader = False
+        snapshot = str(self.directory / SNAPSHOT_NAME)
+        conf = SyncObjConf(
+            password=secret,
+            bindAddress=address,  # only the given host (pysyncobj would take every one)
+            journalFile=str(self.directory / RAFT_LOG_NAME),
+            fullDumpFile=snapshot,
+            serializer=self._write_snapshot,
+            deserializer=self._read_snapshot,
+            raftMinTimeout=RAFT_MIN_TIMEOUT_S,
+            raftMaxTimeout=RAFT_MAX_TIMEOUT_S,
+            appendEntriesPeriod=APPEND_PERIOD_S,
+            leaderFallbackTimeout=LEADER_FALLBACK_S,
+            connectionTimeout=CONNECTION_TIMEOUT_S,
+            connectionRetryTime=CONNECTION_RETRY_S,
+            logCompactionMinEntries=COMPACT_AFTER_ENTRIES,
+            logCompactionMinTime=COMPACT_AFTER_S,
+            commandsWaitLeader=False,
+            # Our batches are already a turn's group commit: send each at once, no waiting.
+            appendEntriesUseBatch=False,
+            onStateChanged=self._on_state_changed,
+            dynamicMembershipChange=True,
+        )
+        self._raft = _StoreMachine(
+            address, self.others, conf, self.store, lambda reason: self._push(Broken(reason))
+        )
+
+    # ------------------------------------------------------------------ the loop's side
+
+    @property
+    def wake_fd(self) -> int:
+        """Readable when events wait in `take_events` (the loop polls it)."""
+        return self._read_fd
+
+    def submit(self, operations: list[tuple]) -> int:
+        """Hand a batch of journal operations to the group; returns its ticket, which a
+        Committed (or Failed) event names later. Only the leader submits."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        batch = _batch_encoder.encode(operations) if operations else b""
+        self._raft.apply_batch(batch, callback=lambda _, error: self._settled(ticket, error))
+        return ticket
+
+    def take_events(self) -> list[Event]:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._read_fd, 4096):
+                pass
+        events = []
+        while self._events:
+            events.append(self._events.popleft())
+        return events
+
+    def wait_until_leader(self, stop: Callable[[], bool], poll_s: float = 0.1) -> bool:
+        """Block until this replica leads and has applied every entry before its term (a
+        barrier entry of its own is committed); False if `stop()` said so first."""
+        while not stop():
+            if self._raft.broken:
+                return False
+            if self._raft._isLeader():
+                ticket = self.submit([])
+                if self._wait_for(ticket, stop, poll_s):
+                    return True
+                continue
+            self.take_events()  # role changes while waiting: nothing to do yet
+            threading.Event().wait(poll_s)
+        return False
+
+    @property
+    def broken(self) -> bool:
+        """A committed batch could not be applied here: the replica must stop."""
+        return bool(self._raft.broken)
+
+    def _wait_for(self, ticket: int, stop: Callable[[], bool], poll_s: float) -> bool:
+        while not stop():
+            for event in self.take_events():
+                if isinstance(event, Committed) and event.ticket == ticket:
+                    self.leader = True
+                    return True
+                if isinstance(event, Failed) and event.ticket == ticket:
+                    log.info("the barrier entry failed (%s): waiting again", event.reason)
+                    return False
+            threading.Event().wait(poll_s)
+        return False
+
+    def leader_address(self) -> str | None:
+        leader = self._raft._getLeader()
+        return None if leader is None else str(leader)
+
+    def status(self) -> dict[str, Any]:
+        raw = self._raft.getStatus()
+        return {
+            "address": self.address,
+            "leader": raw.get("leader") and str(raw["leader"]),
+            "state": ("follower", "candidate", "leader")[raw.get("state", 0)],
+            "term": raw.get("raft_term"),
+            "commit_index": raw.get("commit_idx"),
+            "applied_index": raw.get("last_applied"),
+            "log_entries": raw.get("log_len"),
+            "replicas": {
+                str(node): {
+                    "connected": raw.get(f"partner_node_status_server_{node}") == 2,
+                    "match_index": raw.get(f"match_idx_server_{node}"),
+                }
+                for node in self.others
+            },
+        }
+
+    def close(self) -> None:
+        self._raft.destroy_synchronous()
+        self.store.close()
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    # ------------------------------------------------------------------ the Raft thread
+
+    def _settled(self, ticket: int, error: int) -> None:
+        if error == FAIL_REASON.SUCCESS:
+            self._push(Committed(ticket))
+        else:
+            self._push(Failed(ticket, _FAILURES.get(error, f"pysyncobj error {error}")))
+
+    def _on_state_changed(self, old: int, new: int) -> None:
+        leader = new == 2  # pysyncobj's _RAFT_STATE.LEADER
+        if leader != (old == 2):
+            log.info("replica %s is %s", self.address, "the leader" if leader else "a follower")
+            self._push(RoleChanged(leader))
+
+    def _push(self, event: Event) -> None:
+        self._events.append(event)
+        with contextlib.suppress(BlockingIOError):  # full of wake-ups already
+            os.write(self._write_fd, b"\0")
+        if self._on_event is not None:
+            self._on_event()
+
+    def _write_snapshot(self, path: str, raft_data: Any) -> None:
+        """Log compaction: the store as it is now (every applied entry in it), with
+        pysyncobj's own data beside it, in one SQLite file."""
+        target = sqlite3.connect(path)
+        try:
+            self.store.backup_into(target)
+            target.execute("CREATE TABLE IF NOT EXISTS raft (data BLOB)")
+            target.execute("DELETE FROM raft")
+            target.execute("INSERT INTO raft VALUES (?)", (dumps(raft_data),))
+            target.commit()
+        finally:
+            target.close()
+        _fsync(path)
+
+    def _read_snapshot(self, path: str) -> Any:
+        """A snapshot, at start or sent by the leader: it becomes the store."""
+        source = sqlite3.connect(path)
+        try:
+            (data,) = source.execute("SELECT data FROM raft").fetchone()
+            self.store.restore_from(source)
+        finally:
+            source.close()
+        return loads(data)
+
+
+def _discard_cache(directory: Path) -> None:
+    """The store is rebuilt from the snapshot and the log at every start."""
+    for name in os.listdir(directory):
+        if name.startswith("phpmq.sqlite3"):
+            (directory / name).unlink()
