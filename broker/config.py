@@ -180,6 +180,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: "Replicated queues"): its Raft address (host:port) and the other replicas'.
     raft_bind: str = ""
     raft_peers: list[str] = []
+    #: ...and every replica's broker endpoint by its Raft address (where its leader is).
+    replica_endpoints: dict[str, str] = {}
     #: Several hosts: the cluster file every node shares, and which node this host is
     #: (docs/cluster.md "Several hosts"). Its shards bind the node's address from the file.
     cluster_file: str = ""

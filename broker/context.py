@@ -46,6 +46,8 @@ class Context:
         "refusing",
         "repeats",
         "deadlines",
+        "leader_hint",
+        "standby",
         "started_ns",
         "storage_problem",
         "turns",
@@ -81,6 +83,11 @@ class Context:
         self.draining = False
         #: Set while the store cannot write: sends are refused with this reason.
         self.storage_problem: str | None = None
+        #: A follower replica of its shard (docs/cluster.md "Replicated queues"): why this
+        #: broker does not serve its shard's queues (they are forwarded to the leader), and
+        #: the leader's endpoint when known. None: it serves them.
+        self.standby: str | None = None
+        self.leader_hint: str | None = None
         #: The type of the message being handled, which a refusal names (ERROR packet 19).
         self.handling: int | None = None
         #: Per-key quotas, and whose message is being handled ("": the broker's own work).

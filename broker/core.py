@@ -263,6 +263,26 @@ class Core:
     def storage_problem(self) -> str | None:
         return self.ctx.storage_problem
 
+    def set_standby(self, reason: str, leader_hint: str | None) -> None:
+        """A follower replica of its shard (docs/cluster.md "Replicated queues"): its queues
+        are forwarded to the leader (`leader_hint`: its endpoint, when known)."""
+        ctx = self.ctx
+        if ctx.standby is None and self.forwarding is not None:
+            self.forwarding.forget_owners()
+        ctx.standby, ctx.leader_hint = reason, leader_hint
+
+    def serve_own_shard(self) -> None:
+        """This replica leads its shard now (its store is loaded): its queues are served
+        here, and the windows its peers held at the old leader open here."""
+        forwarding = self.forwarding
+        assert forwarding is not None
+        self.ctx.standby = self.ctx.leader_hint = None
+        forwarding.serve_own_shard()
+        by_id = self._peers.by_id
+        for peer, consume in forwarding.take_reopened():
+            if by_id.get(peer.id) is peer:
+                self.handle_messages(peer.id, [consume], profile=peer.profile)
+
     # ----------------------------------------------------------------- turn driving
 
     def begin_turn(self) -> None:
@@ -404,9 +424,7 @@ class Core:
             peer.opt_in()
         ctx.refuse(peer, error.code, error.reason)
 
-    def _identified(
-        self, peer: Peer, profile: PeerProfile, principal: Principal | None
-    ) -> Peer:
+    def _identified(self, peer: Peer, profile: PeerProfile, principal: Principal | None) -> Peer:
         """The peer with its rights from who it is: a new peer is identified (by its
         transport's word, else as an anonymous peer of its transport); a known id that now
         comes from another connection (a reused routing id) is a new peer, and the old one

@@ -24,6 +24,7 @@ from .model import Peer, Queue
 
 log = logging.getLogger("phpmq.broker")
 
+
 class Flow:
     __slots__ = ("_ctx", "_paused_all", "_watched", "limit", "memory_high", "pause_at")
 

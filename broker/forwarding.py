@@ -82,6 +82,7 @@ class Forwarding:
         "_pending",
         "down",
         "forwarded",
+        "_reopened",
         "refused",
         "relayed",
         "shard",
@@ -100,6 +101,8 @@ class Forwarding:
         self.down: dict[str, str] = {}
         #: peer id -> its windows on queues of other shards (window > 0).
         self.windows: dict[bytes, _Windows] = {}
+        #: Windows on this shard's queues to open here once this replica leads it.
+        self._reopened: list[tuple[Peer, Consume]] = []
         self.forwarded = 0
         self.relayed = 0
         self.refused = 0
@@ -112,7 +115,9 @@ class Forwarding:
             if len(owners) >= MAX_REMEMBERED_OWNERS:
                 owners.clear()
             name = self._map.owner(queue).name
-            owner = owners[queue] = None if name == self.shard else name
+            # A follower replica serves none of its shard's queues: its leader does.
+            here = name == self.shard and self._ctx.standby is None
+            owner = owners[queue] = None if here else name
         return owner
 
     def route(self, peer: Peer, message: Any) -> bool:
@@ -158,17 +163,22 @@ class Forwarding:
 
     def route_admin(self, peer: Peer, message: Admin) -> bool:
         """An admin command about one queue (`queue` option) runs at that queue's owner;
-        `stats` and the rest run here."""
+        `stats` and the rest run here, or, at a follower replica, at its leader (`stats`
+        with `here` shows the follower's own figures)."""
         options = message.options
         queue = options.get("queue")
-        if type(queue) is not str or options.get("command") in LOCAL_COMMANDS:
+        if type(queue) is str and options.get("command") not in LOCAL_COMMANDS:
+            owner = self.owner_of(queue)
+        elif self._ctx.standby is not None and not options.get("here"):
+            owner = self.shard
+        else:
             return False
-        owner = self.owner_of(queue)
         if owner is None:
             return False
         if owner in self.down:
             self.refused += 1
-            self._ctx.reply(peer, AdminReply({"error": self._unreachable(queue, owner)}))
+            reason = self._unreachable(queue if type(queue) is str else "", owner)
+            self._ctx.reply(peer, AdminReply({"error": reason}))
             return True
         self._add(peer, owner, encode(message))
         self.forwarded += 1
@@ -191,17 +201,18 @@ class Forwarding:
             )
             return True
         copy = encode(msgspec.structs.replace(message, tag=None))
+        standby = self._ctx.standby is not None
         for shard in self._map.shards:
-            if shard.name != self.shard:
+            if shard.name != self.shard or standby:
                 self._add(peer, shard.name, copy)
         self.forwarded += 1
         return False
 
     def _unreachable(self, queue: str, owner: str) -> dict[str, Any]:
+        what = f"queue {queue!r} lives on shard {owner}" if queue else f"shard {owner}"
         return {
             "code": int(ErrorCode.SHUTTING_DOWN),
-            "reason": f"queue {queue!r} lives on shard {owner}, which cannot be reached:"
-            f" {self.down[owner]}",
+            "reason": f"{what}, which cannot be reached: {self.down[owner]}",
         }
 
     def _add(self, peer: Peer, owner: str, data: bytes) -> None:
@@ -284,6 +295,29 @@ class Forwarding:
             for queue, consume in held.consumes.items():
                 if self.owner_of(queue) == owner:
                     self._add(held.peer, owner, encode(consume))
+
+    def forget_owners(self) -> None:
+        """Owners are found again (this replica's role changed)."""
+        self._owners.clear()
+
+    def serve_own_shard(self) -> None:
+        """This replica leads its shard now: its queues are served here, and the windows its
+        peers held on them at the old leader open here (as that leader's restart would)."""
+        own = self.shard
+        self.forget_owners()
+        self.down.pop(own, None)
+        self._pending.pop(own, None)
+        for held in list(self.windows.values()):
+            mine = [queue for queue in held.consumes if self._map.owner(queue).name == own]
+            for queue in mine:
+                self._reopened.append((held.peer, held.consumes.pop(queue)))
+            if not held.consumes:
+                del self.windows[held.peer.id]
+                held.peer.forwarding = False
+
+    def take_reopened(self) -> list[tuple[Peer, Consume]]:
+        reopened, self._reopened = self._reopened, []
+        return reopened
 
     def stats(self) -> dict[str, Any]:
         return {

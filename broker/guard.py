@@ -281,9 +281,7 @@ class Guard:
             return self._check(peer, rights, right, target, None, options)
         return self._refuse(peer, "admin", command, None, options)
 
-    def _schedule_target_allowed(
-        self, peer: Peer, rights: Rights, options: dict[str, Any]
-    ) -> bool:
+    def _schedule_target_allowed(self, peer: Peer, rights: Rights, options: dict[str, Any]) -> bool:
         """A schedule sends as its adder would: it needs the right to send (or publish) to
         its target, besides `admin`."""
         event = options.get("event")

@@ -96,8 +96,14 @@ class Intake:
         if correlation is not None and peer.owner:
             problem = ctx.quotas.problem(REQUESTS, peer.owner)
             if problem is not None:
-                ctx.refuse(peer, ErrorCode.LIMIT_REACHED, f"{problem}: wait for answers", None,
-                           message.queue, tag)
+                ctx.refuse(
+                    peer,
+                    ErrorCode.LIMIT_REACHED,
+                    f"{problem}: wait for answers",
+                    None,
+                    message.queue,
+                    tag,
+                )
                 return
         key = message.key
         if key is not None and self.is_repeat(peer, message.queue, key, tag):

@@ -202,9 +202,17 @@ class Peers:
                     "durable": ctx.journal.durable,
                     "dedup_window_ms": int(config.dedup_window_seconds * 1000),
                     **self._cluster,
+                    **self._replica_role(),
                 }
             ),
         )
+
+    def _replica_role(self) -> dict[str, Any]:
+        """A follower replica says so, and where its shard's leader is: a link follows it."""
+        ctx = self._ctx
+        if ctx.standby is None:
+            return {}
+        return {"standby": ctx.standby, "leader": ctx.leader_hint}
 
     def on_heartbeat(self, peer: Peer, message: Heartbeat) -> None:
         """Any message shows the peer is alive. A heartbeat from a peer that never said HELLO

@@ -77,6 +77,13 @@ class RelayedPeers:
         if not link.link:
             self._refuse_link(link)
             return
+        if self._ctx.standby is not None:
+            # A follower replica: the link must go to the leader (its HELLO answer says
+            # where), so it is asked to say HELLO again, as to a shard that restarted.
+            self._ctx.reply(
+                link, Disconnect(f"{self._ctx.standby}; leader: {self._ctx.leader_hint}")
+            )
+            return
         if len(link.id) > 255 or not 0 < len(message.peer) <= 255:
             self._ctx.refuse(
                 link, ErrorCode.INVALID_VALUE, "a link id or FORWARD peer is not 1-255 bytes"

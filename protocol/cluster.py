@@ -21,11 +21,15 @@ import msgspec
 OWNER_CACHE_SIZE = 65_536
 
 
-class Shard(msgspec.Struct, frozen=True):
-    """One broker process of the cluster: `name` is stable across restarts (`node/index`)."""
+class Shard(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One broker process of the cluster: `name` is stable across restarts (`node/index`).
+    A replicated shard (docs/cluster.md "Replicated queues") lists every replica's endpoint
+    in `replicas`, its home's (`address`) first: any of them serves its queues, a follower
+    by forwarding to the leader."""
 
     name: str
     address: str
+    replicas: tuple[str, ...] = ()
 
 
 class ClusterMap(msgspec.Struct, frozen=True):

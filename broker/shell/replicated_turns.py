@@ -28,8 +28,23 @@ MAX_WAITING_OPERATIONS = 200_000
 
 
 class ReplicatedTurns:
-    def __init__(self, group: ReplicaGroup) -> None:
+    """Starts as a follower: output goes out at once, and the core makes no operations (it
+    serves none of the shard's queues). Once the group elects this replica, a barrier
+    batch is committed (every earlier entry is then applied to the store) and `promoted`
+    turns True: the server loads the store and serves; from then on batches go to the
+    group. A leader that loses the group never follows again: `lost` says why, and the
+    server exits (the replica starts over as a follower)."""
+
+    def __init__(self, group: ReplicaGroup, endpoints: dict[str, str]) -> None:
+        """`endpoints`: each replica's broker endpoint by its Raft address."""
         self._group = group
+        self._endpoints = endpoints
+        self.leading = False
+        #: Set once the barrier is committed, until the server takes it (`take_promotion`).
+        self._promoted = False
+        self._barrier: int | None = None
+        #: Operations a follower's core made: none should exist (counted, never sent).
+        self.dropped_operations = 0
         #: Operations and output of the turns since the last batch went to the group.
         self._operations: list[tuple] = []
         self._output: Frames = []
@@ -42,6 +57,9 @@ class ReplicatedTurns:
 
     def add(self, operations: list[tuple], output: Frames) -> Frames:
         """A turn's operations and output; returns what may go out now."""
+        if not self.leading:
+            self.dropped_operations += len(operations)
+            return output
         if operations:
             self._operations.extend(operations)
         if output:
@@ -52,7 +70,9 @@ class ReplicatedTurns:
         """What the group did since the last call; returns the output now committed."""
         ready: Frames = []
         for event in self._group.take_events():
-            if isinstance(event, Committed):
+            if not self.leading:
+                self._follow(event)
+            elif isinstance(event, Committed):
                 ticket, output = self._in_flight.popleft()
                 assert ticket == event.ticket, (ticket, event.ticket)
                 ready.extend(output)
@@ -65,6 +85,29 @@ class ReplicatedTurns:
         if self.lost is None:
             ready.extend(self._next())
         return ready
+
+    def _follow(self, event: object) -> None:
+        """A follower's events: elected, it commits a barrier before it may serve."""
+        if isinstance(event, RoleChanged) and event.leader and self._barrier is None:
+            self._barrier = self._group.submit([])
+        elif isinstance(event, Committed) and event.ticket == self._barrier:
+            self.leading = self._promoted = True
+            self._barrier = None
+        elif isinstance(event, Failed) and event.ticket == self._barrier:
+            log.info("the barrier entry failed (%s): following again", event.reason)
+            self._barrier = None
+        elif isinstance(event, Broken):
+            self._lose(event.reason)
+
+    def take_promotion(self) -> bool:
+        """True once, when this replica may start serving its shard."""
+        promoted, self._promoted = self._promoted, False
+        return promoted
+
+    def leader_endpoint(self) -> str | None:
+        """The broker endpoint of the group's leader, when one is known."""
+        leader = self._group.leader_address()
+        return None if leader is None else self._endpoints.get(leader)
 
     @property
     def held_back(self) -> bool:
@@ -104,6 +147,9 @@ class ReplicatedTurns:
     def stats(self) -> dict[str, object]:
         return {
             **self._group.status(),
+            "role": "leader" if self.leading else "follower",
+            "leader_endpoint": self.leader_endpoint(),
+            "dropped_operations": self.dropped_operations,
             "batches": self.batches,
             "operations": self.operations,
             "batches_in_flight": len(self._in_flight),

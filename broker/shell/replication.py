@@ -206,7 +206,6 @@ class ReplicaGroup:
         address: str,
         others: list[str],
         secret: str,
-        on_event: Callable[[], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -218,9 +217,7 @@ class ReplicaGroup:
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
-        self._on_event = on_event
         self._next_ticket = 0
-        self.leader = False
         snapshot = str(self.directory / SNAPSHOT_NAME)
         conf = SyncObjConf(
             password=secret,
@@ -272,37 +269,10 @@ class ReplicaGroup:
             events.append(self._events.popleft())
         return events
 
-    def wait_until_leader(self, stop: Callable[[], bool], poll_s: float = 0.1) -> bool:
-        """Block until this replica leads and has applied every entry before its term (a
-        barrier entry of its own is committed); False if `stop()` said so first."""
-        while not stop():
-            if self._raft.broken:
-                return False
-            if self._raft._isLeader():
-                ticket = self.submit([])
-                if self._wait_for(ticket, stop, poll_s):
-                    return True
-                continue
-            self.take_events()  # role changes while waiting: nothing to do yet
-            threading.Event().wait(poll_s)
-        return False
-
     @property
     def broken(self) -> bool:
         """A committed batch could not be applied here: the replica must stop."""
         return bool(self._raft.broken)
-
-    def _wait_for(self, ticket: int, stop: Callable[[], bool], poll_s: float) -> bool:
-        while not stop():
-            for event in self.take_events():
-                if isinstance(event, Committed) and event.ticket == ticket:
-                    self.leader = True
-                    return True
-                if isinstance(event, Failed) and event.ticket == ticket:
-                    log.info("the barrier entry failed (%s): waiting again", event.reason)
-                    return False
-            threading.Event().wait(poll_s)
-        return False
 
     def leader_address(self) -> str | None:
         leader = self._raft._getLeader()
@@ -351,8 +321,6 @@ class ReplicaGroup:
         self._events.append(event)
         with contextlib.suppress(BlockingIOError):  # full of wake-ups already
             os.write(self._write_fd, b"\0")
-        if self._on_event is not None:
-            self._on_event()
 
     def _write_snapshot(self, path: str, raft_data: Any) -> None:
         """Log compaction: the store as it is now (every applied entry in it), with

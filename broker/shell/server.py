@@ -88,7 +88,7 @@ class BrokerServer:
         self.stepped_down = False
         if replica is not None:
             self.store = replica.store
-            self.replicated = ReplicatedTurns(replica)
+            self.replicated = ReplicatedTurns(replica, config.replica_endpoints)
             self._replica = replica
             self._replica_poller = zmq.Poller()
             self._replica_poller.register(replica.wake_fd, zmq.POLLIN)
@@ -104,7 +104,11 @@ class BrokerServer:
         self.security.apply(self.core)
         #: The Prometheus exporter (--metrics-bind), served once everything is open.
         self.metrics: MetricsExporter | None = None
-        if self.store is not None:
+        if self.replicated is not None:
+            # A follower until elected: its store follows the leader's, loaded once elected.
+            self.core.set_standby(self._standby_reason(), None)
+            self.core.admin.stats.add_section("replication", self.replicated.stats)
+        elif self.store is not None:
             self._recover(self.store)
         self.tcp: TcpEndpoint | None = None
         if config.tcp_bind:
@@ -181,14 +185,13 @@ class BrokerServer:
             bindings, unused = store.load_bindings()
             schedules = store.load_schedules()
         except StorageError as exc:
-            self._close_sockets()
+            if self.replicated is None:
+                self._close_sockets()
             raise BrokerError(str(exc)) from None
         store.read_done()
         core = self.core
         if self.keeper is not None:
             core.admin.stats.add_section("storage", self.keeper.stats)
-        if self.replicated is not None:
-            core.admin.stats.add_section("replication", self.replicated.stats)
         ready, were_in_flight, dead_count = core.restore(messages, dead)
         key_count = core.restore_keys(keys)
         binding_count = core.restore_bindings(bindings, unused)
@@ -208,6 +211,22 @@ class BrokerServer:
             store.directory,
             (time.monotonic() - started) * 1000,
         )
+
+    def _standby_reason(self) -> str:
+        return f"this broker is a follower replica of shard {self.config.shard}"
+
+    def _promote(self) -> None:
+        """Elected, with every committed batch in the store: load it and serve the shard."""
+        assert self.store is not None and self.replicated is not None
+        log.info("this replica leads shard %s now: loading its store", self.config.shard)
+        try:
+            self._recover(self.store)
+        except BrokerError as exc:
+            self.replicated.lost = f"the store could not be loaded: {exc}"
+            return
+        self.core.serve_own_shard()
+        if self.links is not None:
+            self.links.retire(self.config.shard)
 
     def _commit_and_send(self, turn: Turn) -> None:
         """Commit the turn, then send: what goes out is on disk. CONFIRMs go out only after
@@ -364,6 +383,12 @@ class BrokerServer:
         core.begin_turn()
         if replicated is not None:
             self._send(replicated.on_events())
+            if replicated.take_promotion():
+                self._promote()
+            elif not replicated.leading:
+                hint = replicated.leader_endpoint()
+                if hint != core.ctx.leader_hint:
+                    core.set_standby(self._standby_reason(), hint)
             if replicated.held_back:
                 readable = []
         pending = self._read() if readable else False

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -43,9 +43,6 @@ import msgspec
 from ...protocol.cluster import ClusterMap, Shard, encode_map
 from ..config import BrokerConfig, metrics_address, metrics_bind_text
 from .cluster_file import ClusterFile, read_cluster_file
-
-if TYPE_CHECKING:
-    from .replication import ReplicaGroup
 
 log = logging.getLogger("phpmq.shards")
 
@@ -176,7 +173,14 @@ def replica_configs(config: BrokerConfig, cluster: ClusterFile) -> list[BrokerCo
     # Clients and links reach a shard at its home replica's endpoint (docs/cluster.md).
     mapping = ClusterMap(
         cluster.epoch,
-        tuple(Shard(name, advertised(replicas[0].address)) for name, replicas in sets.items()),
+        tuple(
+            Shard(
+                name,
+                advertised(replicas[0].address),
+                tuple(advertised(replica.address) for replica in replicas),
+            )
+            for name, replicas in sets.items()
+        ),
     )
     encoded = encode_map(mapping).decode()
     held = [
@@ -202,6 +206,7 @@ def replica_configs(config: BrokerConfig, cluster: ClusterFile) -> list[BrokerCo
             node="",
             raft_bind=replica.raft,
             raft_peers=[other.raft for other in replicas if other is not replica],
+            replica_endpoints={other.raft: advertised(other.address) for other in replicas},
             link_secret=config.link_secret or _secret_from_curve(config.curve_secret),
         )
         for index, (replica, replicas) in enumerate(held)
@@ -230,9 +235,11 @@ def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
     )
     replica = None
     if config.raft_bind:
-        replica = _lead(config, ready)
-        if replica is None:
-            return
+        from .replication import ReplicaGroup
+
+        replica = ReplicaGroup(
+            config.data_dir, config.raft_bind, config.raft_peers, config.link_secret
+        )
     try:
         server = BrokerServer(config, replica=replica)
     except BrokerError as exc:
@@ -242,50 +249,16 @@ def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
         raise SystemExit(1) from None
     server.install_signal_handlers()
     _on_parent_gone(server.request_stop)
-    extra = {"raft": config.raft_bind, "role": "leader"} if replica is not None else {}
     try:
         if ready is None:
             server.run()
         else:
-            server.run(on_ready=lambda endpoints: ready.put((config.shard, {**endpoints, **extra})))
+            server.run(on_ready=lambda endpoints: ready.put((config.shard, endpoints)))
     finally:
         if replica is not None:
             replica.close()
     if server.stepped_down:
         raise SystemExit(STEPPED_DOWN)
-
-
-def _lead(config: BrokerConfig, ready: Queue | None) -> ReplicaGroup | None:
-    """Join the shard's Raft group and wait until this replica leads it (None: stopped
-    first). A follower serves no peer: its store follows the leader's."""
-    from .replication import ReplicaGroup
-
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    _on_parent_gone(stop.set)
-    group = ReplicaGroup(config.data_dir, config.raft_bind, config.raft_peers, config.link_secret)
-    log.info(
-        "replica of %s at %s: following, peers %s",
-        config.shard,
-        config.raft_bind,
-        config.raft_peers,
-    )
-    if ready is not None:
-        ready.put((config.shard, {"raft": config.raft_bind, "role": "follower"}))
-    if group.wait_until_leader(stop.is_set):
-        log.info(
-            "replica of %s at %s leads the group: serving on %s",
-            config.shard,
-            config.raft_bind,
-            config.bind,
-        )
-        return group
-    if group.broken:
-        group.close()
-        raise SystemExit(STEPPED_DOWN)
-    group.close()
-    return None
 
 
 def _on_parent_gone(stop: Callable[[], None]) -> None:

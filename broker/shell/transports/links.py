@@ -6,6 +6,11 @@ A link is lost when its shard is silent for interval x liveness: its queues are 
 503 (naming the shard) until it answers HELLO again on a new socket. A shard that answers
 with another map is refused as a link (the two disagree on the cluster) and logged. Frames
 the socket will not take yet wait in a bounded backlog; past it the link is treated as lost.
+
+A replicated shard (docs/cluster.md "Replicated queues") has several endpoints, one per
+replica: the link goes to the one its shard's replicas name as the leader (a follower's
+HELLO answer says `standby` and `leader`), and to the next replica when the one it has is
+silent or knows no leader.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ LINK_HEARTBEAT_MS = 1000
 LINK_LIVENESS = 3
 #: Frames a link holds while its socket will not take them; past it the link is lost.
 MAX_LINK_BACKLOG = 10_000
+#: A follower that knows no leader yet (an election) is asked again after this long, at the
+#: next replica.
+FOLLOWER_RETRY_S = 0.5
 
 
 class _Link:
@@ -51,12 +59,23 @@ class _Link:
         "last_heard",
         "last_sent",
         "lost",
+        "retry_at",
         "shard",
         "socket",
+        "target",
+        "targets",
     )
 
-    def __init__(self, shard: Shard) -> None:
+    def __init__(self, shard: Shard, own_endpoint: str) -> None:
         self.shard = shard
+        #: Where the shard may be reached (each of its replicas but this broker), and which
+        #: one the link uses now.
+        self.targets = [
+            address for address in shard.replicas or (shard.address,) if address != own_endpoint
+        ]
+        self.target = 0
+        #: A follower without a leader answered: try the next replica then (0: not waiting).
+        self.retry_at = 0.0
         self.socket: zmq.Socket | None = None
         self.last_heard = 0.0
         self.last_sent = 0.0
@@ -85,8 +104,11 @@ class Links:
         self._core = core
         self._forwarding = forwarding
         self._map = msgspec.json.decode(config.cluster.encode(), type=ClusterMap)
+        # A follower replica links to its own shard too: to its leader.
         self._links = {
-            shard.name: _Link(shard) for shard in self._map.shards if shard.name != config.shard
+            shard.name: _Link(shard, config.bind)
+            for shard in self._map.shards
+            if shard.name != config.shard or (shard.replicas and len(shard.replicas) > 1)
         }
         self._by_socket: dict[zmq.Socket, _Link] = {}
         self.interval = LINK_HEARTBEAT_MS / 1000
@@ -125,7 +147,7 @@ class Links:
             sock.curve_publickey = self._curve.public
             sock.curve_secretkey = self._curve.secret
             sock.curve_serverkey = self._curve.public
-        sock.connect(link.shard.address)
+        sock.connect(link.targets[link.target])
         link.socket = sock
         link.answered = False
         link.last_heard = now
@@ -224,7 +246,7 @@ class Links:
                 theirs = None
         if theirs != self._map or answer.options.get("shard") != link.shard.name:
             why = (
-                f"shard at {link.shard.address} answers as {answer.options.get('shard')!r}"
+                f"shard at {link.targets[link.target]} answers as {answer.options.get('shard')!r}"
                 f" with another cluster map (epoch {getattr(theirs, 'epoch', None)}, ours"
                 f" {self._map.epoch}): the two disagree on the cluster; not linking"
             )
@@ -234,11 +256,36 @@ class Links:
             self._forwarding.link_down(link.shard.name, why)
             return
         link.disagrees = ""
+        if "standby" in answer.options:
+            self._follow(link, answer.options.get("leader"), now)
+            return
+        link.retry_at = 0.0
         link.answered = True
         was_lost, link.lost = link.lost, False
         self._forwarding.link_up(link.shard.name)
         if was_lost:
             log.info("shard %s answers again", link.shard.name)
+
+    def _follow(self, link: _Link, leader: object, now: float) -> None:
+        """A follower replica answered: go to the leader it names, or, if it knows none
+        (an election), ask the next replica a moment later."""
+        targets = link.targets
+        if type(leader) is str and leader in targets and targets.index(leader) != link.target:
+            link.target = targets.index(leader)
+            self._connect(link, now)
+            return
+        self._forwarding.link_down(
+            link.shard.name, f"no leader of shard {link.shard.name} is known yet"
+        )
+        link.retry_at = now + FOLLOWER_RETRY_S
+
+    def retire(self, name: str) -> None:
+        """No more link to shard `name` (this replica leads it now)."""
+        link = self._links.pop(name, None)
+        if link is not None and link.socket is not None:
+            del self._by_socket[link.socket]
+            link.socket.close(linger=0)
+            self.sockets_changed = True
 
     # ------------------------------------------------------------------ liveness
 
@@ -249,7 +296,11 @@ class Links:
             if link.backlog:
                 self._flush(link, now)
             silent = now - link.last_heard
-            if silent > self.interval * LINK_LIVENESS:
+            if link.retry_at and now >= link.retry_at:
+                link.retry_at = 0.0
+                link.target = (link.target + 1) % len(link.targets)
+                self._connect(link, now)
+            elif silent > self.interval * LINK_LIVENESS:
                 self._lose(link, f"silent for {silent:.1f}s", now)
             elif link.answered and now - link.last_sent >= self.interval:
                 self._write(link, encode(Heartbeat()), now)
@@ -259,6 +310,7 @@ class Links:
             log.warning("shard %s lost: %s", link.shard.name, why)
         link.lost = True
         self._forwarding.link_down(link.shard.name, why)
+        link.target = (link.target + 1) % len(link.targets)  # another replica, if any
         self._connect(link, now)
 
     def close(self) -> None:
@@ -273,7 +325,7 @@ class Links:
     def stats(self) -> dict[str, object]:
         return {
             name: {
-                "address": link.shard.address,
+                "address": link.targets[link.target],
                 "state": "refused" if link.disagrees else "lost" if link.lost else "up",
                 "backlog_frames": len(link.backlog),
                 "frames_dropped": link.dropped,
