@@ -154,7 +154,11 @@ class Stats:
             "uptime_seconds": round((ctx.now - ctx.started_ns) / 1e9, 3),
             "storage": sections["storage"]() if "storage" in sections else {"mode": "memory"},
             "server": sections["server"]() if "server" in sections else {},
-            **{name: sections[name]() for name in ("cluster", "security") if name in sections},
+            **{
+                name: sections[name]()
+                for name in ("replication", "cluster", "security")
+                if name in sections
+            },
             "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
             "draining": ctx.draining,
         }

@@ -108,6 +108,10 @@ class BrokerServer:
             # A follower until elected: its store follows the leader's, loaded once elected.
             self.core.set_standby(self._standby_reason(), None)
             self.core.admin.stats.add_section("replication", self.replicated.stats)
+            store = replica.store
+            self.core.admin.stats.add_section(
+                "storage", lambda: {"mode": "replicated", **store.stats()}
+            )
         elif self.store is not None:
             self._recover(self.store)
         self.tcp: TcpEndpoint | None = None
