@@ -180,8 +180,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: "Replicated queues"): its Raft address (host:port) and the other replicas'.
     raft_bind: str = ""
     raft_peers: list[str] = []
-    #: ...and every replica's broker endpoint by its Raft address (where its leader is).
+    #: ...and every replica's broker endpoint by its Raft address (where its leader is),
+    #: and the Raft address of the replica that should lead when it can (its home's).
     replica_endpoints: dict[str, str] = {}
+    raft_preferred: str = ""
     #: Several hosts: the cluster file every node shares, and which node this host is
     #: (docs/cluster.md "Several hosts"). Its shards bind the node's address from the file.
     cluster_file: str = ""

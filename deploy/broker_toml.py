@@ -54,7 +54,9 @@ DEPLOY_NOTES = {
 #: Comment lines of the file are at most this long.
 WIDTH = 96
 #: Set by the shard supervisor for each shard it starts, never by hand.
-INTERNAL = frozenset({"cluster", "shard", "raft_bind", "raft_peers", "replica_endpoints"})
+INTERNAL = frozenset(
+    {"cluster", "shard", "raft_bind", "raft_peers", "replica_endpoints", "raft_preferred"}
+)
 
 QUEUES_EXAMPLE = """\
 

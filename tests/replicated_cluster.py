@@ -65,7 +65,6 @@ class ReplicatedCluster:
         self.replica_sets: dict[str, list[Replica]] = cluster.replica_sets(shard_address)
         self.map = ClusterMap(1, tuple(Shard(name, "") for name in self.replica_sets))
         self.nodes: dict[str, BrokerProcess] = {}
-        os.environ["PHPMQ_LINK_SECRET"] = LINK_SECRET
 
     def address(self, node: str) -> str:
         return f"tcp://127.0.0.{NODES.index(node) + 1}:{self.port}"
@@ -201,9 +200,15 @@ def drain(address: str, queues: list[str], idle: float = 3.0) -> list[bytes]:
 @contextlib.contextmanager
 def replicated_cluster(directory: Path, replicas: int = 3) -> Iterator[ReplicatedCluster]:
     cluster = ReplicatedCluster(directory, replicas)
+    before = os.environ.get("PHPMQ_LINK_SECRET")
+    os.environ["PHPMQ_LINK_SECRET"] = LINK_SECRET  # what the nodes' processes inherit
     try:
         for node in NODES:
             cluster.start(node)
         yield cluster
     finally:
         cluster.stop()
+        if before is None:
+            del os.environ["PHPMQ_LINK_SECRET"]
+        else:
+            os.environ["PHPMQ_LINK_SECRET"] = before

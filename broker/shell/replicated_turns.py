@@ -14,6 +14,7 @@ then see a silent broker, rather than grow the broker's memory).
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 
 from ..core import Frames
@@ -25,6 +26,10 @@ log = logging.getLogger("phpmq.replication")
 MAX_IN_FLIGHT = 2
 #: Operations waiting for a batch of their own beyond which the server reads no input.
 MAX_WAITING_OPERATIONS = 200_000
+#: A leader that is not its shard's preferred replica (the home one) hands leadership back
+#: once it has led this long and the home replica has every entry; it tries again this often.
+HAND_BACK_AFTER_S = 10.0
+HAND_BACK_EVERY_S = 5.0
 
 
 class ReplicatedTurns:
@@ -35,10 +40,15 @@ class ReplicatedTurns:
     group. A leader that loses the group never follows again: `lost` says why, and the
     server exits (the replica starts over as a follower)."""
 
-    def __init__(self, group: ReplicaGroup, endpoints: dict[str, str]) -> None:
-        """`endpoints`: each replica's broker endpoint by its Raft address."""
+    def __init__(self, group: ReplicaGroup, endpoints: dict[str, str], preferred: str = "") -> None:
+        """`endpoints`: each replica's broker endpoint by its Raft address; `preferred`: the
+        Raft address of the replica that should lead when it can (the shard's home)."""
         self._group = group
         self._endpoints = endpoints
+        self._preferred = preferred
+        self._led_since = 0.0
+        self._hand_back_at = 0.0
+        self.hand_backs = 0
         self.leading = False
         #: Set once the barrier is committed, until the server takes it (`take_promotion`).
         self._promoted = False
@@ -93,11 +103,27 @@ class ReplicatedTurns:
         elif isinstance(event, Committed) and event.ticket == self._barrier:
             self.leading = self._promoted = True
             self._barrier = None
+            self._led_since = time.monotonic()
+            self._hand_back_at = self._led_since + HAND_BACK_AFTER_S
         elif isinstance(event, Failed) and event.ticket == self._barrier:
             log.info("the barrier entry failed (%s): following again", event.reason)
             self._barrier = None
         elif isinstance(event, Broken):
             self._lose(event.reason)
+
+    def tick(self, now: float) -> None:
+        """Once a turn: a leader that is not the preferred replica offers to hand back."""
+        preferred = self._preferred
+        if (
+            self.leading
+            and preferred
+            and preferred != self._group.address
+            and now >= self._hand_back_at
+            and self.lost is None
+        ):
+            self._hand_back_at = now + HAND_BACK_EVERY_S
+            self.hand_backs += 1
+            self._group.hand_to(preferred)
 
     def take_promotion(self) -> bool:
         """True once, when this replica may start serving its shard."""
@@ -150,6 +176,8 @@ class ReplicatedTurns:
             "role": "leader" if self.leading else "follower",
             "leader_endpoint": self.leader_endpoint(),
             "dropped_operations": self.dropped_operations,
+            "preferred": self._preferred,
+            "hand_back_offers": self.hand_backs,
             "batches": self.batches,
             "operations": self.operations,
             "batches_in_flight": len(self._in_flight),

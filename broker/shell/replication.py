@@ -243,6 +243,10 @@ class ReplicaGroup:
         self._raft = _StoreMachine(
             address, self.others, conf, self.store, lambda reason: self._push(Broken(reason))
         )
+        #: A replica to hand leadership to, done on the Raft thread (pysyncobj's calls are
+        #: not thread-safe but for submitting commands).
+        self._hand_to: str | None = None
+        self._raft.addOnTickCallback(self._on_tick)
 
     # ------------------------------------------------------------------ the loop's side
 
@@ -273,6 +277,16 @@ class ReplicaGroup:
     def broken(self) -> bool:
         """A committed batch could not be applied here: the replica must stop."""
         return bool(self._raft.broken)
+
+    def hand_to(self, address: str) -> None:
+        """Ask the replica at `address` to take over leadership (Raft's TimeoutNow; refused
+        by pysyncobj unless it has every entry). This replica then steps down."""
+        self._hand_to = address
+
+    def _on_tick(self) -> None:
+        address, self._hand_to = self._hand_to, None
+        if address is not None:
+            self._raft.transferLeadership(address)
 
     def leader_address(self) -> str | None:
         leader = self._raft._getLeader()

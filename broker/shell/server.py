@@ -88,7 +88,9 @@ class BrokerServer:
         self.stepped_down = False
         if replica is not None:
             self.store = replica.store
-            self.replicated = ReplicatedTurns(replica, config.replica_endpoints)
+            self.replicated = ReplicatedTurns(
+                replica, config.replica_endpoints, config.raft_preferred
+            )
             self._replica = replica
             self._replica_poller = zmq.Poller()
             self._replica_poller.register(replica.wake_fd, zmq.POLLIN)
@@ -413,6 +415,8 @@ class BrokerServer:
             self.tcp.retry_closes()
         if links is not None:
             links.tick()
+        if replicated is not None:
+            replicated.tick(time.monotonic())
         took, now = time.perf_counter() - started, time.monotonic()
         self._loop.turn_took(took, now)
         if self.metrics is not None:
