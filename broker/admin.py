@@ -141,7 +141,9 @@ class Admin:
             self._answered_bytes = 0
 
     def _answer(self, peer: Peer, options: dict[str, Any]) -> None:
-        self._ctx.owner = peer.owner  # whose quotas what the command creates counts against
+        ctx = self._ctx
+        ctx.owner = peer.owner  # whose quotas what the command creates counts against
+        changes = len(ctx.journal)
         try:
             if options.get("command") == cmd.STATS:
                 answer = self.stats.answer(options)
@@ -154,7 +156,10 @@ class Admin:
         finally:
             self._ctx.owner = ""
         self._answered_bytes += len(answer)
-        self._ctx.reply_encoded(peer, answer)
+        if len(ctx.journal) != changes:
+            ctx.hold(peer, answer)  # it changed the store: answered once that is durable
+        else:
+            ctx.reply_encoded(peer, answer)
 
     def _refuse(self, peer: Peer, reason: str) -> None:
         """429 in the ADMIN_REPLY: nothing was done."""

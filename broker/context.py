@@ -158,6 +158,14 @@ class Context:
             self.flush_refusals()
         self.add(peer.id, data)
 
+    def hold(self, peer: Peer, data: bytes) -> None:
+        """Durable mode: an answer that says something is stored (a CONFIRM, the reply to
+        a command that changed the store) waits with the CONFIRMs for the turn's commit."""
+        chunks = self.confirms.get(peer.id)
+        if chunks is None:
+            chunks = self.confirms[peer.id] = []
+        chunks.append(data)
+
     def take_repeats(self) -> int:
         """The like 001s after the one being refused (see `repeats`), now refused with it."""
         repeats = self.repeats

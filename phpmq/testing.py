@@ -17,11 +17,16 @@ stderr go to `log_path` (by default a temporary file, read back into memory and 
 the broker stops), and a broker that exits at start-up or is not ready in time raises
 BrokerStartError with its log. Leaving the `with` block stops it: SIGTERM, then SIGKILL after
 `stop_timeout`. Needs no test framework.
+
+`LocalCluster` starts a replicated cluster the same way (docs/cluster.md "Replicated queues"):
+one node per loopback address 127.0.0.1, .2, .3, each a supervisor of its replicas.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -34,10 +39,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .client import Client, Curve
+from .client import BrokerRefused, Client, ClientError, Curve
 from .protocol import admin_commands as cmd
+from .protocol.cluster import ClusterMap, Shard
 
-__all__ = ["ANY_PORT", "BrokerProcess", "BrokerStartError", "free_port", "free_ports"]
+__all__ = [
+    "ANY_PORT",
+    "BrokerProcess",
+    "BrokerStartError",
+    "LocalCluster",
+    "free_port",
+    "free_ports",
+]
 
 #: A loopback endpoint on a port the system picks when the broker binds (ZeroMQ's `*`).
 ANY_PORT = "tcp://127.0.0.1:*"
@@ -127,6 +140,7 @@ class BrokerProcess:
         start_timeout: float = 20.0,
         stop_timeout: float = 10.0,
         curve: Curve | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.address = address or ANY_PORT
         self.curve = curve
@@ -145,7 +159,10 @@ class BrokerProcess:
             command += ["--data-dir", str(data_dir)]
         with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
             self.process = subprocess.Popen(
-                [*command, *flags], stdout=log, stderr=subprocess.STDOUT
+                [*command, *flags],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=None if env is None else {**os.environ, **env},
             )
         try:
             self.endpoints: dict[str, Any] = self._wait_until_ready(start_timeout)
@@ -174,6 +191,11 @@ class BrokerProcess:
                     f"the broker was not ready within {timeout}s; its log:\n{self.log()}"
                 )
             time.sleep(READY_POLL_S)
+
+    def ready_endpoints(self) -> dict[str, Any] | None:
+        """The ready file as the broker wrote it last (a supervisor writes it again when a
+        shard it restarted serves again); None: not there."""
+        return self._ready_file()
 
     def _ready_file(self) -> dict[str, Any] | None:
         """The ready file's endpoints once this process wrote it (it is renamed into place
@@ -258,3 +280,150 @@ class BrokerProcess:
 
 def _port(address: str) -> int:
     return int(address.rpartition(":")[2])
+
+
+#: A replica's Raft port in a LocalCluster: its broker port plus this.
+RAFT_PORT_OFFSET = 1000
+
+
+class LocalCluster:
+    """A cluster of `nodes` nodes on 127.0.0.1, .2, ..., each with one shard of its own and
+    `replicas` replicas of every shard, their stores in `directory`/NODE and their logs in
+    `directory`/NODE.log. Nodes start with `start()` (all of them in `with`)."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        nodes: int = 3,
+        replicas: int = 3,
+        link_secret: str = "phpmq-local-cluster",
+        flags: tuple[str, ...] = ("--grace-seconds", "1"),
+    ) -> None:
+        from .broker.shell.cluster_file import read_cluster_file
+        from .broker.shell.shards import shard_address
+
+        self.directory = Path(directory)
+        self.names = [chr(ord("a") + index) for index in range(nodes)]
+        self.port = _free_on_hosts(nodes, nodes)
+        self.file = self.directory / "cluster.toml"
+        lines = [f"replicas = {replicas}", f"raft_port_offset = {RAFT_PORT_OFFSET}"]
+        for name in self.names:
+            lines += ["[[nodes]]", f'name = "{name}"', f'address = "{self.address(name)}"']
+        self.file.write_text("\n".join(lines) + "\n")
+        #: Each shard's replicas (broker/shell/cluster_file.py Replica), its home's first.
+        self.replica_sets = read_cluster_file(str(self.file)).replica_sets(shard_address)
+        self.map = ClusterMap(1, tuple(Shard(name, "") for name in self.replica_sets))
+        self.nodes: dict[str, BrokerProcess] = {}
+        self._env = {"PHPMQ_LINK_SECRET": link_secret}
+        self._flags = flags
+
+    def address(self, node: str) -> str:
+        """Where node `node` answers: its first shard's home replica."""
+        return f"tcp://127.0.0.{self.names.index(node) + 1}:{self.port}"
+
+    def start(self, node: str) -> BrokerProcess:
+        broker = self.nodes[node] = BrokerProcess(
+            "--cluster-file",
+            str(self.file),
+            "--node",
+            node,
+            *self._flags,
+            address=self.address(node),
+            data_dir=self.directory / node,
+            log_path=self.directory / f"{node}.log",
+            start_timeout=60,
+            env=self._env,
+        )
+        return broker
+
+    def stop(self) -> None:
+        for broker in self.nodes.values():
+            with contextlib.suppress(Exception):
+                broker.stop()
+
+    def log(self, node: str) -> str:
+        return (self.directory / f"{node}.log").read_text(errors="replace")
+
+    def queue_of(self, shard: str, index: int = 0) -> str:
+        """The `index`-th queue name (q0, q1, ...) that `shard` owns."""
+        owned = (f"q{i}" for i in range(100_000) if self.map.owner(f"q{i}").name == shard)
+        for _ in range(index):
+            next(owned)
+        return next(owned)
+
+    def role(self, replica: Any) -> str | None:
+        """What the replica says it is ("leader", "follower"); None: no answer."""
+        try:
+            with Client(replica.address, close_timeout=0.5) as client:
+                stats = client.admin(cmd.STATS, timeout=2.0, here=True, limit=0)
+        except (ClientError, BrokerRefused):
+            return None
+        return stats.get("replication", {}).get("role")
+
+    def leader(self, shard: str) -> Any:
+        """The replica leading `shard` now (None: none answers as leader)."""
+        for replica in self.replica_sets[shard]:
+            if self.role(replica) == "leader":
+                return replica
+        return None
+
+    def wait_for_leaders(self, timeout: float = 60.0, at_home: bool = False) -> dict[str, Any]:
+        """Each shard's leader, once every shard has one (`at_home`: its home replica)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            leaders = {shard: self.leader(shard) for shard in self.replica_sets}
+            if all(
+                leader is not None and (not at_home or leader == self.replica_sets[shard][0])
+                for shard, leader in leaders.items()
+            ):
+                return leaders
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every shard had a leader within {timeout}s: {leaders}")
+            time.sleep(0.2)
+
+    def pid(self, replica: Any) -> int:
+        """The process id of the replica's latest start that serves (its node's ready file)."""
+        endpoints = self.nodes[replica.node].ready_endpoints() or {}
+        for shard in endpoints.get("shards", []):
+            if shard["shard"] == replica.shard:
+                return int(shard["pid"])
+        raise LookupError(f"replica of {replica.shard} on node {replica.node} is not serving")
+
+    def signal(self, replica: Any, signum: int) -> None:
+        os.kill(self.pid(replica), signum)
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            for name in self.names:
+                self.start(name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _free_on_hosts(hosts: int, count: int) -> int:
+    """A port free with the `count - 1` after it, and their Raft ports, on 127.0.0.1 to
+    127.0.0.`hosts`."""
+    highest = _ephemeral_start() - count - RAFT_PORT_OFFSET
+    while True:
+        port = random.randint(LOWEST_PICKED_PORT, highest)
+        if all(
+            _bindable(f"127.0.0.{host}", port + offset + raft)
+            for host in range(1, hosts + 1)
+            for offset in range(count)
+            for raft in (0, RAFT_PORT_OFFSET)
+        ):
+            return port
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -68,8 +68,13 @@ class CoreHarness:
         self.clock.advance(seconds)
 
     def admin(self, command: str, peer: bytes = OPS, **options: object) -> dict:
-        """The answer to an admin command sent by `peer` in a turn of its own."""
-        [reply] = self.send(peer, p.Admin({"command": command, **options}))
+        """The answer to an admin command sent by `peer` in a turn of its own (durable: after
+        the turn's commit, which the answer to a command that changed the store waits for)."""
+        received = self.send(peer, p.Admin({"command": command, **options}))
+        for to, frame in self.core.release_confirms():
+            if to == peer:
+                received.extend(p.decode_frame(frame)[0])
+        [reply] = received
         assert isinstance(reply, p.AdminReply), reply
         return reply.options
 

@@ -1,8 +1,12 @@
 """The loop's side of a replicated shard (docs/cluster.md "Replicated queues"): each batch of
-journal operations goes to the shard's Raft group (replication.py), and everything the loop
-turns produced meanwhile (confirms, dispatches, answers) waits until that batch is committed
-by a majority, then goes out in the order it was made. So nothing a peer is told rests on
-an entry a failover could lose.
+journal operations goes to the shard's Raft group (replication.py), and what the loop turns
+held meanwhile (CONFIRMs, the answers of commands that changed the store) waits until that
+batch is committed by a majority, then goes out in the order it was made. So nothing a peer
+is told is stored rests on an entry a failover could lose. (Dispatches go at once: a message
+whose send is not confirmed yet may be lost with its leader; its producer sends it again.)
+
+A message sent and acked while its batch waits for its turn never reaches the group: its
+PUT and DROP cancel out (the pipe's common case, which then costs no replica any write).
 
 Batches are cut as the group keeps up: at most MAX_IN_FLIGHT are uncommitted at once, and
 the operations of the turns in between form the next one (group commit across turns, like
@@ -18,6 +22,7 @@ import time
 from collections import deque
 
 from ..core import Frames
+from ..journal import DROP, PUT
 from .replication import Broken, Committed, Failed, ReplicaGroup, RoleChanged
 
 log = logging.getLogger("phpmq.replication")
@@ -55,8 +60,11 @@ class ReplicatedTurns:
         self._barrier: int | None = None
         #: Operations a follower's core made: none should exist (counted, never sent).
         self.dropped_operations = 0
-        #: Operations and output of the turns since the last batch went to the group.
-        self._operations: list[tuple] = []
+        #: Operations and output of the turns since the last batch went to the group; a
+        #: PUT cancelled by its DROP is None. Where each message's PUT is in it, by ID.
+        self._operations: list[tuple | None] = []
+        self._put_at: dict[bytes, int] = {}
+        self.cancelled = 0
         self._output: Frames = []
         #: Batches in the group, oldest first: (ticket, the output that waits for it).
         self._in_flight: deque[tuple[int, Frames]] = deque()
@@ -71,7 +79,7 @@ class ReplicatedTurns:
             self.dropped_operations += len(operations)
             return output
         if operations:
-            self._operations.extend(operations)
+            self._gather(operations)
         if output:
             self._output.extend(output)
         return self._next()
@@ -95,6 +103,20 @@ class ReplicatedTurns:
         if self.lost is None:
             ready.extend(self._next())
         return ready
+
+    def _gather(self, operations: list[tuple]) -> None:
+        waiting, put_at = self._operations, self._put_at
+        for operation in operations:
+            kind = operation[0]
+            if kind == DROP:
+                at = put_at.pop(operation[1], None)
+                if at is not None:
+                    waiting[at] = None  # sent and acked before either was replicated
+                    self.cancelled += 1
+                    continue
+            elif kind == PUT:
+                put_at[operation[1]] = len(waiting)
+            waiting.append(operation)
 
     def _follow(self, event: object) -> None:
         """A follower's events: elected, it commits a barrier before it may serve."""
@@ -149,11 +171,13 @@ class ReplicatedTurns:
             return []
         if self._operations:
             if len(self._in_flight) < MAX_IN_FLIGHT:
-                ticket = self._group.submit(self._operations)
+                batch = [operation for operation in self._operations if operation is not None]
+                ticket = self._group.submit(batch)
                 self.batches += 1
-                self.operations += len(self._operations)
+                self.operations += len(batch)
                 self._in_flight.append((ticket, self._output))
                 self._operations, self._output = [], []
+                self._put_at.clear()
             return []
         if self._output and not self._in_flight:
             output, self._output = self._output, []
@@ -182,4 +206,5 @@ class ReplicatedTurns:
             "operations": self.operations,
             "batches_in_flight": len(self._in_flight),
             "operations_waiting": len(self._operations),
+            "cancelled_before_replication": self.cancelled,
         }

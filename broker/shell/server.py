@@ -239,9 +239,11 @@ class BrokerServer:
         a commit that succeeded; the rest of the turn goes out either way, so consumers are
         served while the store fails."""
         if self.replicated is not None:
-            # Everything waits for the batch its operations are in (replicated_turns.py).
-            output = turn.frames + self.core.release_confirms()
-            self._send(self.replicated.add(self.core.journal.take(), output))
+            # Dispatches and the rest go now; what says something is stored (CONFIRMs, the
+            # answers of commands that changed it) waits for its batch (replicated_turns.py).
+            self._send(turn.frames)
+            held = self.core.release_confirms()
+            self._send(self.replicated.add(self.core.journal.take(), held))
         else:
             committed = self._commit()
             self._send(turn.frames)

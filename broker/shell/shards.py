@@ -254,7 +254,10 @@ def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
         if ready is None:
             server.run()
         else:
-            server.run(on_ready=lambda endpoints: ready.put((config.shard, endpoints)))
+            pid = os.getpid()
+            server.run(
+                on_ready=lambda endpoints: ready.put((config.shard, {**endpoints, "pid": pid}))
+            )
     finally:
         if replica is not None:
             replica.close()
@@ -371,9 +374,10 @@ class ShardSupervisor:
 
     def endpoints(self) -> dict[str, Any]:
         """Shard 0's endpoints (the address users give) and, under `shards`, every shard's
-        with its name."""
+        with its name and process id."""
         shards = [{"shard": slot.config.shard, **slot.endpoints} for slot in self._slots]
-        return {**self._slots[0].endpoints, "shards": shards}
+        first = {key: value for key, value in self._slots[0].endpoints.items() if key != "pid"}
+        return {**first, "shards": shards}
 
     def _take_ready_reports(self, wait: float) -> None:
         """Wait up to `wait` seconds for shards that now serve; tell `on_ready` when all do."""

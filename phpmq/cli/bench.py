@@ -84,6 +84,13 @@ import click
     " alternated for 3 rounds (needs the web extra; docs/web.md).",
 )
 @click.option(
+    "--replicated",
+    is_flag=True,
+    help="Run the replicated workload: the durable pipe through one broker, then through a"
+    " shard replicated on 3 loopback nodes, and the failover time over 5 kill -9s of its"
+    " leader (docs/cluster.md).",
+)
+@click.option(
     "--shards",
     type=click.IntRange(min=2),
     default=None,
@@ -170,6 +177,7 @@ def bench(
     curve: bool,
     rpc: bool,
     web: bool,
+    replicated: bool,
     shards: int | None,
     queues: int,
     pipe: bool,
@@ -190,7 +198,8 @@ def bench(
     --flood, --memory and --steady run the long overload workloads instead of the pipe (add
     --pipe to keep it), in that order, each printing its figures beside its targets; so does
     --events (event routing: publish once, a copy to every bound queue), --rpc (requests
-    and replies through a worker pool) and --web (the pipe without and with a web console).
+    and replies through a worker pool), --web (the pipe without and with a web console) and
+    --replicated (the durable pipe on one node and on 3 replicas, and failover times).
     Figures are printed, never asserted.
     """
     from ..bench.pipe import run_pipe_benchmark
@@ -199,12 +208,17 @@ def bench(
         from ..bench.codec import run_codec_benchmark
 
         run_codec_benchmark()
-    if pipe or not (flood or memory or steady or events or rpc or shards or curve or web):
+    only = flood or memory or steady or events or rpc or shards or curve or web or replicated
+    if pipe or not only:
         run_pipe_benchmark(messages=messages, size=size, window=window)
     if durable:
         from ..bench.pipe import run_durable_pipe
 
         run_durable_pipe(messages=messages, size=size, window=window)
+    if replicated:
+        from ..bench.replicated import run_replicated_benchmark
+
+        run_replicated_benchmark(messages=min(messages, 100_000), size=size, window=window)
     if pool:
         from ..bench.pool import run_pool_benchmark
 

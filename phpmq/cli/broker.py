@@ -232,7 +232,7 @@ def write_ready_file(path: Path, endpoints: dict[str, Any]) -> None:
     """The endpoints with this process's id, written whole or not at all (a reader that
     polls for the file never sees half of it)."""
     partial_path = path.with_name(f".{path.name}.{os.getpid()}")
-    partial_path.write_text(json.dumps({"pid": os.getpid(), **endpoints}))
+    partial_path.write_text(json.dumps({**endpoints, "pid": os.getpid()}))
     partial_path.replace(path)
 
 
