@@ -18,7 +18,7 @@ import zmq
 import zmq.asyncio
 
 from .curve import Curve
-from .dealer import dealer_socket, not_taken
+from .dealer import dealer_socket
 from .errors import ClientError
 
 log = logging.getLogger("phpmq.client")
@@ -60,18 +60,9 @@ class Dealer:
 
     def __init__(self, address: str, send_timeout: float, curve: Curve | None = None) -> None:
         """Raises ClientError if ZeroMQ cannot use `address`."""
-        self.address = address
-        self.send_timeout = send_timeout
         self.socket: zmq.asyncio.Socket = dealer_socket(
             zmq.asyncio.Context.instance(), address, send_timeout, curve
         )
-
-    async def send(self, frame: bytes) -> None:
-        """Hand `frame` to the socket, waiting up to `send_timeout` (else ClientError)."""
-        try:
-            await self.socket.send(frame)
-        except zmq.Again:
-            raise not_taken(self.address, self.send_timeout) from None
 
     def try_send(self, frame: bytes) -> bool:
         """Hand `frame` to the socket without waiting: False if it is not ready."""

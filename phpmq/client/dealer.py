@@ -20,23 +20,11 @@ class Dealer:
     """A fresh DEALER per connection: a reconnect closes this one and makes another."""
 
     def __init__(self, address: str, send_timeout: float, curve: Curve | None = None) -> None:
-        """Raises ClientError if ZeroMQ cannot use `address`."""
-        self.address = address
-        self.send_timeout = send_timeout
+        """Raises ClientError if ZeroMQ cannot use `address`. A send blocks up to
+        `send_timeout` (then zmq.Again: `not_taken` says it to the caller)."""
         self._socket: zmq.Socket[bytes] = dealer_socket(
             zmq.Context.instance(), address, send_timeout, curve
         )
-
-    def send(self, frame: bytes) -> None:
-        """Hand `frame` to the socket, blocking up to `send_timeout`.
-
-        Raises:
-            ClientError: the socket did not take it in time (no broker, or a slow one).
-        """
-        try:
-            self._socket.send(frame)
-        except zmq.Again:
-            raise not_taken(self.address, self.send_timeout) from None
 
     def try_send(self, frame: bytes) -> bool:
         """Hand `frame` to the socket without blocking: False if it is not ready."""
@@ -48,7 +36,7 @@ class Dealer:
 
     @property
     def socket(self) -> zmq.Socket[bytes]:
-        """The DEALER, for polling it together with others."""
+        """The DEALER: the client sends on it, and polls it with others' (sync_backend.py)."""
         return self._socket
 
     def poll(self, seconds: float) -> bool:
