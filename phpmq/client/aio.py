@@ -268,7 +268,7 @@ class AsyncClient(
         if self._shards is not None and self._shards.links:
             return await self._receive_merged(timeout)
         self._start()
-        message = self._take_received()  # the hot path: one is in already, no lock to wait on
+        message = self._take_received()  # the hot path: one is in already (the loop costs more)
         if message is not None:
             return message
         received = self._connection.received
