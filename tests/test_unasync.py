@@ -27,7 +27,7 @@ def test_every_generated_module_is_what_its_source_gives() -> None:
 
 def test_a_generated_module_says_so_in_its_first_line() -> None:
     for path in _script().outputs():
-        assert path.read_text().startswith("# auto-generated from aio_"), path.name
+        assert path.read_text().startswith("# auto-generated from aio"), path.name
 
 
 def test_lines_lose_async_and_await_and_take_the_blocking_names() -> None:
@@ -37,6 +37,7 @@ def test_lines_lose_async_and_await_and_take_the_blocking_names() -> None:
     assert line("        x = await self._link_for(q)") == "        x = self._link_for(q)"
     assert line("class AsyncTopics:  # AsyncClient") == "class SyncTopics:  # Client"
     assert line("from .shards import to_owner_async") == "from .shards import to_owner"
+    assert line("from . import aio_admin, aio_topics") == "from . import sync_admin, sync_topics"
     assert line("self.awaited = asyncio_thing") == "self.awaited = asyncio_thing"
 
 

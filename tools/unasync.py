@@ -2,8 +2,9 @@
 "The client"): `phpmq/client/aio_X.py` is the source, `phpmq/client/sync_X.py` its output.
 
 The rewrite is by whole words, line by line (httpcore's unasync approach): `async`/`await` go,
-asyncio names become their blocking twins. What differs for real (waiting, locking) lives in
-the hand-written aio_backend.py and sync_backend.py, imported under one name (`backend`).
+asyncio names become their blocking twins. What differs for real (locking, the socket, the
+background work, waiting) lives in the hand-written aio_backend.py and sync_backend.py,
+imported under one name (`backend`).
 
     python tools/unasync.py           write the sync modules
     python tools/unasync.py --check   exit 1 if one differs from what would be written
@@ -20,8 +21,10 @@ CLIENT = Path(__file__).resolve().parent.parent / "phpmq" / "client"
 
 #: The asyncio modules that are a source, and the blocking module written from each.
 PAIRS = {
+    "aio.py": "sync.py",
     "aio_admin.py": "sync_admin.py",
     "aio_batches.py": "sync_batches.py",
+    "aio_requests.py": "sync_requests.py",
     "aio_schedules.py": "sync_schedules.py",
     "aio_shards.py": "sync_shards.py",
     "aio_topics.py": "sync_topics.py",
@@ -35,7 +38,6 @@ WORDS = {
     "AsyncClient": "Client",
     "AsyncReceivedMessage": "ReceivedMessage",
     "to_owner_async": "to_owner",
-    "aio_backend": "sync_backend",
     "aio.py": "sync.py",
     "asyncio client": "blocking client",
     "__aenter__": "__enter__",
@@ -47,6 +49,8 @@ WORDS = {
 }
 #: Other names that begin with `Async` are the mixins: `AsyncTopics` becomes `SyncTopics`.
 MIXIN = re.compile(r"\bAsync(?=[A-Z])")
+#: A client module's name: `aio_topics` becomes `sync_topics`, `aio_backend` `sync_backend`.
+MODULE = re.compile(r"\baio_(?=[a-z])")
 #: `await ` followed by its operand; the space goes with the keyword.
 AWAIT = re.compile(r"\bawait ")
 
@@ -63,7 +67,7 @@ def unasync_line(line: str) -> str:
     line = AWAIT.sub("", line)
     for pattern, new in REWRITES:
         line = pattern.sub(new, line)
-    return MIXIN.sub("Sync", line)
+    return MODULE.sub("sync_", MIXIN.sub("Sync", line))
 
 
 #: The first line of a source, which its output replaces with its own.

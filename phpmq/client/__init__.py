@@ -1,8 +1,9 @@
 """The Python client for a phpmq-zmq broker (docs/protocol.md).
 
 `Client` (sync.py) is the blocking driver: a ZeroMQ socket, a heartbeat thread, reconnects;
-`AsyncClient` (aio.py) is the asyncio one. What both say and what the broker's frames mean is
-decided by the sans-IO `Connection` (connection.py) they share (docs/client.md).
+`AsyncClient` (aio.py) is the asyncio one, and the source tools/unasync.py writes sync.py from.
+What both say and what the broker's frames mean is decided by the sans-IO `Connection`
+(connection.py) they share (docs/client.md).
 """
 
 from ..protocol import DEFAULT_ADDRESS

@@ -1,5 +1,8 @@
-"""The asyncio client: the same sans-IO `Connection` (connection.py) as the blocking `Client`
-(sync.py), moved by a `zmq.asyncio` DEALER, with background tasks instead of a thread.
+# The source of sync.py: tools/unasync.py writes that module from this one.
+"""The asyncio client: it moves the bytes a sans-IO `Connection` (connection.py) decides on
+through a DEALER socket, and owns the locks, the background work, reconnects and the waits;
+what only this driver does (its socket, its background work, how it waits) is in
+aio_backend.py.
 
     async with AsyncClient("tcp://127.0.0.1:5555") as client:
         await client.send("emails", b"hello", ttl=3600)
@@ -7,35 +10,35 @@
             handle(message.content)
             await message.ack()
 
-Semantics are `Client`'s (docs/client.md): settles are buffered and flushed together, a
-background task heartbeats and notices a silent broker, reconnects with backoff and jitter,
-and renews every subscription. One task reads the socket and wakes whoever waits (for a
-message, a confirm, an admin reply); any number of tasks may send and wait at once.
+Acks, requeues and dead letters are buffered and go out together (once half the window is
+settled, or before the client next waits), so a consumer acks in batches for free. The client
+says HELLO first, so the broker answers its mistakes with ERROR messages; they are logged and
+kept in `client.errors`.
+
+Liveness (docs/protocol.md §6.2): the client agrees on a heartbeat interval in HELLO; its
+background work heartbeats while the application is busy elsewhere, so a long handler does
+not look dead, but a frozen or killed process does. A broker silent for interval x liveness
+is lost: the client reconnects on a new socket with exponential backoff and jitter, says
+HELLO again and re-consumes every queue. The application sees an `on_event` callback and a
+log line, nothing else; messages it received before the loss are taken back by the broker,
+and settling them afterwards is a no-op.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import zmq
-import zmq.asyncio
 
 from ..protocol import Error
-from .aio_admin import AsyncAdmin
-from .aio_backend import NoLock
-from .aio_batches import AsyncBatchSends
-from .aio_requests import AsyncRequests
-from .aio_schedules import AsyncSchedules
-from .aio_shards import AsyncShards
-from .aio_topics import AsyncTopics
+from . import aio_admin, aio_batches, aio_requests, aio_schedules, aio_shards, aio_topics
+from . import aio_backend as backend
 from .connection import Connection
 from .curve import Curve, admin_secret_from
-from .dealer import SEND_HWM
+from .dealer import not_taken
 from .driver import RECONNECT_LINGER_S, Driver
 from .errors import BrokerRefused, ClientError
 from .events import RECONNECTED
@@ -45,15 +48,27 @@ from .schedules import Duration, delay_ms
 from .shards import to_owner_async
 from .topics import unused_ms
 
+if TYPE_CHECKING:  # apart from the others: its blocking twin's name sorts elsewhere
+    from collections.abc import AsyncIterator
+
 log = logging.getLogger("phpmq.client")
 
 
 class AsyncClient(
-    AsyncRequests, AsyncTopics, AsyncSchedules, AsyncBatchSends, AsyncShards, AsyncAdmin, Driver
+    aio_requests.AsyncRequests,
+    aio_topics.AsyncTopics,
+    aio_schedules.AsyncSchedules,
+    aio_batches.AsyncBatchSends,
+    aio_shards.AsyncShards,
+    aio_admin.AsyncAdmin,
+    backend.Background,
+    Driver,
 ):
-    """A connection to one broker for one event loop (to a sharded one: to the shard at
-    `address` and the owners of the queues it uses, as `Client`). Its coroutines may be
-    awaited from many tasks of that loop at once; it is not thread-safe."""
+    """A connection to one broker (to a sharded one: to the shard at `address`, and to the
+    owners of the queues it uses, docs/client.md "Sharded brokers"). An asyncio driver's
+    coroutines may be awaited from many tasks of one event loop at once (it is not
+    thread-safe); a blocking driver is safe for one application thread plus the client's own
+    heartbeat threads: share it between application threads only with your own lock."""
 
     def __init__(
         self,
@@ -72,8 +87,8 @@ class AsyncClient(
         _routed_by: Driver | None = None,
     ) -> None:
         """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
-        `address`); the tasks that read and heartbeat start with `async with` or a first call.
-        `_routed_by` is internal: the routing client this one is a link of."""
+        `address`) and the background work (backend.Background). `_routed_by` is internal:
+        the routing client this one is a link of."""
         self._link_settings: dict[str, Any] = dict(
             name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
             confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
@@ -97,16 +112,10 @@ class AsyncClient(
             routed_by=_routed_by,
             curve=curve,
         )
-        #: One sender at a time, so the greeting goes first on a new socket and a reconnect
-        #: gives up exactly the tags that went out on the old one.
-        self._send_lock = asyncio.Lock()
-        self._lock = NoLock()
-        #: Set and replaced whenever the broker was heard from or the socket was replaced.
-        self._news = asyncio.Event()
-        self._socket = self._connect()
-        self._reader: asyncio.Task[None] | None = None
-        self._liveness: asyncio.Task[None] | None = None
+        self._lock, self._send_lock = backend.client_locks()
+        self._dealer = self._connect()
         self._init_requests()
+        self._init_background()
 
     # ------------------------------------------------------------------ producing
 
@@ -122,8 +131,31 @@ class AsyncClient(
         delay: Duration | None = None,
         message_key: bytes | str | None = None,
     ) -> str | None:
-        """Send one message; with `confirm=True` return its ID once the broker has it.
-        As `Client.send`, with the same exceptions."""
+        """Send one message. `headers` (JSON-able) travel with it to consumers that speak the
+        extensions (e.g. `{"timeout": 30}` for a worker pool), and so does a `message_key`
+        (Kafka's record key: the broker keeps it and never reads it).
+
+        With `confirm=True` wait for the broker's answer and return the message ID: the
+        message is queued (with a `--data-dir` broker: on disk). A `key` makes the send
+        idempotent: sent again within the broker's window (2 minutes by default), it is
+        confirmed with the first ID instead of being queued twice, so retrying after an
+        Unconfirmed is safe.
+        A `delay` (seconds or a timedelta) keeps it invisible to consumers that long: a
+        one-off delayed job (it counts against the queue's length from the start).
+
+        Raises:
+            ClientError: the socket did not take it within `send_timeout` (no broker); or
+                (InvalidArgument, also a ValueError) the queue name or key breaks the
+                protocol's rules, or the content is over the broker's size limit.
+            BrokerRefused: (confirm) the broker refused it; `.error` says why. Without
+                confirm: the broker refused an earlier send that asked for no answer (this
+                one was not sent); `.refusals` lists every one not told before.
+            Unconfirmed: (confirm) no answer within `confirm_timeout`, or the connection was
+                lost: it may or may not be queued.
+            Paused: (a BrokerRefused) the broker paused sends to the queue and no RESUME
+                came within `send_timeout`; this one was not sent (or, confirmed, was
+                refused while paused). See "When the broker is full" in docs/client.md.
+        """
         if self._routing is not None and (link := await self._link_for(queue)) is not None:
             # The hot path's one check, inline: a decorator's *args would cost more.
             return await link.send(
@@ -158,22 +190,25 @@ class AsyncClient(
 
     async def _wait_while_paused(self, queue: str) -> None:
         """Return once the broker has not paused sends to `queue` (docs/protocol.md §6.4),
-        woken by each frame the reader takes in; raise Paused after `send_timeout` without
-        a RESUME."""
+        waiting for news meanwhile; raise Paused after `send_timeout` without a RESUME."""
         connection = self._connection
         if connection.paused(queue) is None:
             return
         self._start()
         started = time.monotonic()
         deadline = started + self.send_timeout
-        while (pause := connection.paused(queue)) is not None:
-            if self.closed:
-                raise ClientError("client is closed")
-            self._flush_quietly()  # a producer that also consumes: let its acks go
-            now = time.monotonic()
-            if now >= deadline:
-                raise self._pause_outlasted(queue, pause, now - started)
-            await self._news_within(deadline - now)
+        while True:
+            async with self._lock:
+                pause = connection.paused(queue)
+                if pause is None:
+                    return
+                if self.closed:
+                    raise ClientError("client is closed")
+                self._flush_quietly()  # a producer that also consumes: let its acks go
+                now = time.monotonic()
+                if now >= deadline:
+                    raise self._pause_outlasted(queue, pause, now - started)
+                await self._news_within(deadline - now)
 
     async def _await_answers(
         self, tags: list[int], timeout: float
@@ -181,20 +216,21 @@ class AsyncClient(
         """The answers to `tags`, in that order, once they are all in or `timeout` seconds
         passed without a new one (those get None)."""
         connection = self._connection
-        deadline = time.monotonic() + timeout
-        answered = 0
-        while True:
-            before = answered
-            answered = connection.answered(tags, answered)
-            if answered == len(tags):
-                break
-            if answered > before:
-                deadline = time.monotonic() + timeout  # progress: the wait starts over
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                break
-            await self._news_within(wait)
-        return connection.take_answers(tags)
+        async with self._lock:
+            deadline = time.monotonic() + timeout
+            answered = 0
+            while True:
+                before = answered
+                answered = connection.answered(tags, answered)
+                if answered == len(tags):
+                    break
+                if answered > before:
+                    deadline = time.monotonic() + timeout  # progress: the wait starts over
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    break
+                await self._news_within(wait)
+            return connection.take_answers(tags)
 
     # ------------------------------------------------------------------ consuming
 
@@ -207,50 +243,62 @@ class AsyncClient(
         bind: Iterable[str] = (),
         delete_when_unused: float | None = None,
     ) -> None:
-        """At most `window` unacked messages of `queue` at a time (0 stops), binding `bind`
-        and deleted once unused `delete_when_unused` seconds, as `Client`'s."""
+        """Ask for at most `window` unacked messages of `queue` at a time (0 stops). The
+        subscription is renewed by itself after a reconnect. `bind` binds the queue to these
+        event patterns in the same request; `delete_when_unused` (seconds) has the broker
+        delete the queue once it had no consumer that long (docs/client.md "Events"). A
+        queue name or pattern the broker would refuse raises InvalidArgument at once."""
         bind = tuple(bind)
         frame = self._connection.subscribe(queue, window, bind, unused_ms(delete_when_unused))
         await self._send_frame(frame)
         self._remember_subscription(queue, window, bind, delete_when_unused)
 
     async def receive(self, timeout: float | None = None) -> AsyncReceivedMessage | None:
-        """The next dispatched message, or None if none came within `timeout` seconds;
-        BrokerRefused for a subscription refused for good, QueueDeleted for a consumed queue
-        the broker deleted (see `Client.receive`)."""
+        """The next dispatched message, or None if none came within `timeout` seconds.
+
+        Raises:
+            BrokerRefused: the broker refused a subscription for a reason that retrying
+                cannot change (422: a window over its maximum); it is dropped. One refused
+                for a limit that may lift (429: too many consumers) is asked for again, with
+                backoff, and raises nothing.
+            QueueDeleted: (a BrokerRefused, code 404) the broker deleted a queue this client
+                consumed; that subscription is over. Raised once per deletion.
+            (From any shard's connection, on a sharded broker.)
+        """
         if self._shards is not None and self._shards.links:
             return await self._receive_merged(timeout)
         self._start()
+        message = self._take_received()  # the hot path: one is in already (the loop costs more)
+        if message is not None:
+            return message
         received = self._connection.received
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            message = self._take_received()
-            if message is not None:
-                return message
-            if deadline is None:
-                await self._news_within(None)
-                continue
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                await asyncio.sleep(0)  # one turn of the loop: the reader takes what is there
-                return received.popleft() if received else None  # type: ignore[return-value]
-            await self._news_within(wait)
+            async with self._lock:
+                message = self._take_received()
+                if message is not None:
+                    return message
+                wait = None if deadline is None else deadline - time.monotonic()
+                await self._news_within(wait)
+                if wait is not None and wait <= 0:
+                    return received.popleft() if received else None  # type: ignore[return-value]
 
     def _take_received(self) -> AsyncReceivedMessage | None:
         """The next message already received (None: none; buffered settles then go), after
         raising what the caller must be told first."""
         connection = self._connection
-        if connection.refusals.subscriptions:
-            self._tell_refused_subscription()
-        if connection.topics.deleted:
-            self._tell_deleted()
-        if connection.received:
-            return connection.received.popleft()  # type: ignore[return-value]
-        if self.closed:
-            raise ClientError("client is closed")
-        connection.raise_if_refused()
-        self._flush_quietly()
-        return None
+        with self._lock:
+            if connection.refusals.subscriptions:
+                self._tell_refused_subscription()
+            if connection.topics.deleted:
+                self._tell_deleted()
+            if connection.received:
+                return connection.received.popleft()  # type: ignore[return-value]
+            if self.closed:
+                raise ClientError("client is closed")
+            connection.raise_if_refused()
+            self._flush_quietly()
+            return None
 
     async def consume(
         self,
@@ -272,36 +320,46 @@ class AsyncClient(
             yield message
 
     async def flush(self) -> None:
-        """Send buffered acks, requeues and dead letters now (ClientError: not taken within
-        `send_timeout`); BrokerRefused for sends the broker refused (see `Client.flush`)."""
+        """Send buffered acks, requeues and dead letters now, and take in what the broker
+        sent back.
+
+        Raises:
+            ClientError: the socket did not take them within `send_timeout`.
+            BrokerRefused: the broker refused sends that asked for no answer.
+        """
         await self._flush_links()
-        payload = self._connection.take_settles()
-        if payload:
-            await self._send_frame(payload)
-        await asyncio.sleep(0)  # let the reader take in what has arrived
-        self._tell_refused_sends()
+        async with self._lock:
+            payload = self._connection.take_settles()
+            if payload:
+                await self._send_frame(payload)
+            await self._read_available()
+            self._tell_refused_sends()
 
     async def _await_limits(self) -> None:
-        """Before the first confirmed send: the broker's HELLO answer (see `Client`)."""
+        """Before the first confirmed send: the broker's HELLO answer, so that content over
+        its size limit is refused here at once (a 413 answers no tag: the send would wait
+        out `confirm_timeout`). Without an answer the send goes ahead and is Unconfirmed."""
         connection = self._connection
-        if not connection.greeted:
-            await self._send_frame(b"")
-        deadline = time.monotonic() + self.confirm_timeout
-        while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
-            connection.raise_if_refused()
-            await self._news_within(wait)
+        async with self._lock:
+            if not connection.greeted:
+                await self._send_frame(b"")
+            deadline = time.monotonic() + self.confirm_timeout
+            while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
+                connection.raise_if_refused()
+                await self._news_within(wait)
 
     async def _settle(self, frame: bytes, generation: int) -> None:
         """Where received messages hand their ack, requeue or dead letter."""
-        if self._connection.buffer_settle(frame, generation):
-            self._flush_quietly()
+        with self._lock:  # nothing awaited inside: a plain `with` costs less
+            if self._connection.buffer_settle(frame, generation):
+                self._flush_quietly()
 
     def _flush_quietly(self) -> None:
         """Send settlements without waiting; keep them if the socket is busy or not ready (a
         lost broker takes the messages back anyway, so nothing waits on them)."""
+        if backend.sending(self._send_lock):
+            return  # another sender holds the socket; the next wait flushes
         connection = self._connection
-        if self._send_lock.locked():
-            return  # a sender holds the socket; the next wait flushes
         payload = connection.take_settles()
         if payload and not self._try_send(connection.frame(payload)):
             connection.keep_settles(payload)
@@ -309,31 +367,38 @@ class AsyncClient(
     # ------------------------------------------------------------------ closing
 
     async def close(self) -> None:
-        """Flush, say goodbye, wait for the broker's answer, and close. Messages received but
-        not settled go back to the head of their queue (see `Client.close`); links first."""
+        """Flush, say goodbye, wait for the broker's answer, and close.
+
+        Messages received but not settled go back to the head of their queue (with delivery
+        count +1). The wait matters: a ROUTER discards frames it has not read yet when the
+        sender's connection closes, so without it the last sends could be lost. The broker's
+        KBAI answer proves it has read every frame sent before it.
+
+        On a sharded broker every link is closed first, the same way; a refusal any of
+        them tells is raised once all are closed.
+        """
         refused_at_link = await self._close_links()
         if self.closed:
             return
-        await _cancel(self._liveness)
-        self._liveness = None
-        try:
-            connection = self._connection
-            if connection.greeted:  # something was sent: make sure it all arrived
-                self._start()
-                while (payload := connection.leave_step()) is not None:
-                    await self._send_frame(payload)  # settles flushed, telling nothing yet
-                    await self._await_goodbye_answer()
-        except ClientError as exc:
-            log.warning("closing %s: %s", self.address, exc)
-        finally:
-            self.closed = True
-            self._connection.requests.give_up("the client was closed")
-            await _cancel(self._reader)
-            self._reader = None
-            self._socket.close(linger=int(self.close_timeout * 1000))
-            self._wake()
-        # The goodbye's answer proves the broker read every send: tell what it refused.
-        self._tell_refused_sends()
+        await self._stop_liveness()
+        async with self._lock:
+            try:
+                connection = self._connection
+                if connection.greeted:  # something was sent: make sure it all arrived
+                    self._start()
+                    while (payload := connection.leave_step()) is not None:
+                        await self._send_frame(payload)  # settles flushed, telling nothing yet
+                        await self._await_goodbye_answer()
+            except ClientError as exc:
+                log.warning("closing %s: %s", self.address, exc)
+            finally:
+                self.closed = True
+                self._connection.requests.give_up("the client was closed")
+                await self._stop_reader()
+                self._dealer.close(self.close_timeout)
+                self._wake()
+            # The goodbye's answer proves the broker read every send: tell what it refused.
+            self._tell_refused_sends()
         if refused_at_link is not None:
             raise refused_at_link
 
@@ -363,34 +428,16 @@ class AsyncClient(
 
     # ------------------------------------------------------------------ the socket
 
-    def _connect(self) -> zmq.asyncio.Socket:
+    def _connect(self) -> backend.Dealer:
         """A fresh socket whose first frame will be HELLO and a consume per subscription."""
-        sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
-        sock.linger = 0
-        sock.sndtimeo = int(self.send_timeout * 1000)
-        sock.sndhwm = SEND_HWM
-        sock.immediate = True  # as the sync Dealer: queue only to a live connection
-        if self.curve is not None:
-            self.curve.apply(sock)
-        try:
-            sock.connect(self.address)
-        except zmq.ZMQError as exc:
-            sock.close(linger=0)
-            raise ClientError(f"invalid broker address {self.address!r}: {exc}") from None
+        dealer = backend.Dealer(self.address, self.send_timeout, self.curve)
         self._connection.start(time.monotonic())
-        return sock
-
-    def _start(self) -> None:
-        """Start the reader and liveness tasks on the running loop, if not yet running."""
-        if self._reader is None and not self.closed:
-            self._reader = asyncio.get_running_loop().create_task(self._read(self._socket))
-        if self._liveness is None and not self.closed and self._connection.heartbeat_interval:
-            self._liveness = asyncio.get_running_loop().create_task(self._keep_alive())
+        return dealer
 
     async def _send_frame(
         self, payload: bytes, messages: int = 0, tags: Iterable[int] = ()
     ) -> None:
-        """Hand `payload` (`messages` 001s, whose `tags` then await answers) to the socket,
+        """Hand `payload` (`messages` 001s, whose `tags` then wait for answers) to the socket,
         waiting up to `send_timeout`; the greeting goes first if owed."""
         self._start()
         async with self._send_lock:
@@ -398,73 +445,34 @@ class AsyncClient(
                 raise ClientError("client is closed")
             connection = self._connection
             frame = connection.frame(payload)
-            if not frame:  # a greeting-only send whose greeting another task sent meanwhile
+            if not frame:  # a greeting-only send whose greeting went out meanwhile
                 return
             try:
-                await self._socket.send(frame)
+                await self._dealer.socket.send(frame)
             except zmq.Again:
-                raise ClientError(
-                    f"could not hand the message to the broker at {self.address} within"
-                    f" {self.send_timeout:g}s: it is not running, not reachable, or not"
-                    " keeping up"
-                ) from None
+                raise not_taken(self.address, self.send_timeout) from None
             connection.sent(frame, time.monotonic(), messages, tags)
 
     def _try_send(self, frame: bytes) -> bool:
         """Send a framed `frame` without waiting: False if the socket is not ready."""
-        sent = self._socket.send(frame, zmq.NOBLOCK)
-        if not sent.done():  # queued behind a pending send: not ours to wait for
-            sent.cancel()
-            return False
-        if sent.exception() is not None:  # zmq.Again: the socket is not ready
+        if not self._dealer.try_send(frame):
             return False
         self._connection.sent(frame, time.monotonic())
         return True
 
-    async def _read(self, sock: zmq.asyncio.Socket) -> None:
-        """Read the broker's frames from `sock` until it is replaced or closed."""
-        connection = self._connection
-        try:
-            while True:
-                frame = await sock.recv()
-                for event in connection.receive(frame, time.monotonic()):
-                    self._on_event(event)
-                self._wake()
-        except zmq.ZMQError as exc:  # the socket was closed under us
-            log.debug("reader stops: %s", exc)
-
-    def _wake(self) -> None:
-        self._news.set()
-        self._news = asyncio.Event()
-        if self._routed_by is not None:  # one wait of the routing client covers its links
-            self._routed_by._wake()  # type: ignore[attr-defined]
-
-    async def _read_available(self) -> None:
-        """Nothing: the reader task reads frames as they come (sync.py reads them here)."""
-
-    async def _news_within(self, seconds: float | None) -> None:
-        """Wait until the broker is heard from (or the socket replaced), at most `seconds`."""
-        news = self._news
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await news.wait()
-
     # ------------------------------------------------------------------ liveness
 
-    async def _keep_alive(self) -> None:
-        tick = min(max(self._connection.heartbeat_interval / 4, 0.01), 0.25)
-        while not self.closed:
-            await asyncio.sleep(tick)
-            await self._tick()
-
     async def _tick(self) -> None:
-        """Notice a silent broker, reconnect when due, send the greeting or a heartbeat when
-        owed (sync.py's `_tick`)."""
+        """Liveness duties, run by the background work and by waits (backend.Background):
+        notice a silent broker, reconnect when due, and send the greeting or a heartbeat when
+        owed."""
         connection = self._connection
         now = time.monotonic()
         resubscribes = connection.resubscribes(now)
-        if resubscribes and not self._send_lock.locked():
+        if resubscribes and not backend.sending(self._send_lock):
             self._try_send(connection.frame(resubscribes))
+        if not connection.heartbeat_interval:
+            return
         if self._reconnect_at is not None:
             if now >= self._reconnect_at:
                 await self._reconnect()
@@ -473,7 +481,7 @@ class AsyncClient(
             self._lost(f"no word from the broker for {connection.silence(now):.1f}s", now)
             return
         frame = connection.keepalive(now)
-        if frame is not None and not self._send_lock.locked():
+        if frame is not None and not backend.sending(self._send_lock):
             self._try_send(frame)
 
     async def _reconnect(self) -> None:
@@ -481,19 +489,12 @@ class AsyncClient(
             if self.closed:
                 return
             self._reconnect_at = None
-            await _cancel(self._reader)
+            await self._stop_reader()
             # Linger: frames already handed to the old socket still leave if its connection
             # comes back (a broker that was only frozen), instead of being thrown away.
-            self._socket.close(linger=int(RECONNECT_LINGER_S * 1000))
-            self._socket = self._connect()  # the connection gives up the old socket's work
-            self._reader = asyncio.get_running_loop().create_task(self._read(self._socket))
+            self._dealer.close(RECONNECT_LINGER_S)
+            self._dealer = self._connect()  # the connection gives up the old socket's work
+            self._start()  # the new socket's reader
             self._reconnected += 1
         self._wake()  # confirms awaited on the old socket are now answered LOST
         self._event(RECONNECTED, f"new connection #{self._reconnected}, consuming again")
-
-
-async def _cancel(task: asyncio.Task[None] | None) -> None:
-    if task is None or task.done():
-        return
-    task.cancel()
-    await asyncio.wait([task])  # unlike `await task`, our own cancellation still reaches us

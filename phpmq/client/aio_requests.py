@@ -1,45 +1,31 @@
+# The source of sync_requests.py: tools/unasync.py writes that module from this one.
 """`AsyncClient`'s requests and replies (docs/protocol.md §6.6, docs/client.md "Requests and
 replies"). A mixin of `AsyncClient` (aio.py), kept apart so that neither module grows past
-reading size; the protocol side is requests.py.
-
-Each request waits on its own future, which the connection's `notify` resolves when that
-request's outcome came: a reply wakes its one requester, not every task that waits, so many
-requests may be in flight at once. Requests made in the same turn of the event loop leave in
-one frame (`_Batch`): one socket send, one broker turn for all of them.
+reading size; the protocol side is requests.py, and how a request's frame goes and its
+requester waits is the backend's `InFlight` (aio_backend.py).
 """
 
 from __future__ import annotations
 
-import asyncio
+import time
 from typing import Any
 
+from . import aio_backend as backend
 from .connection import TRUSTED_PACKET_BYTES
-from .errors import ClientError, RequestTimeout
-from .requests import ReplyFormat, check_request, encode_request, result
+from .errors import RequestTimeout
+from .requests import Outcome, ReplyFormat, check_request, encode_request, result
 from .shards import to_owner_async
-from .sync_requests import SMALL_CONTENT
 
-
-class _Batch:
-    """The requests of one turn of the event loop, sent as one frame by the first of them."""
-
-    __slots__ = ("frames", "sent", "tags")
-
-    def __init__(self, sent: asyncio.Future[None]) -> None:
-        self.frames: list[bytes] = []
-        self.tags: list[int] = []
-        #: Done once the frame went out (or with the exception that kept it from going).
-        self.sent = sent
+#: Content up to this size goes without first waiting for the broker's limits.
+SMALL_CONTENT = 64 * 1024
 
 
 class AsyncRequests:
-    """Request/reply for the asyncio client. Every method is `AsyncClient`'s."""
+    """Request/reply for the asyncio client. Every method is `AsyncClient`'s, with its lock."""
 
     def _init_requests(self) -> None:
-        """Called once by `AsyncClient.__init__`: outcomes wake their request's future."""
-        self._reply_waiters: dict[str, asyncio.Future[None]] = {}
-        self._request_batch: _Batch | None = None
-        self._connection.requests.notify = self._outcome_came
+        """Called once by `AsyncClient.__init__`."""
+        self._in_flight = backend.InFlight(self)
 
     @property
     def replies_dropped(self) -> int:
@@ -57,71 +43,68 @@ class AsyncRequests:
         headers: dict[str, Any] | None = None,
         reply_format: ReplyFormat = "raw",
     ) -> Any:
-        """Send `content` to `queue` as a request and return the reply; as `Client.request`,
-        with the same exceptions. Any number of tasks may await requests at once."""
+        """Send `content` to `queue` as a request and return the reply that a worker sends:
+        its bytes (`reply_format="raw"`), or decoded from JSON or msgpack (the request's
+        headers then carry `reply_format`, so that a `phpmq workers` handler's return value
+        is encoded that way). The request's TTL is `timeout` rounded up to whole seconds.
+        An asyncio driver's requests may be awaited from many tasks at once.
+
+        Raises:
+            InvalidArgument: (at once) a bad queue name, timeout or reply format; content
+                over the broker's limit.
+            ReplyError: the handler failed: `.type_name`, `.text` (and `.code`, `.reason`).
+            RequestTimeout: (also a TimeoutError) no reply within `timeout` seconds.
+            RequestLost: the connection was replaced before the reply came.
+            BrokerRefused: the broker refused the request (a full queue: 429...).
+            Paused: sends to the queue were paused and no RESUME came in `send_timeout`.
+            ClientError: the socket did not take it within `send_timeout` (no broker), or
+                the reply is not in `reply_format`.
+        """
         check_request(timeout, reply_format)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = time.monotonic() + timeout
         connection = self._connection
         if not connection.knows_limits and len(content) > SMALL_CONTENT:
             await self._await_limits()
         await self._wait_while_paused(queue)
         limit = connection.broker_info.get("max_content_bytes", TRUSTED_PACKET_BYTES)
-        tag = connection.next_tag()
-        requests = connection.requests
-        correlation = requests.open(tag)
-        waiter = self._reply_waiters[correlation] = loop.create_future()
-        time_up = loop.call_at(deadline, _wake, waiter)
-        try:
-            frame = encode_request(
-                queue, content, timeout, headers, reply_format, tag, correlation, limit
-            )
-            await self._send_request(frame, tag)
-            await waiter
-        finally:
-            time_up.cancel()
-            self._reply_waiters.pop(correlation, None)
-            outcome = requests.close(correlation, tag)
-            connection.take_answers([tag])
+        async with self._lock:
+            tag = connection.next_tag()
+            correlation = connection.requests.open(tag)
+            self._in_flight.expect(correlation)
+            try:
+                frame = encode_request(
+                    queue, content, timeout, headers, reply_format, tag, correlation, limit
+                )
+                await self._in_flight.send(frame, tag)
+            except BaseException:
+                self._end_request(correlation, tag)
+                raise
+        outcome = await self._await_reply(correlation, tag, deadline)
         if outcome is None:
             raise RequestTimeout(f"no reply to the request to {queue!r} within {timeout:g}s")
         return result(outcome, reply_format)
 
-    async def _send_request(self, frame: bytes, tag: int) -> None:
-        """Hand the request's `frame` to the socket together with those of the other
-        requests made in this turn of the loop: the first of them sends them all."""
-        batch = self._request_batch
-        if batch is not None:
-            batch.frames.append(frame)
-            batch.tags.append(tag)
-            await asyncio.shield(batch.sent)
-            return
-        batch = self._request_batch = _Batch(asyncio.get_running_loop().create_future())
-        batch.frames.append(frame)
-        batch.tags.append(tag)
+    async def _await_reply(self, correlation: str, tag: int, deadline: float) -> Outcome | None:
+        """The request's outcome, once it came or `deadline` passed (None); the lock is let
+        go between waits."""
+        requests = self._connection.requests
         try:
-            await asyncio.sleep(0)  # the other requests of this turn join the batch
-            self._request_batch = None
-            await self._send_frame(b"".join(batch.frames), len(batch.tags), batch.tags)
-        except BaseException as exc:
-            if self._request_batch is batch:
-                self._request_batch = None
-            if len(batch.tags) > 1:  # the others are told; this one raises it itself
-                batch.sent.set_exception(exc if isinstance(exc, Exception) else _not_sent())
-            raise
-        batch.sent.set_result(None)
+            while True:
+                async with self._lock:
+                    outcome = requests.outcome(correlation)
+                    if outcome is not None:
+                        return outcome
+                    wait = deadline - time.monotonic()
+                    if wait <= 0:
+                        return None
+                    self._flush_quietly()  # a requester that also consumes: its acks go
+                    await self._in_flight.within(correlation, wait)
+        finally:
+            self._end_request(correlation, tag)
 
-    def _outcome_came(self, correlation: str) -> None:
-        waiter = self._reply_waiters.get(correlation)
-        if waiter is not None:
-            _wake(waiter)
-
-
-def _not_sent() -> ClientError:
-    """What the requests of a batch raise when the one to send it was cancelled first."""
-    return ClientError("request not sent: the request sending it with others was cancelled")
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    def _end_request(self, correlation: str, tag: int) -> None:
+        """No longer awaited: a later reply is dropped, the tag's answer forgotten."""
+        with self._lock:
+            self._in_flight.forget(correlation)
+            self._connection.requests.close(correlation, tag)
+            self._connection.take_answers([tag])

@@ -1,9 +1,11 @@
 """The blocking client's socket: one DEALER connected to the broker, and the pyzmq details
-the client relies on (send timeout, queue only to a live connection, linger on close)."""
+both clients rely on (send timeout, queue only to a live connection, linger on close); the
+asyncio client's twin is aio_backend.py's `Dealer`, made by `dealer_socket` too."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import zmq
 
@@ -18,38 +20,11 @@ class Dealer:
     """A fresh DEALER per connection: a reconnect closes this one and makes another."""
 
     def __init__(self, address: str, send_timeout: float, curve: Curve | None = None) -> None:
-        """Raises ClientError if ZeroMQ cannot use `address`."""
-        self.address = address
-        self.send_timeout = send_timeout
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.linger = 0
-        sock.sndtimeo = int(send_timeout * 1000)
-        sock.sndhwm = SEND_HWM
-        # Queue only to a live connection: with no broker, send() blocks for send_timeout and
-        # raises instead of parking messages in a socket that may never connect.
-        sock.immediate = True
-        if curve is not None:
-            curve.apply(sock)
-        try:
-            sock.connect(address)
-        except zmq.ZMQError as exc:
-            sock.close(linger=0)
-            raise ClientError(f"invalid broker address {address!r}: {exc}") from None
-        self._socket = sock
-
-    def send(self, frame: bytes) -> None:
-        """Hand `frame` to the socket, blocking up to `send_timeout`.
-
-        Raises:
-            ClientError: the socket did not take it in time (no broker, or a slow one).
-        """
-        try:
-            self._socket.send(frame)
-        except zmq.Again:
-            raise ClientError(
-                f"could not hand the message to the broker at {self.address} within"
-                f" {self.send_timeout:g}s: it is not running, not reachable, or not keeping up"
-            ) from None
+        """Raises ClientError if ZeroMQ cannot use `address`. A send blocks up to
+        `send_timeout` (then zmq.Again: `not_taken` says it to the caller)."""
+        self._socket: zmq.Socket[bytes] = dealer_socket(
+            zmq.Context.instance(), address, send_timeout, curve
+        )
 
     def try_send(self, frame: bytes) -> bool:
         """Hand `frame` to the socket without blocking: False if it is not ready."""
@@ -61,7 +36,7 @@ class Dealer:
 
     @property
     def socket(self) -> zmq.Socket[bytes]:
-        """The DEALER, for polling it together with others."""
+        """The DEALER: the client sends on it, and polls it with others' (sync_backend.py)."""
         return self._socket
 
     def poll(self, seconds: float) -> bool:
@@ -80,6 +55,35 @@ class Dealer:
     def close(self, linger_s: float) -> None:
         """Close; frames handed over may still leave for `linger_s` seconds."""
         self._socket.close(linger=int(linger_s * 1000))
+
+
+def dealer_socket(
+    context: zmq.Context[Any], address: str, send_timeout: float, curve: Curve | None
+) -> Any:
+    """A DEALER of `context` connected to `address` (ClientError if ZeroMQ cannot use it)."""
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.sndtimeo = int(send_timeout * 1000)
+    sock.sndhwm = SEND_HWM
+    # Queue only to a live connection: with no broker, a send waits for send_timeout and
+    # fails instead of parking messages in a socket that may never connect.
+    sock.immediate = True
+    if curve is not None:
+        curve.apply(sock)
+    try:
+        sock.connect(address)
+    except zmq.ZMQError as exc:
+        sock.close(linger=0)
+        raise ClientError(f"invalid broker address {address!r}: {exc}") from None
+    return sock
+
+
+def not_taken(address: str, send_timeout: float) -> ClientError:
+    """What a send raises when the socket did not take its frame within `send_timeout`."""
+    return ClientError(
+        f"could not hand the message to the broker at {address} within {send_timeout:g}s:"
+        " it is not running, not reachable, or not keeping up"
+    )
 
 
 def check_address(address: str) -> None:

@@ -1,6 +1,8 @@
+# auto-generated from aio.py by tools/unasync.py; do not edit.
 """The blocking client: it moves the bytes a sans-IO `Connection` (connection.py) decides on
-through a DEALER socket (dealer.py), and owns the lock, the heartbeat thread, reconnects and
-the blocking waits.
+through a DEALER socket, and owns the locks, the background work, reconnects and the waits;
+what only this driver does (its socket, its background work, how it waits) is in
+sync_backend.py.
 
     with Client("tcp://127.0.0.1:5555") as client:
         client.send("emails", b"hello", ttl=3600)
@@ -13,8 +15,8 @@ settled, or before the client next waits), so a consumer acks in batches for fre
 says HELLO first, so the broker answers its mistakes with ERROR messages; they are logged and
 kept in `client.errors`.
 
-Liveness (docs/protocol.md §6.2): the client agrees on a heartbeat interval in HELLO; a
-background thread heartbeats while the application is busy elsewhere, so a long handler does
+Liveness (docs/protocol.md §6.2): the client agrees on a heartbeat interval in HELLO; its
+background work heartbeats while the application is busy elsewhere, so a long handler does
 not look dead, but a frozen or killed process does. A broker silent for interval x liveness
 is lost: the client reconnects on a new socket with exponential backoff and jitter, says
 HELLO again and re-consumes every queue. The application sees an `on_event` callback and a
@@ -25,17 +27,18 @@ and settling them afterwards is a no-op.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from ..protocol import Error
+from . import sync_admin, sync_batches, sync_requests, sync_schedules, sync_shards, sync_topics
+from . import sync_backend as backend
 from .connection import Connection
 from .curve import Curve, admin_secret_from
-from .dealer import Dealer
+from .dealer import not_taken
 from .driver import RECONNECT_LINGER_S, Driver
 from .errors import BrokerRefused, ClientError
 from .events import RECONNECTED
@@ -43,25 +46,29 @@ from .message import ReceivedMessage
 from .refusals import FlowRefusal
 from .schedules import Duration, delay_ms
 from .shards import to_owner
-from .sync_admin import SyncAdmin
-from .sync_backend import WAIT_SLICE_S
-from .sync_batches import SyncBatchSends
-from .sync_requests import SyncRequests
-from .sync_schedules import SyncSchedules
-from .sync_shards import SyncShards
-from .sync_topics import SyncTopics
 from .topics import unused_ms
+
+if TYPE_CHECKING:  # apart from the others: its blocking twin's name sorts elsewhere
+    from collections.abc import Iterator
 
 log = logging.getLogger("phpmq.client")
 
 
 class Client(
-    SyncRequests, SyncTopics, SyncSchedules, SyncBatchSends, SyncShards, SyncAdmin, Driver
+    sync_requests.SyncRequests,
+    sync_topics.SyncTopics,
+    sync_schedules.SyncSchedules,
+    sync_batches.SyncBatchSends,
+    sync_shards.SyncShards,
+    sync_admin.SyncAdmin,
+    backend.Background,
+    Driver,
 ):
     """A connection to one broker (to a sharded one: to the shard at `address`, and to the
-    owners of the queues it uses, docs/client.md "Sharded brokers"). Thread-safe for one
-    application thread plus the client's own heartbeat threads; share it between application
-    threads only with your own lock."""
+    owners of the queues it uses, docs/client.md "Sharded brokers"). An asyncio driver's
+    coroutines may be awaited from many tasks of one event loop at once (it is not
+    thread-safe); a blocking driver is safe for one application thread plus the client's own
+    heartbeat threads: share it between application threads only with your own lock."""
 
     def __init__(
         self,
@@ -79,7 +86,9 @@ class Client(
         admin_secret: str | None = None,
         _routed_by: Driver | None = None,
     ) -> None:
-        """`_routed_by` is internal: the routing client this one is a link of."""
+        """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
+        `address`) and the background work (backend.Background). `_routed_by` is internal:
+        the routing client this one is a link of."""
         self._link_settings: dict[str, Any] = dict(
             name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
             confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
@@ -93,6 +102,7 @@ class Client(
                 heartbeat_ms=heartbeat_ms,
                 liveness=liveness,
                 settle=self._settle,
+                message_type=ReceivedMessage,
                 admin_secret=admin_secret_from(admin_secret),
             ),
             send_timeout=send_timeout,
@@ -102,15 +112,10 @@ class Client(
             routed_by=_routed_by,
             curve=curve,
         )
-        self._lock = threading.RLock()
+        self._lock, self._send_lock = backend.client_locks()
         self._dealer = self._connect()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if self._connection.heartbeat_interval:
-            self._thread = threading.Thread(
-                target=self._heartbeat_loop, name=f"phpmq-heartbeat {self.address}", daemon=True
-            )
-            self._thread.start()
+        self._init_requests()
+        self._init_background()
 
     # ------------------------------------------------------------------ producing
 
@@ -174,11 +179,10 @@ class Client(
         )
         while True:
             self._wait_while_paused(queue)
-            with self._lock:
-                self._send_frame(frame, 1, () if tag is None else (tag,))
-                if tag is None:
-                    return None
-                [answer] = self._await_answers([tag], self.confirm_timeout)
+            self._send_frame(frame, 1, () if tag is None else (tag,))
+            if tag is None:
+                return None
+            [answer] = self._await_answers([tag], self.confirm_timeout)
             if type(answer) is not FlowRefusal:
                 return self._one_answer(answer)
             # Refused because the queue filled before the broker's PAUSE reached us: the
@@ -186,11 +190,11 @@ class Client(
 
     def _wait_while_paused(self, queue: str) -> None:
         """Return once the broker has not paused sends to `queue` (docs/protocol.md §6.4),
-        reading the socket meanwhile; raise Paused after `send_timeout` without a RESUME.
-        The lock is let go between reads, so the heartbeat thread keeps its turn."""
+        waiting for news meanwhile; raise Paused after `send_timeout` without a RESUME."""
         connection = self._connection
         if connection.paused(queue) is None:
             return
+        self._start()
         started = time.monotonic()
         deadline = started + self.send_timeout
         while True:
@@ -198,17 +202,19 @@ class Client(
                 pause = connection.paused(queue)
                 if pause is None:
                     return
+                if self.closed:
+                    raise ClientError("client is closed")
                 self._flush_quietly()  # a producer that also consumes: let its acks go
                 now = time.monotonic()
                 if now >= deadline:
                     raise self._pause_outlasted(queue, pause, now - started)
-                self._wait_and_read(min(deadline - now, WAIT_SLICE_S))
+                self._news_within(deadline - now)
 
     def _await_answers(
         self, tags: list[int], timeout: float
     ) -> list[str | Error | FlowRefusal | None]:
-        """The answers to `tags`, in that order, reading the socket until they are all in or
-        `timeout` seconds pass without a new one (those get None)."""
+        """The answers to `tags`, in that order, once they are all in or `timeout` seconds
+        passed without a new one (those get None)."""
         connection = self._connection
         with self._lock:
             deadline = time.monotonic() + timeout
@@ -223,7 +229,7 @@ class Client(
                 wait = deadline - time.monotonic()
                 if wait <= 0:
                     break
-                self._wait_and_read(min(wait, WAIT_SLICE_S))
+                self._news_within(wait)
             return connection.take_answers(tags)
 
     # ------------------------------------------------------------------ consuming
@@ -244,8 +250,7 @@ class Client(
         queue name or pattern the broker would refuse raises InvalidArgument at once."""
         bind = tuple(bind)
         frame = self._connection.subscribe(queue, window, bind, unused_ms(delete_when_unused))
-        with self._lock:
-            self._send_frame(frame)
+        self._send_frame(frame)
         self._remember_subscription(queue, window, bind, delete_when_unused)
 
     def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
@@ -262,6 +267,10 @@ class Client(
         """
         if self._shards is not None and self._shards.links:
             return self._receive_merged(timeout)
+        self._start()
+        message = self._take_received()  # the hot path: one is in already (the loop costs more)
+        if message is not None:
+            return message
         received = self._connection.received
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -269,10 +278,10 @@ class Client(
                 message = self._take_received()
                 if message is not None:
                     return message
-                wait = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
-                self._wait_and_read(min(wait, WAIT_SLICE_S) if wait > 0 else 0)
-                if wait <= 0:
-                    return received.popleft() if received else None
+                wait = None if deadline is None else deadline - time.monotonic()
+                self._news_within(wait)
+                if wait is not None and wait <= 0:
+                    return received.popleft() if received else None  # type: ignore[return-value]
 
     def _take_received(self) -> ReceivedMessage | None:
         """The next message already received (None: none; buffered settles then go), after
@@ -284,7 +293,9 @@ class Client(
             if connection.topics.deleted:
                 self._tell_deleted()
             if connection.received:
-                return connection.received.popleft()
+                return connection.received.popleft()  # type: ignore[return-value]
+            if self.closed:
+                raise ClientError("client is closed")
             connection.raise_if_refused()
             self._flush_quietly()
             return None
@@ -309,7 +320,7 @@ class Client(
             yield message
 
     def flush(self) -> None:
-        """Send buffered acks, requeues and dead letters now, and read what the broker
+        """Send buffered acks, requeues and dead letters now, and take in what the broker
         sent back.
 
         Raises:
@@ -335,17 +346,19 @@ class Client(
             deadline = time.monotonic() + self.confirm_timeout
             while not connection.knows_limits and (wait := deadline - time.monotonic()) > 0:
                 connection.raise_if_refused()
-                self._wait_and_read(min(wait, WAIT_SLICE_S))
+                self._news_within(wait)
 
     def _settle(self, frame: bytes, generation: int) -> None:
         """Where received messages hand their ack, requeue or dead letter."""
-        with self._lock:
+        with self._lock:  # nothing awaited inside: a plain `with` costs less
             if self._connection.buffer_settle(frame, generation):
                 self._flush_quietly()
 
     def _flush_quietly(self) -> None:
-        """Send settlements without blocking; keep them if the socket is not ready (a lost
-        broker takes the messages back anyway, so nothing waits on them)."""
+        """Send settlements without waiting; keep them if the socket is busy or not ready (a
+        lost broker takes the messages back anyway, so nothing waits on them)."""
+        if backend.sending(self._send_lock):
+            return  # another sender holds the socket; the next wait flushes
         connection = self._connection
         payload = connection.take_settles()
         if payload and not self._try_send(connection.frame(payload)):
@@ -365,15 +378,14 @@ class Client(
         them tells is raised once all are closed.
         """
         refused_at_link = self._close_links()
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
+        if self.closed:
+            return
+        self._stop_liveness()
         with self._lock:
-            if self.closed:
-                return
             try:
                 connection = self._connection
                 if connection.greeted:  # something was sent: make sure it all arrived
+                    self._start()
                     while (payload := connection.leave_step()) is not None:
                         self._send_frame(payload)  # settles flushed, telling nothing yet
                         self._await_goodbye_answer()
@@ -381,7 +393,10 @@ class Client(
                 log.warning("closing %s: %s", self.address, exc)
             finally:
                 self.closed = True
+                self._connection.requests.give_up("the client was closed")
+                self._stop_reader()
                 self._dealer.close(self.close_timeout)
+                self._wake()
             # The goodbye's answer proves the broker read every send: tell what it refused.
             self._tell_refused_sends()
         if refused_at_link is not None:
@@ -391,14 +406,15 @@ class Client(
         deadline = time.monotonic() + self.close_timeout
         while not self._connection.goodbye_answered:
             wait = deadline - time.monotonic()
-            if wait <= 0 or not self._dealer.poll(wait):
+            if wait <= 0:
                 raise ClientError(
                     f"the broker did not answer goodbye within {self.close_timeout}s:"
                     " messages sent just before closing may not have arrived"
                 )
-            self._read_available()
+            self._news_within(wait)
 
     def __enter__(self) -> Client:
+        self._start()
         return self
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
@@ -412,71 +428,48 @@ class Client(
 
     # ------------------------------------------------------------------ the socket
 
-    def _connect(self) -> Dealer:
+    def _connect(self) -> backend.Dealer:
         """A fresh socket whose first frame will be HELLO and a consume per subscription."""
-        dealer = Dealer(self.address, self.send_timeout, self.curve)
+        dealer = backend.Dealer(self.address, self.send_timeout, self.curve)
         self._connection.start(time.monotonic())
         return dealer
 
-    def _send_frame(self, payload: bytes, messages: int = 0, tags: Iterable[int] = ()) -> None:
-        """Hand `payload` (`messages` 001s, whose `tags` then await answers) to the socket,
-        blocking up to `send_timeout`; the greeting goes first if owed. Under the lock, so a
-        reconnect gives up exactly the tags that went out on the old socket."""
-        with self._lock:
+    def _send_frame(
+        self, payload: bytes, messages: int = 0, tags: Iterable[int] = ()
+    ) -> None:
+        """Hand `payload` (`messages` 001s, whose `tags` then wait for answers) to the socket,
+        waiting up to `send_timeout`; the greeting goes first if owed."""
+        self._start()
+        with self._send_lock:
             if self.closed:
                 raise ClientError("client is closed")
-            frame = self._connection.frame(payload)
+            connection = self._connection
+            frame = connection.frame(payload)
             if not frame:  # a greeting-only send whose greeting went out meanwhile
                 return
-            self._dealer.send(frame)
-            self._connection.sent(frame, time.monotonic(), messages, tags)
+            try:
+                self._dealer.socket.send(frame)
+            except zmq.Again:
+                raise not_taken(self.address, self.send_timeout) from None
+            connection.sent(frame, time.monotonic(), messages, tags)
 
     def _try_send(self, frame: bytes) -> bool:
-        """Send a framed `frame` without blocking: False if the socket is not ready."""
+        """Send a framed `frame` without waiting: False if the socket is not ready."""
         if not self._dealer.try_send(frame):
             return False
         self._connection.sent(frame, time.monotonic())
         return True
 
-    def _wait_and_read(self, seconds: float) -> None:
-        """Read what the broker sends within `seconds`, then do the liveness duties."""
-        if self._dealer.poll(seconds):
-            self._read_available()
-        self._tick()
-
-    def _news_within(self, seconds: float) -> None:
-        """Read what the broker sends within `seconds` (at most one WAIT_SLICE_S, so that
-        the heartbeat thread keeps its turn), then do the liveness duties."""
-        self._wait_and_read(min(seconds, WAIT_SLICE_S))
-
-    def _read_available(self) -> None:
-        connection = self._connection
-        for frame in self._dealer.frames():
-            for event in connection.receive(frame, time.monotonic()):
-                self._on_event(event)
-
     # ------------------------------------------------------------------ liveness
 
-    def _heartbeat_loop(self) -> None:
-        tick = min(max(self._connection.heartbeat_interval / 4, 0.01), 0.25)
-        while not self._stop.wait(tick):
-            with self._lock:
-                if self.closed:
-                    return
-                try:
-                    self._read_available()
-                    self._tick()
-                except zmq.ZMQError as exc:  # the socket was closed under us: we are done
-                    log.debug("heartbeat thread stops: %s", exc)
-                    return
-
     def _tick(self) -> None:
-        """Liveness duties, run by whichever thread holds the socket: notice a silent broker,
-        reconnect when due, and send the greeting or a heartbeat when owed."""
+        """Liveness duties, run by the background work and by waits (backend.Background):
+        notice a silent broker, reconnect when due, and send the greeting or a heartbeat when
+        owed."""
         connection = self._connection
         now = time.monotonic()
         resubscribes = connection.resubscribes(now)
-        if resubscribes:
+        if resubscribes and not backend.sending(self._send_lock):
             self._try_send(connection.frame(resubscribes))
         if not connection.heartbeat_interval:
             return
@@ -488,14 +481,20 @@ class Client(
             self._lost(f"no word from the broker for {connection.silence(now):.1f}s", now)
             return
         frame = connection.keepalive(now)
-        if frame is not None:
+        if frame is not None and not backend.sending(self._send_lock):
             self._try_send(frame)
 
     def _reconnect(self) -> None:
-        self._reconnect_at = None
-        # Linger: frames already handed to the old socket still leave if its connection
-        # comes back (a broker that was only frozen), instead of being thrown away.
-        self._dealer.close(RECONNECT_LINGER_S)
-        self._dealer = self._connect()  # the connection gives up the old socket's work
-        self._reconnected += 1
+        with self._send_lock:
+            if self.closed:
+                return
+            self._reconnect_at = None
+            self._stop_reader()
+            # Linger: frames already handed to the old socket still leave if its connection
+            # comes back (a broker that was only frozen), instead of being thrown away.
+            self._dealer.close(RECONNECT_LINGER_S)
+            self._dealer = self._connect()  # the connection gives up the old socket's work
+            self._start()  # the new socket's reader
+            self._reconnected += 1
+        self._wake()  # confirms awaited on the old socket are now answered LOST
         self._event(RECONNECTED, f"new connection #{self._reconnected}, consuming again")

@@ -1,6 +1,8 @@
+# auto-generated from aio_requests.py by tools/unasync.py; do not edit.
 """`Client`'s requests and replies (docs/protocol.md §6.6, docs/client.md "Requests and
-replies"). A mixin of `Client` (sync.py), kept apart so that neither module grows past reading
-size; the protocol side is requests.py.
+replies"). A mixin of `Client` (sync.py), kept apart so that neither module grows past
+reading size; the protocol side is requests.py, and how a request's frame goes and its
+requester waits is the backend's `InFlight` (sync_backend.py).
 """
 
 from __future__ import annotations
@@ -8,19 +10,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from . import sync_backend as backend
 from .connection import TRUSTED_PACKET_BYTES
 from .errors import RequestTimeout
 from .requests import Outcome, ReplyFormat, check_request, encode_request, result
 from .shards import to_owner
 
-#: Longest the waiting thread holds the socket at a time (sync.py's WAIT_SLICE_S).
-_SLICE_S = 0.05
 #: Content up to this size goes without first waiting for the broker's limits.
 SMALL_CONTENT = 64 * 1024
 
 
 class SyncRequests:
     """Request/reply for the blocking client. Every method is `Client`'s, with its lock."""
+
+    def _init_requests(self) -> None:
+        """Called once by `Client.__init__`."""
+        self._in_flight = backend.InFlight(self)
 
     @property
     def replies_dropped(self) -> int:
@@ -42,6 +47,7 @@ class SyncRequests:
         its bytes (`reply_format="raw"`), or decoded from JSON or msgpack (the request's
         headers then carry `reply_format`, so that a `phpmq workers` handler's return value
         is encoded that way). The request's TTL is `timeout` rounded up to whole seconds.
+        An asyncio driver's requests may be awaited from many tasks at once.
 
         Raises:
             InvalidArgument: (at once) a bad queue name, timeout or reply format; content
@@ -64,11 +70,12 @@ class SyncRequests:
         with self._lock:
             tag = connection.next_tag()
             correlation = connection.requests.open(tag)
+            self._in_flight.expect(correlation)
             try:
                 frame = encode_request(
                     queue, content, timeout, headers, reply_format, tag, correlation, limit
                 )
-                self._send_frame(frame, 1, (tag,))
+                self._in_flight.send(frame, tag)
             except BaseException:
                 self._end_request(correlation, tag)
                 raise
@@ -78,8 +85,8 @@ class SyncRequests:
         return result(outcome, reply_format)
 
     def _await_reply(self, correlation: str, tag: int, deadline: float) -> Outcome | None:
-        """The request's outcome, reading the socket until it came or `deadline` passed
-        (None); the lock is let go between reads, so the heartbeat thread keeps its turn."""
+        """The request's outcome, once it came or `deadline` passed (None); the lock is let
+        go between waits."""
         requests = self._connection.requests
         try:
             while True:
@@ -91,12 +98,13 @@ class SyncRequests:
                     if wait <= 0:
                         return None
                     self._flush_quietly()  # a requester that also consumes: its acks go
-                    self._wait_and_read(min(wait, _SLICE_S))
+                    self._in_flight.within(correlation, wait)
         finally:
             self._end_request(correlation, tag)
 
     def _end_request(self, correlation: str, tag: int) -> None:
         """No longer awaited: a later reply is dropped, the tag's answer forgotten."""
         with self._lock:
+            self._in_flight.forget(correlation)
             self._connection.requests.close(correlation, tag)
             self._connection.take_answers([tag])
