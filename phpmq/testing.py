@@ -39,7 +39,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .client import BrokerRefused, Client, ClientError, Curve
+import zmq
+
+from .client import Client, Curve
 from .protocol import admin_commands as cmd
 from .protocol.cluster import ClusterMap, Shard
 
@@ -352,13 +354,24 @@ class LocalCluster:
         return next(owned)
 
     def role(self, replica: Any) -> str | None:
-        """What the replica says it is ("leader", "follower"); None: no answer."""
+        """What the replica says it is ("leader", "follower"); None: no answer. (Asked on a
+        bare socket: a client would follow a follower to its leader.)"""
+        from . import protocol
+
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
         try:
-            with Client(replica.address, close_timeout=0.5) as client:
-                stats = client.admin(cmd.STATS, timeout=2.0, here=True, limit=0)
-        except (ClientError, BrokerRefused):
-            return None
-        return stats.get("replication", {}).get("role")
+            sock.connect(replica.address)
+            sock.send(protocol.encode(protocol.Admin({"command": cmd.STATS, "here": True})))
+            if not sock.poll(2000):
+                return None
+            messages, _ = protocol.decode_frame(sock.recv())
+        finally:
+            sock.close()
+        for message in messages:
+            if isinstance(message, protocol.AdminReply):
+                return message.options.get("replication", {}).get("role")
+        return None
 
     def leader(self, shard: str) -> Any:
         """The replica leading `shard` now (None: none answers as leader)."""
@@ -391,6 +404,16 @@ class LocalCluster:
 
     def signal(self, replica: Any, signum: int) -> None:
         os.kill(self.pid(replica), signum)
+
+    def kill_node(self, node: str) -> None:
+        """kill -9 the node's supervisor and every replica process of it at once: the host
+        died (restart it with `start`)."""
+        broker = self.nodes[node]
+        endpoints = broker.ready_endpoints() or {}
+        for shard in endpoints.get("shards", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(shard["pid"]), signal.SIGKILL)
+        broker.kill()
 
     def __enter__(self) -> LocalCluster:
         try:

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from replicated_cluster import Producer, drain, replicated_cluster
 
 from harness import wait_for
+from phpmq import Client, ClientError
+from replicated_cluster import Producer, drain, replicated_cluster
 
 pytestmark = [pytest.mark.xdist_group("replication"), pytest.mark.timeout(240)]
 
@@ -103,3 +104,32 @@ def test_a_node_whose_data_is_wiped_catches_up(tmp_path: Path) -> None:
                 return False
 
         wait_for(caught_up, "the wiped replica to hold every message again", timeout=60)
+
+
+def test_the_client_follows_its_shard_to_the_new_leader_when_a_node_dies(tmp_path: Path) -> None:
+    with replicated_cluster(tmp_path) as cluster:
+        leaders = cluster.wait_for_leaders(at_home=True)
+        shard = "b/0"
+        queue = cluster.queue_of(shard)
+        confirmed = []
+        with Client(cluster.address("a"), confirm_timeout=2.0) as client:
+            for i in range(20):
+                client.send(queue, b"before-%d" % i, confirm=True, key=f"before-{i}")
+                confirmed.append(b"before-%d" % i)
+            cluster.kill_node(leaders[shard].node)  # the host of b/0's leader dies
+            killed_at = time.monotonic()
+            for i in range(20):
+                while True:
+                    try:
+                        client.send(queue, b"after-%d" % i, confirm=True, key=f"after-{i}")
+                        break
+                    except ClientError:
+                        assert time.monotonic() - killed_at < 60, "no confirm for a minute"
+                confirmed.append(b"after-%d" % i)
+            print(f"20 sends confirmed {time.monotonic() - killed_at:.2f} s after the kill")
+            client.subscribe(queue, 100)
+            got = set()
+            while (message := client.receive(timeout=3.0)) is not None:
+                got.add(message.content)
+                message.ack()
+        assert set(confirmed) <= got, sorted(set(confirmed) - got)

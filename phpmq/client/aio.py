@@ -440,6 +440,8 @@ class AsyncClient(
         """Hand `payload` (`messages` 001s, whose `tags` then wait for answers) to the socket,
         waiting up to `send_timeout`; the greeting goes first if owed."""
         self._start()
+        if self._reconnect_due(time.monotonic()):
+            await self._reconnect()  # not on a socket already given up on
         async with self._send_lock:
             if self.closed:
                 raise ClientError("client is closed")
@@ -450,7 +452,9 @@ class AsyncClient(
             try:
                 await self._dealer.socket.send(frame)
             except zmq.Again:
-                raise not_taken(self.address, self.send_timeout) from None
+                refusal = not_taken(self.address, self.send_timeout)
+                self._untaken(str(refusal))
+                raise refusal from None
             connection.sent(frame, time.monotonic(), messages, tags)
 
     def _try_send(self, frame: bytes) -> bool:

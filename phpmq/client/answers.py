@@ -29,6 +29,11 @@ class Answers:
         #: The answers come (an ID, the refusing ERROR, a FlowRefusal, or LOST), by tag.
         self.by_tag: dict[int, Answer] = {}
 
+    @property
+    def awaiting(self) -> bool:
+        """Whether a tag sent on this transport still waits for its answer."""
+        return any(tag not in self.by_tag for tag in self._awaited)
+
     def expect(self, tags: Iterable[int]) -> None:
         """These tags went out: their answers are to be kept."""
         self._awaited.update(tags)

@@ -304,6 +304,11 @@ class Connection:
         """The PAUSEs in force, by queue (None: the broker-wide one)."""
         return self._pauses.in_force
 
+    @property
+    def awaiting_answers(self) -> bool:
+        """Whether a tag sent on the current transport still waits for its answer."""
+        return self._answers.awaiting
+
     def take_answers(self, tags: list[int]) -> list[Answer]:
         """The answers to `tags`, in order (an ID, the refusing ERROR, a FlowRefusal: to be
         sent again once the pause is over, or LOST: none came), which are no longer

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -75,8 +76,13 @@ class Driver:
         curve: Curve | None = None,
     ) -> None:
         """`routed_by`: the routing client this one is a link of, a connection to one more
-        shard (it routes nothing itself and tells that client the maps it hears)."""
-        self.address = broker_address(address)
+        shard (it routes nothing itself and tells that client the maps it hears).
+        `address` may list several endpoints, separated by commas: the others are tried in
+        turn when the one in use is lost (and a replicated shard's replicas join them)."""
+        #: Where this connection may go (docs/client.md "Replicated shards"), and the one it
+        #: uses now.
+        self._addresses = [part.strip() for part in broker_address(address).split(",")]
+        self.address = self._addresses[0]
         #: CURVE keys (docs/security.md): given, or from PHPMQ_CURVE_SECRET/_SERVER.
         self.curve = curve if curve is not None else curve_from_environment()
         self.send_timeout = send_timeout
@@ -150,11 +156,39 @@ class Driver:
 
     def _hello_heard(self, options: dict[str, Any]) -> None:
         """A HELLO answer: the routing client adopts its map (a newer epoch) and, from home,
-        whether the broker is sharded."""
+        whether the broker is sharded; a follower replica's answer names its leader."""
+        self._learn_replicas(options)
+        self._follow_leader(options)
         if self._routed_by is not None:
             self._routed_by._map_heard(options, from_home=False)
         else:
             self._map_heard(options, from_home=True)
+
+    def _learn_replicas(self, options: dict[str, Any]) -> None:
+        """The replicas of the shard this connection reaches are where it may go too."""
+        cluster, name = cluster_in(options), options.get("shard")
+        if cluster is None:
+            return
+        for shard in cluster.shards:
+            if shard.name == name:
+                self._addresses += [a for a in shard.replicas if a not in self._addresses]
+
+    def _follow_leader(self, options: dict[str, Any]) -> None:
+        """A follower answered: it forwards to its leader, but going there saves a hop. The
+        move waits while answers are due on this socket (a reconnect would lose them)."""
+        leader = options.get("leader")
+        if (
+            "standby" in options
+            and type(leader) is str
+            and leader != self.address
+            and leader in self._addresses
+            and not self._connection.awaiting_answers
+        ):
+            log.info(
+                "broker %s is a follower replica: going to its leader %s", self.address, leader
+            )
+            self.address = leader
+            self._reconnect_at = time.monotonic()
 
     def _map_heard(self, options: dict[str, Any], *, from_home: bool) -> None:
         shards = self._shards
@@ -185,7 +219,8 @@ class Driver:
     def _new_link(self, shard: Shard) -> Any:
         """A connection to `shard`, a whole client of this one's kind and settings."""
         assert self._shards is not None
-        link = type(self)(shard.address, **self._settings_for_link())
+        addresses = ",".join(shard.replicas) if shard.replicas else shard.address
+        link = type(self)(addresses, **self._settings_for_link())
         self._shards.links[shard.name] = link
         return link
 
@@ -237,11 +272,10 @@ class Driver:
         if isinstance(answer, Error):
             raise BrokerRefused(answer)
         if answer is None:
-            raise Unconfirmed(
-                f"no confirm from the broker at {self.address}{self._unanswered_why()}",
-                [None],
-                {},
-            )
+            why = f"no confirm from the broker at {self.address}{self._unanswered_why()}"
+            if self._connection.sent_since_heard:  # silent since: try the next replica
+                self._untaken(why)
+            raise Unconfirmed(why, [None], {})
         return answer
 
     def _unanswered_why(self) -> str:
@@ -249,7 +283,6 @@ class Driver:
         behind it were not read)."""
         trouble = self._connection.join_trouble()
         return f": {trouble}" if trouble else ""
-
 
     @staticmethod
     def _pause_outlasted(queue: str, pause: Pause, waited: float) -> Paused:
@@ -331,11 +364,29 @@ class Driver:
                 " every call raises JoinRefused",
             )
 
+    def _untaken(self, why: str) -> None:
+        """The socket took nothing within send_timeout, or the broker was silent through a
+        confirm's wait: with somewhere else to go (another replica, another endpoint
+        given), that endpoint counts as lost now."""
+        if len(self._addresses) > 1 and self._reconnect_at is None:
+            now = time.monotonic()
+            self._lost(why, now)
+            self._reconnect_at = now  # at once: the next replica is not the one that failed
+
+    def _reconnect_due(self, now: float) -> bool:
+        """Whether to reconnect before sending: when due, or at once when a reconnect is
+        pending and there is somewhere else to go (the next replica)."""
+        due = self._reconnect_at
+        return due is not None and (now >= due or len(self._addresses) > 1)
+
     def _lost(self, why: str, now: float) -> None:
         """The broker is lost: schedule a reconnect after the backoff, with jitter."""
         delay = self._reconnect_delay * random.uniform(0.5, 1.5)
         self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
         self._reconnect_at = now + delay
+        addresses = self._addresses
+        if len(addresses) > 1:  # another replica, or another endpoint the user gave
+            self.address = addresses[(addresses.index(self.address) + 1) % len(addresses)]
         self._event(
             BROKER_LOST,
             f"{why}; reconnecting in {delay:.2f}s; {self._connection.sent_since_heard} messages"
