@@ -38,14 +38,18 @@ class Producer:
         self.retries = 0
         self._tag = 0
 
-    def send(self, queue: str, key: str, deadline: float, wait: float = 2.0) -> bool:
-        """Send until confirmed or `deadline`; whether it was confirmed."""
+    def send(
+        self, queue: str, key: str, deadline: float, wait: float = 2.0, padding: bytes = b""
+    ) -> bool:
+        """Send until confirmed or `deadline`; whether it was confirmed. The content is the
+        key, and `padding` after it."""
         with raw_dealer(self.address) as sock:
             sock.send(p.encode(p.Hello({})))
             while time.monotonic() < deadline:
                 self._tag += 1
                 tag = self._tag
-                sock.send(p.encode(p.Send(queue, key.encode(), tag=tag, key=key)))
+                content = key.encode() + padding
+                sock.send(p.encode(p.Send(queue, content, tag=tag, key=key)))
                 answer = _answer(sock, tag, wait)
                 if isinstance(answer, p.Confirm):
                     self.confirmed[key] = answer.message_id
@@ -86,5 +90,7 @@ def drain(address: str, queues: list[str], idle: float = 3.0) -> list[bytes]:
     return contents
 
 
-def replicated_cluster(directory: Path, replicas: int = 3) -> ReplicatedCluster:
-    return ReplicatedCluster(directory, nodes=len(NODES), replicas=replicas)
+def replicated_cluster(
+    directory: Path, replicas: int = 3, flags: tuple[str, ...] = ("--grace-seconds", "1")
+) -> ReplicatedCluster:
+    return ReplicatedCluster(directory, nodes=len(NODES), replicas=replicas, flags=flags)

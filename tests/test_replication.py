@@ -6,14 +6,17 @@ confirms nothing, and a node whose data is wiped catches up from the others.
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from harness import wait_for
+from lan import in_ci
 from phpmq import Client, ClientError
 from replicated_cluster import Producer, drain, replicated_cluster
 
@@ -133,3 +136,56 @@ def test_the_client_follows_its_shard_to_the_new_leader_when_a_node_dies(tmp_pat
                 got.add(message.content)
                 message.ack()
         assert set(confirmed) <= got, sorted(set(confirmed) - got)
+
+
+def test_a_slow_follower_does_not_stall_its_leader(tmp_path: Path) -> None:
+    """A follower that stops answering (SIGSTOP: a GC pause, a slow disk) is left behind:
+    the leader and the other follower are a majority and keep confirming."""
+    with replicated_cluster(tmp_path) as cluster:
+        leaders = cluster.wait_for_leaders()
+        shard = sorted(leaders)[0]
+        queue = cluster.queue_of(shard)
+        leader = leaders[shard]
+        slow = next(r for r in cluster.replica_sets[shard] if r != leader)
+        producer = Producer(leader.address)
+        started = time.monotonic()
+        for i in range(50):
+            assert producer.send(queue, f"before-{i}", time.monotonic() + 10)
+        before = time.monotonic() - started
+        cluster.signal(slow, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            for i in range(50):
+                assert producer.send(queue, f"stalled-{i}", time.monotonic() + 10, wait=2.0)
+            during = time.monotonic() - started
+        finally:
+            cluster.signal(slow, signal.SIGCONT)
+        print(f"50 confirmed sends: {before:.2f} s with both followers, {during:.2f} s with one")
+        assert cluster.role(leader) == "leader"  # it never lost its majority
+
+
+@pytest.mark.skipif(os.geteuid() != 0 and not in_ci(), reason="mounting a small tmpfs needs root")
+def test_a_follower_out_of_disk_space_stops_and_the_majority_goes_on(tmp_path: Path) -> None:
+    flags = ("--grace-seconds", "1", "--min-free-disk", "8MiB")
+    cluster = replicated_cluster(tmp_path, flags=flags)
+    small = tmp_path / "c"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)], check=True)
+    try:
+        with cluster:
+            leaders = cluster.wait_for_leaders()
+            shard = next(s for s, leader in leaders.items() if leader.node != "c")
+            queue = cluster.queue_of(shard)
+            producer = Producer(leaders[shard].address)
+            padding = b" " * 60_000
+            for i in range(250):  # about 15 MB: each of c's replicas fills its 20 MB volume
+                assert producer.send(queue, f"m-{i}", time.monotonic() + 30, padding=padding)
+            wait_for(
+                lambda: "disk space low" in cluster.log("c"),
+                "node c's replica to say it is out of room",
+                timeout=30,
+            )
+            got = {content.split()[0].decode() for content in drain(cluster.address("a"), [queue])}
+            assert set(producer.confirmed) <= got
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)

@@ -185,14 +185,18 @@ class ReplicatedTurns:
         return []
 
     def _lose(self, why: str) -> None:
-        if self.lost is None:
-            self.lost = why
-            held = sum(len(output) for _, output in self._in_flight) + len(self._output)
-            log.warning(
-                "this replica stops leading (%s): %d frames of answers were never sent",
-                why,
-                held,
-            )
+        if self.lost is not None:
+            return
+        self.lost = why
+        if not self.leading:
+            log.warning("this replica stops (%s); it starts again as a follower", why)
+            return
+        held = sum(len(output) for _, output in self._in_flight) + len(self._output)
+        log.warning(
+            "this replica stops leading (%s): %d frames of answers were never sent",
+            why,
+            held,
+        )
 
     def stats(self) -> dict[str, object]:
         return {

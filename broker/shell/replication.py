@@ -23,6 +23,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal
 from pysyncobj.pickle import dumps, loads
 
+from .disk import free_and_total
 from .durable import DurableStore, StorageError
 
 log = logging.getLogger("phpmq.replication")
@@ -54,6 +56,15 @@ CONNECTION_RETRY_S = 0.5
 #: Log entries kept before a snapshot lets the log start over (or this many seconds).
 COMPACT_AFTER_ENTRIES = 20_000
 COMPACT_AFTER_S = 600
+#: How often the log's volume is looked at (at most), and a waiting replica's pause.
+ROOM_CHECK_S = 0.1
+ROOM_WAIT_S = 1.0
+MIB = 1 << 20
+
+
+class NoRoom(Exception):
+    """The log cannot take an entry (the volume is under its floor, or a write failed): the
+    replica acknowledges nothing more, and stops."""
 
 
 class SyncedJournal(FileJournal):  # type: ignore[misc]
@@ -61,15 +72,29 @@ class SyncedJournal(FileJournal):  # type: ignore[misc]
 
     pysyncobj writes its log through mmap and syncs it only when the process ends; a power
     loss could then lose an entry a follower already acknowledged. Each write below is
-    msync'ed before it returns, and the term and vote are fsynced, as Raft requires."""
+    msync'ed before it returns, and the term and vote are fsynced, as Raft requires.
 
-    def __init__(self, path: str) -> None:
+    An entry is refused while `no_room()` names a reason (a volume under its floor: a write
+    into a mapped page the volume cannot back would kill the process with SIGBUS), and one
+    whose write failed is taken back out of pysyncobj's in-memory list, so that the replica
+    never acknowledges an entry it does not hold on disk."""
+
+    def __init__(self, path: str, no_room: Callable[[], str | None]) -> None:
         super().__init__(path)
         self._meta_path = path + ".meta"
+        self._no_room = no_room
 
     def add(self, command: bytes, idx: int, term: int) -> None:
-        super().add(command, idx, term)
-        self.flush()
+        problem = self._no_room()
+        if problem is not None:
+            raise NoRoom(problem)
+        try:
+            super().add(command, idx, term)
+            self.flush()
+        except (OSError, ValueError) as exc:
+            # FileJournal appends to its list before it writes: that entry is not held.
+            self._FileJournal__journal.pop()
+            raise NoRoom(f"the Raft log could not be written: {exc}") from None
 
     def clear(self) -> None:
         super().clear()
@@ -108,13 +133,13 @@ _journal_lock = threading.Lock()
 
 
 @contextmanager
-def _synced_journals():
+def _synced_journals(no_room: Callable[[], str | None]):
     """pysyncobj makes its journal with a module-level factory and offers no other way in:
     swap it for the synced one while a group is made (and only then)."""
     with _journal_lock:
         original = pysyncobj.syncobj.createJournal
         pysyncobj.syncobj.createJournal = lambda path: (
-            SyncedJournal(path) if path else original(path)
+            SyncedJournal(path, no_room) if path else original(path)
         )
         try:
             yield
@@ -173,11 +198,12 @@ class _StoreMachine(SyncObj):  # type: ignore[misc]
         conf: SyncObjConf,
         store: DurableStore,
         on_broken: Callable[[str], None],
+        no_room: Callable[[], str | None],
     ) -> None:
         self._store = store
         self._on_broken = on_broken
         self.broken = False
-        with _synced_journals():
+        with _synced_journals(no_room):
             super().__init__(self_address, others, conf)
 
     @replicated  # type: ignore[misc]
@@ -206,7 +232,10 @@ class ReplicaGroup:
         address: str,
         others: list[str],
         secret: str,
+        min_free_bytes: int = 0,
     ) -> None:
+        """`min_free_bytes`: the floor of free space under which the log takes no entry
+        and the replica stops (it waits for room before it joins again: `wait_for_room`)."""
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.address = address
@@ -240,8 +269,16 @@ class ReplicaGroup:
             onStateChanged=self._on_state_changed,
             dynamicMembershipChange=True,
         )
+        self._floor = min_free_bytes
+        self._room_checked = 0.0
+        self._room_problem: str | None = None
         self._raft = _StoreMachine(
-            address, self.others, conf, self.store, lambda reason: self._push(Broken(reason))
+            address,
+            self.others,
+            conf,
+            self.store,
+            lambda reason: self._push(Broken(reason)),
+            self._no_room,
         )
         #: A replica to hand leadership to, done on the Raft thread (pysyncobj's calls are
         #: not thread-safe but for submitting commands).
@@ -319,6 +356,19 @@ class ReplicaGroup:
 
     # ------------------------------------------------------------------ the Raft thread
 
+    def _no_room(self) -> str | None:
+        """Why the log may take no entry now (None: it may); the volume is looked at every
+        ROOM_CHECK_S at most. The first refusal tells the loop, which stops the replica."""
+        now = time.monotonic()
+        if now - self._room_checked >= ROOM_CHECK_S:
+            self._room_checked = now
+            problem = room_problem(self.directory, self._floor)
+            if problem is not None and self._room_problem is None:
+                log.error("%s: this replica takes no more entries and stops", problem)
+                self._push(Broken(problem))
+            self._room_problem = problem
+        return self._room_problem
+
     def _settled(self, ticket: int, error: int) -> None:
         if error == FAIL_REASON.SUCCESS:
             self._push(Committed(ticket))
@@ -359,6 +409,34 @@ class ReplicaGroup:
         finally:
             source.close()
         return loads(data)
+
+
+def room_problem(directory: Path, floor: int) -> str | None:
+    """Why a replica's volume has no room for its log (None: it has)."""
+    try:
+        free, _ = free_and_total(directory)
+    except OSError as exc:
+        return f"the volume of {directory} cannot be read: {exc}"
+    if free < floor:
+        return (
+            f"disk space low: {free / MIB:.1f} MiB free on the volume of {directory}, under"
+            f" min_free_disk {floor / MIB:.1f} MiB"
+        )
+    return None
+
+
+def wait_for_room(directory: Path, floor: int, stop: Callable[[], bool]) -> bool:
+    """Before a replica joins its group: wait while its volume is under the floor (one log
+    line, then a look every ROOM_WAIT_S). False if `stop()` said so first."""
+    problem = room_problem(directory, floor)
+    if problem is not None:
+        log.error("%s: the replica waits for room before it joins its group", problem)
+    while problem is not None:
+        if stop():
+            return False
+        time.sleep(ROOM_WAIT_S)
+        problem = room_problem(directory, floor)
+    return True
 
 
 def _discard_cache(directory: Path) -> None:

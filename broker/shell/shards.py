@@ -35,7 +35,7 @@ from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -43,6 +43,9 @@ import msgspec
 from ...protocol.cluster import ClusterMap, Shard, encode_map
 from ..config import BrokerConfig, metrics_address, metrics_bind_text
 from .cluster_file import ClusterFile, read_cluster_file
+
+if TYPE_CHECKING:
+    from .replication import ReplicaGroup
 
 log = logging.getLogger("phpmq.shards")
 
@@ -236,11 +239,9 @@ def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
     )
     replica = None
     if config.raft_bind:
-        from .replication import ReplicaGroup
-
-        replica = ReplicaGroup(
-            config.data_dir, config.raft_bind, config.raft_peers, config.link_secret
-        )
+        replica = _join_group(config)
+        if replica is None:
+            return
     try:
         server = BrokerServer(config, replica=replica)
     except BrokerError as exc:
@@ -263,6 +264,27 @@ def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
             replica.close()
     if server.stepped_down:
         raise SystemExit(STEPPED_DOWN)
+
+
+def _join_group(config: BrokerConfig) -> ReplicaGroup | None:
+    """This replica's place in its shard's Raft group, once its volume has room for the log
+    (None: stopped while waiting for it). The group's traffic is authenticated with the link
+    secret and the map: replicas started from different cluster files never talk."""
+    from .disk import free_and_total, min_free_bytes
+    from .replication import ReplicaGroup, wait_for_room
+
+    directory = Path(config.data_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    floor = min_free_bytes(config.min_free_disk, free_and_total(directory)[1])
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    if not wait_for_room(directory, floor, stop.is_set):
+        return None
+    digest = hashlib.blake2b(config.cluster.encode(), digest_size=16).hexdigest()
+    return ReplicaGroup(
+        directory, config.raft_bind, config.raft_peers, f"{config.link_secret}/{digest}", floor
+    )
 
 
 def _on_parent_gone(stop: Callable[[], None]) -> None:
