@@ -71,20 +71,33 @@ def _answer(sock: zmq.Socket, tag: int, wait: float) -> p.Message | None:
     return None
 
 
-def drain(address: str, queues: list[str], idle: float = 3.0) -> list[bytes]:
-    """Every message the queues hold, consumed and acked through `address`."""
+def drain(
+    address: str, queues: list[str], idle: float = 3.0, expect: int = 0, deadline: float = 60.0
+) -> list[bytes]:
+    """Every message the queues hold, consumed and acked through `address`: until `idle`
+    seconds pass without one once at least `expect` came (or `deadline`). A consume refused
+    (a shard between leaders answers 503) is asked again."""
     contents: list[bytes] = []
+    give_up = time.monotonic() + deadline
     with raw_dealer(address) as sock:
         sock.send(p.encode(p.Hello({})))
-        for queue in queues:
-            sock.send(p.encode(p.Consume(queue, 500)))
-        while sock.poll(int(idle * 1000)):
+        consume = b"".join(p.encode(p.Consume(queue, 500)) for queue in queues)
+        sock.send(consume)
+        while time.monotonic() < give_up:
+            if not sock.poll(int(idle * 1000)):
+                if len(contents) >= expect:
+                    break
+                sock.send(consume)  # nothing for a while and some missing: ask again
+                continue
             messages, _ = p.decode_frame(sock.recv())
             acks = []
             for message in messages:
                 if isinstance(message, p.Dispatch):
                     contents.append(message.content)
                     acks.append(p.Ack(message.queue, message.message_id))
+                elif isinstance(message, p.Error) and message.tag is None:
+                    time.sleep(0.5)
+                    sock.send(consume)
             if acks:
                 sock.send(b"".join(p.encode(ack) for ack in acks))
     return contents

@@ -47,7 +47,7 @@ def test_a_killed_leader_loses_no_confirmed_message_and_a_follower_takes_over(
             assert producer.send(queues[i % 3], f"after-{i}", time.monotonic() + 10)
         new_leader = cluster.leader(shards[0])
         assert new_leader is not None and new_leader.address != victim.address
-        got = drain(cluster.address(entry), queues)
+        got = drain(cluster.address(entry), queues, expect=len(producer.confirmed))
         missing = set(producer.confirmed) - {content.decode() for content in got}
         assert not missing, sorted(missing)
         assert len(got) - len(set(got)) == 0  # no duplicate: every ack reached its leader
@@ -79,7 +79,7 @@ def test_a_leader_without_its_majority_confirms_nothing(tmp_path: Path) -> None:
         assert "cut-off" not in producer.confirmed
         cluster.wait_for_leaders()
         assert producer.send(queue, "after", time.monotonic() + 30)
-        got = {content.decode() for content in drain(cluster.address("a"), [queue])}
+        got = {content.decode() for content in drain(cluster.address("a"), [queue], expect=2)}
         assert {"before", "after"} <= got
 
 
@@ -185,7 +185,8 @@ def test_a_follower_out_of_disk_space_stops_and_the_majority_goes_on(tmp_path: P
                 "node c's replica to say it is out of room",
                 timeout=30,
             )
-            got = {content.split()[0].decode() for content in drain(cluster.address("a"), [queue])}
+            drained = drain(cluster.address("a"), [queue], expect=len(producer.confirmed))
+            got = {content.split()[0].decode() for content in drained}
             assert set(producer.confirmed) <= got
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)

@@ -67,6 +67,10 @@ class NoRoom(Exception):
     replica acknowledges nothing more, and stops."""
 
 
+class VoteWithheld(Exception):
+    """A fresh log does not vote in the first terms it learns of (see SyncedJournal)."""
+
+
 class SyncedJournal(FileJournal):  # type: ignore[misc]
     """pysyncobj's file journal, synced to disk before pysyncobj answers for what it wrote.
 
@@ -77,12 +81,22 @@ class SyncedJournal(FileJournal):  # type: ignore[misc]
     An entry is refused while `no_room()` names a reason (a volume under its floor: a write
     into a mapped page the volume cannot back would kill the process with SIGBUS), and one
     whose write failed is taken back out of pysyncobj's in-memory list, so that the replica
-    never acknowledges an entry it does not hold on disk."""
+    never acknowledges an entry it does not hold on disk.
 
-    def __init__(self, path: str, no_room: Callable[[], str | None]) -> None:
+    A log that did not exist at start (a new replica, or one whose disk was lost) withholds
+    its vote from other candidates in the first two terms it learns of: Raft requires a
+    node to remember whom it voted for in a term, and one that lost its disk may have voted
+    in those terms already (voting again there could elect two leaders in one term). A new
+    cluster's first election takes a round or two longer for it."""
+
+    def __init__(self, path: str, no_room: Callable[[], str | None], self_id: str) -> None:
+        fresh = not os.path.exists(path)
         super().__init__(path)
         self._meta_path = path + ".meta"
         self._no_room = no_room
+        self._self_id = self_id
+        #: A fresh log votes for others only in terms above this (None: not fresh).
+        self._vote_horizon: int | None = -1 if fresh else None
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         problem = self._no_room()
@@ -105,6 +119,13 @@ class SyncedJournal(FileJournal):  # type: ignore[misc]
         self.flush()
 
     def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802, N803
+        horizon = self._vote_horizon
+        if horizon is not None:
+            if horizon < 0 and term > 0:
+                horizon = self._vote_horizon = term + 1  # the first term it learns of, +1
+            if votedForNodeId not in (None, self._self_id) and term <= horizon:
+                # Raised before the vote is written or answered: pysyncobj sends nothing.
+                raise VoteWithheld(f"a fresh replica does not vote in term {term}")
         super().setCurrentTerm(term, votedForNodeId)
         _fsync(self._meta_path)
 
@@ -132,14 +153,26 @@ def _fsync(path: str) -> None:
 _journal_lock = threading.Lock()
 
 
+class _QuietVotes(logging.Filter):
+    """pysyncobj logs every exception of its tick with a traceback: a withheld vote is
+    expected, and not worth one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, VoteWithheld)
+
+
+logging.getLogger("pysyncobj.syncobj").addFilter(_QuietVotes())
+
+
 @contextmanager
-def _synced_journals(no_room: Callable[[], str | None]):
+def _synced_journals(no_room: Callable[[], str | None], self_id: str):
     """pysyncobj makes its journal with a module-level factory and offers no other way in:
     swap it for the synced one while a group is made (and only then)."""
     with _journal_lock:
         original = pysyncobj.syncobj.createJournal
         pysyncobj.syncobj.createJournal = lambda path: (
-            SyncedJournal(path, no_room) if path else original(path)
+            SyncedJournal(path, no_room, self_id) if path else original(path)
         )
         try:
             yield
@@ -203,7 +236,7 @@ class _StoreMachine(SyncObj):  # type: ignore[misc]
         self._store = store
         self._on_broken = on_broken
         self.broken = False
-        with _synced_journals(no_room):
+        with _synced_journals(no_room, self_address):
             super().__init__(self_address, others, conf)
 
     @replicated  # type: ignore[misc]
