@@ -190,3 +190,35 @@ def test_a_follower_out_of_disk_space_stops_and_the_majority_goes_on(tmp_path: P
             assert set(producer.confirmed) <= got
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_events_reach_every_bound_queue_through_a_failover(tmp_path: Path) -> None:
+    """Queues of all three shards bound to one pattern; publishes at node a (confirmed,
+    keyed, sent again on any error); the leader of another shard killed in the middle:
+    every bound queue gets every publish."""
+    with replicated_cluster(tmp_path) as cluster:
+        leaders = cluster.wait_for_leaders()
+        queues = [cluster.queue_of(shard) for shard in sorted(leaders)]
+        with Client(cluster.address("a"), confirm_timeout=2.0) as client:
+            for queue in queues:
+                client.bind(queue, "orders.*")
+
+            def publish(i: int) -> None:
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        client.publish("orders.placed", b"e-%d" % i, key=f"e-{i}")
+                        return
+                    except ClientError:
+                        assert time.monotonic() < deadline, f"publish {i} never confirmed"
+                        time.sleep(0.2)
+
+            for i in range(10):
+                publish(i)
+            victim = next(leaders[s] for s in sorted(leaders) if leaders[s].node != "a")
+            cluster.kill(victim)
+            for i in range(10, 20):
+                publish(i)
+        for queue in queues:
+            got = {c.decode() for c in drain(cluster.address("a"), [queue], expect=20)}
+            assert {f"e-{i}" for i in range(20)} <= got, (queue, sorted(got))
