@@ -1,8 +1,9 @@
 """The `replicated` workload (docs/cluster.md "Replicated queues"): the durable pipe (a
 confirming producer, a consumer acking every message) through one durable broker, then
 through the leader of a shard replicated on three nodes (phpmq.testing's LocalCluster on
-127.0.0.1-3), in the same run; then what a kill -9 of the leader costs: the time to the
-first confirmed send after it, over several kills.
+127.0.0.1-3), in the same run, with the CPU each broker process spent per message; how fast
+a follower that was paused catches up on a backlog; and what a kill -9 of the leader costs:
+the time to the first confirmed send after it, over several kills.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client import Client, ClientError
-from ..testing import LocalCluster
-from .pipe import QUEUE, run_broker_pipe, run_pipe_through
+from ..testing import BrokerProcess, LocalCluster
+from .pipe import QUEUE, run_pipe_through
+from .shard_cpu import cpu_seconds
+
+#: Messages of the backlog a paused follower catches up on.
+CATCH_UP_MESSAGES = 20_000
 
 #: Replicated durable throughput against single-node durable (issue #30's target).
 TARGET_RATIO = 0.5
@@ -36,20 +41,58 @@ def run_replicated_benchmark(
         " then the queue's shard on 3 nodes (replicas = 3, loopback), same run"
     )
     runs: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="phpmq-bench-") as data_dir:
-        runs["single node, durable"] = run_broker_pipe(messages, size, window, data_dir, True)
+    with (
+        tempfile.TemporaryDirectory(prefix="phpmq-bench-") as data_dir,
+        BrokerProcess("--log-level", "WARNING", data_dir=data_dir) as broker,
+    ):
+        runs["single node, durable"] = _measured(
+            broker.address, {"broker": broker.process.pid}, messages, size, window
+        )
     with (
         tempfile.TemporaryDirectory(prefix="phpmq-bench-") as directory,
         LocalCluster(directory, flags=("--log-level", "WARNING")) as cluster,
     ):
         shard = cluster.map.owner(QUEUE).name
-        leader = cluster.wait_for_leaders(at_home=True)[shard]
-        runs["3 replicas, durable"] = run_pipe_through(
-            leader.address, messages, size, window, confirm=True
-        )
+        cluster.wait_for_leaders(at_home=True)
+        time.sleep(1.0)  # a leader that handed leadership home exits: let it come back
+        leader = cluster.wait_settled(shard)
+        followers = [r for r in cluster.replica_sets[shard] if r != leader]
+        pids = {"leader": cluster.pid(leader)}
+        pids.update({f"follower {i}": cluster.pid(r) for i, r in enumerate(followers, 1)})
+        runs["3 replicas, durable"] = _measured(leader.address, pids, messages, size, window)
+        catch_up = _catch_up(cluster, leader, followers[0])
         failovers = _failovers(cluster, shard, kills)
-    _print(console, runs, failovers)
-    return {"runs": runs, "failover_s": failovers}
+    _print(console, runs, catch_up, failovers)
+    return {"runs": runs, "catch_up_msgs_per_s": catch_up, "failover_s": failovers}
+
+
+def _measured(
+    address: str, pids: dict[str, int], messages: int, size: int, window: int
+) -> dict[str, Any]:
+    """The confirmed pipe through `address`, with each process's CPU per message (µs)."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    run = run_pipe_through(address, messages, size, window, confirm=True)
+    run["cpu_us"] = {
+        name: (cpu_seconds(pid) - before[name]) / messages * 1e6 for name, pid in pids.items()
+    }
+    return run
+
+
+def _catch_up(cluster: LocalCluster, leader: Any, follower: Any) -> float:
+    """Messages a second a follower paused through a backlog of CATCH_UP_MESSAGES takes in
+    once it runs again (until it has applied every committed entry)."""
+    queue = cluster.queue_of(leader.shard, 2)
+    cluster.signal(follower, signal.SIGSTOP)
+    try:
+        with Client(leader.address, send_timeout=30, confirm_timeout=30) as client:
+            client.send_many(queue, [b"x" * 100] * CATCH_UP_MESSAGES, confirm=True)
+        target = (cluster.replication(leader) or {}).get("commit_index") or 0
+    finally:
+        cluster.signal(follower, signal.SIGCONT)
+    started = time.monotonic()
+    while ((cluster.replication(follower) or {}).get("applied_index") or 0) < target:
+        time.sleep(0.02)
+    return CATCH_UP_MESSAGES / (time.monotonic() - started)
 
 
 def _failovers(cluster: LocalCluster, shard: str, kills: int) -> list[float]:
@@ -74,19 +117,34 @@ def _failovers(cluster: LocalCluster, shard: str, kills: int) -> list[float]:
     return times
 
 
-def _print(console: Console, runs: dict[str, dict[str, Any]], failovers: list[float]) -> None:
+def _print(
+    console: Console, runs: dict[str, dict[str, Any]], catch_up: float, failovers: list[float]
+) -> None:
     table = Table()
-    for column in ("workload", "msgs/s", "confirm p50", "confirm p99", "deliver p99"):
+    columns = ("workload", "msgs/s", "confirm p50", "confirm p99", "deliver p99", "CPU/msg")
+    for column in columns:
         table.add_column(column, justify="right")
     for name, run in runs.items():
+        cpu = ", ".join(f"{who} {us:.1f} µs" for who, us in run["cpu_us"].items())
         table.add_row(
             name,
             f"{run['msgs_per_s']:,.0f}",
             f"{run['confirm_p50_ms']:.2f} ms",
             f"{run['confirm_p99_ms']:.2f} ms",
             f"{run['p99_ms']:.2f} ms",
+            cpu,
         )
     console.print(table)
+    single_cpu = runs["single node, durable"]["cpu_us"]["broker"]
+    leader_cpu = runs["3 replicas, durable"]["cpu_us"]["leader"]
+    console.print(
+        f"what the followers cost the leader: {leader_cpu - single_cpu:+.1f} µs of CPU per"
+        f" message ({leader_cpu:.1f} against {single_cpu:.1f} alone)"
+    )
+    console.print(
+        f"catch-up: a follower paused through a backlog of {CATCH_UP_MESSAGES:,} messages"
+        f" takes them in at {catch_up:,.0f} msgs/s"
+    )
     single = runs["single node, durable"]["msgs_per_s"]
     replicated = runs["3 replicas, durable"]["msgs_per_s"]
     console.print(

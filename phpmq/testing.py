@@ -353,16 +353,18 @@ class LocalCluster:
             next(owned)
         return next(owned)
 
-    def role(self, replica: Any) -> str | None:
-        """What the replica says it is ("leader", "follower"); None: no answer. (Asked on a
-        bare socket: a client would follow a follower to its leader.)"""
+    def replication(self, replica: Any) -> dict[str, Any] | None:
+        """The replica's own `replication` figures (docs/protocol.md §9 `stats` with `here`);
+        None: no answer. (Asked on a bare socket: a client would follow a follower to its
+        leader.)"""
         from . import protocol
 
         sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.linger = 0
         try:
             sock.connect(replica.address)
-            sock.send(protocol.encode(protocol.Admin({"command": cmd.STATS, "here": True})))
+            options = {"command": cmd.STATS, "here": True, "limit": 0}
+            sock.send(protocol.encode(protocol.Admin(options)))
             if not sock.poll(2000):
                 return None
             messages, _ = protocol.decode_frame(sock.recv())
@@ -370,8 +372,13 @@ class LocalCluster:
             sock.close()
         for message in messages:
             if isinstance(message, protocol.AdminReply):
-                return message.options.get("replication", {}).get("role")
+                return message.options.get("replication")
         return None
+
+    def role(self, replica: Any) -> str | None:
+        """What the replica says it is ("leader", "follower"); None: no answer."""
+        figures = self.replication(replica)
+        return None if figures is None else figures.get("role")
 
     def leader(self, shard: str) -> Any:
         """The replica leading `shard` now (None: none answers as leader)."""
@@ -394,13 +401,32 @@ class LocalCluster:
                 raise TimeoutError(f"not every shard had a leader within {timeout}s: {leaders}")
             time.sleep(0.2)
 
-    def pid(self, replica: Any) -> int:
-        """The process id of the replica's latest start that serves (its node's ready file)."""
-        endpoints = self.nodes[replica.node].ready_endpoints() or {}
-        for shard in endpoints.get("shards", []):
-            if shard["shard"] == replica.shard:
-                return int(shard["pid"])
-        raise LookupError(f"replica of {replica.shard} on node {replica.node} is not serving")
+    def wait_settled(self, shard: str, timeout: float = 60.0) -> Any:
+        """The shard's leader once every replica of it answers, one as the leader and the
+        others as followers (a replica that handed leadership on exits and comes back as
+        a follower: waited for)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            roles = [self.role(replica) for replica in self.replica_sets[shard]]
+            if roles.count("leader") == 1 and roles.count("follower") == len(roles) - 1:
+                return self.replica_sets[shard][roles.index("leader")]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"shard {shard} did not settle within {timeout}s: {roles}")
+            time.sleep(0.2)
+
+    def pid(self, replica: Any, timeout: float = 10.0) -> int:
+        """The process id of the replica's latest start (its node's ready file, which the
+        supervisor writes again once a restarted replica serves: waited for, up to
+        `timeout`, while the file still names a process that is gone)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            endpoints = self.nodes[replica.node].ready_endpoints() or {}
+            for shard in endpoints.get("shards", []):
+                if shard["shard"] == replica.shard and Path(f"/proc/{shard['pid']}").exists():
+                    return int(shard["pid"])
+            if time.monotonic() > deadline:
+                raise LookupError(f"replica of {replica.shard} on {replica.node} is not serving")
+            time.sleep(0.05)
 
     def signal(self, replica: Any, signum: int) -> None:
         os.kill(self.pid(replica), signum)
