@@ -46,7 +46,7 @@ class Producer:
                 self._tag += 1
                 tag = self._tag
                 sock.send(p.encode(p.Send(queue, key.encode(), tag=tag, key=key)))
-                answer = _answer(sock, tag, wait)
+                answer = answer_to(sock, tag, wait)
                 if isinstance(answer, p.Confirm):
                     self.confirmed[key] = answer.message_id
                     return True
@@ -55,7 +55,8 @@ class Producer:
         return False
 
 
-def _answer(sock: zmq.Socket, tag: int, wait: float) -> p.Message | None:
+def answer_to(sock: zmq.Socket, tag: int, wait: float) -> p.Message | None:
+    """The CONFIRM or ERROR of the send tagged `tag`, within `wait` seconds (None: none)."""
     deadline = time.monotonic() + wait
     while (left := deadline - time.monotonic()) > 0:
         if not sock.poll(int(left * 1000) + 1):
