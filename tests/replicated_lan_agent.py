@@ -7,7 +7,9 @@ nodes' addresses answer:
   sockets with `stats` "here" (a client would follow a follower to its leader).
 - `workload EVENTS ENDPOINTS QUEUE...`: one producer per queue (confirmed sends with
   idempotency keys, each retried with its key until confirmed) and one consumer of every
-  queue (acking), all phpmq Clients given every node's endpoint; until stdin closes.
+  queue (acking), all phpmq Clients given every node's endpoint; and a stock-protocol
+  producer to every queue through one node at a time (the brokers forward); until stdin
+  closes.
 - `drain EVENTS ENDPOINTS SECONDS QUEUE...`: consume and ack until the queues stay empty.
 - `send EVENTS ENDPOINTS SECONDS QUEUE:KEY...`: keyed sends, each retried until confirmed
   (for SECONDS in all).
@@ -85,6 +87,39 @@ def produce(endpoints: str, events: Events, queue: str, stop: threading.Event) -
                 stop.wait(PACE_S)
 
 
+def produce_stock(endpoints: str, events: Events, queues: list[str], stop: threading.Event) -> None:
+    """A stock-protocol producer (a bare socket, no map: the brokers forward its sends to
+    each queue's leader), to every queue in turn, through one node's endpoint at a time:
+    the next node's after any send not confirmed within its wait."""
+    nodes = endpoints.split(",")
+    number = 0
+    while not stop.is_set():
+        queue = queues[number % len(queues)]
+        key = f"{queue}-stock-{number}"
+        while not stop.is_set():
+            events.add("attempt", queue, key)
+            if _confirmed_at(nodes[0], queue, key):
+                events.add("confirmed", queue, key)
+                number += 1
+                stop.wait(PACE_S)
+                break
+            events.add("error", queue, key, why=f"no confirm through {nodes[0]}")
+            nodes.append(nodes.pop(0))
+
+
+def _confirmed_at(endpoint: str, queue: str, key: str) -> bool:
+    """One keyed send on a fresh bare socket to `endpoint`: whether it was confirmed."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    try:
+        sock.connect(endpoint)
+        sock.send(p.encode(p.Hello({})))
+        sock.send(p.encode(p.Send(queue, key.encode(), tag=1, key=key)))
+        return isinstance(answer_to(sock, 1, CONFIRM_TIMEOUT_S), p.Confirm)
+    finally:
+        sock.close()
+
+
 def consume(endpoints: str, events: Events, queues: list[str], stop: threading.Event) -> None:
     with client(endpoints) as consumer:
         for queue in queues:
@@ -117,9 +152,10 @@ def workload(events: Events, endpoints: str, queues: list[str]) -> None:
         threading.Thread(target=guarded, args=(produce, endpoints, events, queue, stop))
         for queue in queues
     ]
-    threads.append(
-        threading.Thread(target=guarded, args=(consume, endpoints, events, queues, stop))
-    )
+    threads += [
+        threading.Thread(target=guarded, args=(role, endpoints, events, queues, stop))
+        for role in (produce_stock, consume)
+    ]
     for thread in threads:
         thread.start()
     sys.stdin.read()  # the test closes it to stop the workload
