@@ -131,6 +131,11 @@ class LanCluster:
     def heal(self, node: str) -> None:
         self.net.link_up(self.hosts[node])
 
+    def store(self, replica: Replica) -> Path:
+        """The replica's SQLite store (its group's state machine)."""
+        name = f"replica-{replica.shard.replace('/', '-')}"
+        return self.directory / replica.node / name / "phpmq.sqlite3"
+
     def log(self, node: str) -> str:
         return (self.directory / f"{node}.log").read_text(errors="replace")
 

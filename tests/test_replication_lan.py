@@ -211,6 +211,12 @@ def test_nothing_confirmed_is_lost_under_a_nemesis(lan_capable: None, tmp_path: 
             workload.stdin.close()
             status = workload.wait(30)
         assert status == 0, "the workload's clients crashed (their error is above)"
+        wait_for(
+            lambda: replicas_agree(cluster),
+            "every shard's replicas to hold the same messages and keys",
+            timeout=RECOVERY_S,
+            interval=0.5,
+        )
         history = drain_until_complete(cluster, events, list(queues.values()))
     report(history, nemesis, time.monotonic() - started)
     assert not history.minority_confirmed, "a leader cut off from its majority confirmed"
@@ -269,7 +275,7 @@ def test_a_node_whose_data_is_wiped_rejoins_and_nothing_is_lost(
         send_to_every_queue(cluster, events, queues, "while-wiped", WIPED_SENDS)
         cluster.start(wiped)
         for shard in shards:
-            store = tmp_path / wiped / f"replica-{shard.replace('/', '-')}" / "phpmq.sqlite3"
+            store = cluster.store(next(r for r in cluster.replica_sets[shard] if r.node == wiped))
             wait_for(
                 lambda store=store: stored_messages(store) == WIPED_SENDS,
                 f"the wiped node's replica of {shard} to hold every message again",
@@ -299,6 +305,29 @@ def send_to_every_queue(
     )
     confirmed = History.read(events).confirmed
     assert all(send.partition(":")[2] in confirmed for send in sends), f"unconfirmed: {label}"
+
+
+def replicas_agree(cluster: LanCluster) -> bool:
+    """Whether each shard's replica stores (its Raft group's state machines) hold the same
+    messages and idempotency keys: a replica that applied an entry the others did not (or
+    missed one) never agrees."""
+    for replicas in cluster.replica_sets.values():
+        contents = {stored_contents(cluster.store(replica)) for replica in replicas}
+        if len(contents) != 1 or None in contents:
+            return False
+    return True
+
+
+def stored_contents(store: Path) -> tuple[frozenset, frozenset] | None:
+    """A replica store's message IDs and queues, and its idempotency keys (None: not
+    readable now)."""
+    try:
+        with sqlite3.connect(store) as db:
+            messages = frozenset(db.execute("SELECT id, queue, content FROM messages"))
+            keys = frozenset(db.execute("SELECT queue, key, id FROM keys"))
+    except sqlite3.Error:
+        return None
+    return messages, keys
 
 
 def stored_messages(store: Path) -> int | None:
