@@ -188,12 +188,17 @@ def send(events: Events, endpoints: str, seconds: float, sends: list[str]) -> No
 
 
 def minority(events: Events, endpoint: str, seconds: float, queue: str, key: str) -> None:
-    """A producer that reaches only `endpoint` (a replica on a node cut off from the rest)."""
+    """A producer that reaches only `endpoint` (a replica on a node cut off from the rest).
+    The broker's HELLO answer is noted first ("greeted", with whether it was a follower's):
+    proof that the sends reach it."""
     deadline = time.monotonic() + seconds
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
     sock.connect(endpoint)
     sock.send(p.encode(p.Hello({})))
+    greeting = _hello_answer(sock, deadline)
+    if greeting is not None:
+        events.add("greeted", queue, key, standby="standby" in greeting.options, minority=True)
     tag = 0
     while (left := deadline - time.monotonic()) > 0:
         tag += 1
@@ -207,6 +212,14 @@ def minority(events: Events, endpoint: str, seconds: float, queue: str, key: str
             events.add("error", queue, key, why=f"{answer.code} {answer.reason}", minority=True)
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     sock.close()
+
+
+def _hello_answer(sock: zmq.Socket, deadline: float) -> p.Hello | None:
+    while (left := deadline - time.monotonic()) > 0 and sock.poll(int(left * 1000) + 1):
+        for message in p.decode_frame(sock.recv())[0]:
+            if isinstance(message, p.Hello):
+                return message
+    return None
 
 
 def probe() -> None:

@@ -52,6 +52,8 @@ class History:
     confirms: list[tuple[str, float]] = field(default_factory=list)  # (queue, time)
     delivered: list[tuple[str, str]] = field(default_factory=list)  # (queue, key)
     minority_confirmed: list[str] = field(default_factory=list)
+    #: Keys whose cut-off producer was answered by a leader (not a follower) first.
+    minority_greeted_by_leader: set[str] = field(default_factory=set)
     errors: int = 0
 
     @classmethod
@@ -74,6 +76,8 @@ class History:
                 history.delivered.append((event["queue"], key))
             elif kind == "error":
                 history.errors += 1
+            elif kind == "greeted" and not event["standby"]:
+                history.minority_greeted_by_leader.add(key)
         return history
 
     def first_confirm_after(self, queue: str, moment: float) -> float | None:
@@ -220,6 +224,9 @@ def test_nothing_confirmed_is_lost_under_a_nemesis(lan_capable: None, tmp_path: 
         history = drain_until_complete(cluster, events, list(queues.values()))
     report(history, nemesis, time.monotonic() - started)
     assert not history.minority_confirmed, "a leader cut off from its majority confirmed"
+    assert set(nemesis.cut_offs) <= history.minority_greeted_by_leader, (
+        "a producer on a cut-off node never reached its leader: its silence proves nothing"
+    )
     assert not history.lost(), f"confirmed and never delivered: {sorted(history.lost())}"
     assert not history.never_sent(), f"delivered, never sent: {history.never_sent()[:20]}"
 
