@@ -50,7 +50,7 @@ class Producer:
                 tag = self._tag
                 content = key.encode() + padding
                 sock.send(p.encode(p.Send(queue, content, tag=tag, key=key)))
-                answer = _answer(sock, tag, wait)
+                answer = answer_to(sock, tag, wait)
                 if isinstance(answer, p.Confirm):
                     self.confirmed[key] = answer.message_id
                     return True
@@ -59,7 +59,8 @@ class Producer:
         return False
 
 
-def _answer(sock: zmq.Socket, tag: int, wait: float) -> p.Message | None:
+def answer_to(sock: zmq.Socket, tag: int, wait: float) -> p.Message | None:
+    """The CONFIRM or ERROR of the send tagged `tag`, within `wait` seconds (None: none)."""
     deadline = time.monotonic() + wait
     while (left := deadline - time.monotonic()) > 0:
         if not sock.poll(int(left * 1000) + 1):

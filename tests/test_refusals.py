@@ -1,19 +1,24 @@
 """Every refusal reaches the caller, with both clients: refused sends that asked for no answer
 are raised at the next call, on flush or on close; a subscription refused for good raises, one
-refused for a limit is asked for again until it is taken; content over the broker's limit is
-refused at once. Real broker processes on loopback."""
+refused for a limit or for a shard that cannot be reached now is asked for again until it is
+taken; content over the broker's limit is refused at once. Real broker processes on loopback
+(and a scripted one for a refusal that only a cluster in an election makes)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+import zmq
 from driven import Connect, DrivenClient
 
+import phpmq.protocol as p
 from harness import BrokerProcess, wait_until
 from phpmq.client import BrokerRefused, InvalidArgument
-from phpmq.protocol import ErrorCode
+from phpmq.protocol import ErrorCode, MessageType
 
 
 @pytest.fixture
@@ -131,6 +136,66 @@ def test_a_subscription_refused_for_a_limit_is_retried_until_taken(
         broker.stop()
 
 
+def test_a_subscription_refused_while_its_shard_cannot_be_reached_is_retried(
+    connect: Connect,
+) -> None:
+    """A follower replica that knows no leader yet (an election) refuses a CONSUME with 503:
+    the subscription is asked for again, as for a limit, not dropped for good."""
+    refusal = p.Error(
+        int(ErrorCode.SHUTTING_DOWN),
+        "queue 'jobs' lives on shard b/0, which cannot be reached: no leader of shard b/0 is"
+        " known yet",
+        queue="jobs",
+        refused=int(MessageType.CONSUME),
+    )
+    answers = [refusal, p.Dispatch("jobs", b"taken", b"1" * 16)]
+    with _scripted_broker(answers) as address, connect(address, close_timeout=0.2) as client:
+        client.subscribe("jobs", window=5)
+        message = client.receive(timeout=5)
+        assert message is not None and message.content == b"taken"
+        assert not answers, "the dispatch went out without a second CONSUME"
+
+
+#: A broker's answer to HELLO, as `phpmq broker` gives it.
+HELLO_ANSWER = {
+    "broker_heartbeat_ms": 1000,
+    "heartbeat_ms": 1000,
+    "liveness": 3,
+    "max_content_bytes": 16_777_216,
+    "max_window": 100_000,
+}
+
+
+@contextlib.contextmanager
+def _scripted_broker(answers: list[p.Message]) -> Iterator[str]:
+    """A broker that answers HELLOs and each CONSUME with the next of `answers`, in a thread
+    (a client waits for the greeting's answer within subscribe)."""
+    broker = zmq.Context.instance().socket(zmq.ROUTER)
+    broker.linger = 0
+    port = broker.bind_to_random_port("tcp://127.0.0.1")
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            if not broker.poll(20):
+                continue
+            peer, frame = broker.recv_multipart()
+            for message in p.decode_frame(frame)[0]:
+                if type(message) is p.Hello:
+                    broker.send_multipart([peer, p.encode(p.Hello(HELLO_ANSWER))])
+                elif type(message) is p.Consume and answers:
+                    broker.send_multipart([peer, p.encode(answers.pop(0))])
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{port}"
+    finally:
+        done.set()
+        thread.join()
+        broker.close(linger=0)
+
+
 def test_content_over_the_brokers_limit_is_refused_at_once(
     small_broker: BrokerProcess, connect: Connect
 ) -> None:
@@ -143,4 +208,3 @@ def test_content_over_the_brokers_limit_is_refused_at_once(
             client.send_many("jobs", [b"ok", b"y" * 1001])
         assert time.monotonic() - started < 2  # not the 10 s confirm timeout
         assert client.send("jobs", b"x" * 1000, confirm=True)
-

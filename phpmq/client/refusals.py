@@ -2,9 +2,11 @@
 
 A send that asked for no answer returns before the broker has read it, so its refusal (a full
 queue, a draining broker) arrives later: it is kept here and raised by the driver at the next
-call or flush, never only logged. A subscription refused for a limit that may lift (429: the
-queue has its maximum of consumers) is asked for again with backoff; one refused for a reason
-that retrying cannot change (422) is dropped and raised by the next receive.
+call or flush, never only logged. A subscription refused for something that may pass (429: the
+queue has its maximum of consumers; 503: its shard cannot be reached now, as while a replicated
+shard elects its leader, or the broker's memory is full) is asked for again with backoff; one
+refused for a reason that retrying cannot change (422) is dropped and raised by the next
+receive.
 
 The broker names the type of the message an ERROR refuses (docs/protocol.md §6.1, packet 19),
 which is how a refused send is told from a refused subscription.
@@ -19,7 +21,9 @@ from ..protocol import Error, ErrorCode, Pause
 
 #: Send refusals kept for the caller; past this the oldest are dropped (and counted).
 MAX_KEPT_REFUSALS = 1000
-#: A subscription refused with 429 is asked for again after this, doubling up to the max.
+#: A subscription refused with one of these is asked for again after RESUBSCRIBE_FIRST_S,
+#: doubling up to the max.
+PASSING_CODES = frozenset((ErrorCode.LIMIT_REACHED, ErrorCode.SHUTTING_DOWN))
 RESUBSCRIBE_FIRST_S = 0.1
 RESUBSCRIBE_MAX_S = 5.0
 #: The codes of a flow refusal (a full queue, the broker's memory at its limit): a confirmed
@@ -66,8 +70,8 @@ class Refusals:
         return refused
 
     def subscription_refused(self, queue: str, error: Error, now: float) -> bool:
-        """Note a refused subscription; True if it is to be asked for again (429)."""
-        if error.code == ErrorCode.LIMIT_REACHED:
+        """Note a refused subscription; True if it is to be asked for again (429, 503)."""
+        if error.code in PASSING_CODES:
             delay = min(self._delays.get(queue, RESUBSCRIBE_FIRST_S / 2) * 2, RESUBSCRIBE_MAX_S)
             self._delays[queue] = delay
             self._due[queue] = now + delay
