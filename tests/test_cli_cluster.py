@@ -97,7 +97,10 @@ def test_a_move_hands_the_shard_to_the_replica_on_the_node_and_it_stays_there(
     home = cluster.replica_sets[shard][0]
     assert cluster.wait_for_leaders(at_home=True)[shard] == home
     target = cluster.replica_sets[shard][1]
-    wait_for(lambda: lag_of(status(cluster), target.address) == 0, "the target to have every entry")
+    wait_for(
+        lambda: leader_sees(home, target) and lag_of(status(cluster), target.address) == 0,
+        "the target to be connected and have every entry",
+    )
     result = move(cluster, shard, target.node, "--timeout", "20")
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"shard {shard} is led by node {target.node} ({target.address})\n"
@@ -106,6 +109,14 @@ def test_a_move_hands_the_shard_to_the_replica_on_the_node_and_it_stays_there(
     assert cluster.role(target) == "leader"
     rows = {row["endpoint"]: row for row in status(cluster) if row["shard"] == shard}
     assert [e for e, row in rows.items() if row["role"] == "leader"] == [target.address]
+    # The home replica follows now: a command given its endpoint is answered all the same
+    # (the client leaves it for its leader, once its answer came).
+    wait_for(
+        lambda: figures(home).get("leader_endpoint") == target.address,
+        "the old leader to follow the new one",
+    )
+    stats = phpmq("stats", "--json", "--broker", home.address)
+    assert stats.returncode == 0, stats.stderr
     # Without being told to stay, a leader that is not the home replica hands back after
     # HAND_BACK_AFTER_S.
     time.sleep(max(0.0, moved_at + HAND_BACK_AFTER_S + 3 - time.monotonic()))
@@ -159,13 +170,17 @@ def test_a_move_to_a_replica_that_lacks_entries_or_is_cut_off_is_refused(
     )
 
 
+def figures(replica: Any) -> dict[str, Any]:
+    """The replica's own `replication` figures."""
+    with Client(replica.address, follow_leader=False) as client:
+        return client.replication() or {}
+
+
 def leader_sees(leader: Any, replica: Any) -> bool:
     """Whether the leader says it is connected to the replica."""
-    with Client(leader.address, follow_leader=False) as client:
-        figures = client.replication() or {}
     return any(
         peer["endpoint"] == replica.address and peer["connected"]
-        for peer in figures.get("replicas", {}).values()
+        for peer in figures(leader).get("replicas", {}).values()
     )
 
 
