@@ -271,19 +271,6 @@ def test_admin_replies_queue_and_a_new_command_drops_late_ones() -> None:
     assert connection.admin_replies.popleft().options == {"entries": []}
 
 
-def test_an_admin_command_awaits_its_reply_on_its_transport() -> None:
-    """A client does not leave a follower replica for its leader meanwhile (driver.py):
-    the reply would come on the socket it left."""
-    connection = greeted()
-    connection.admin("stats", {})
-    assert connection.awaiting_answers
-    connection.receive(p.encode(p.AdminReply({"uptime_seconds": 1})), now=1.0)
-    assert not connection.awaiting_answers
-    connection.admin("stats", {})
-    connection.start(now=2.0)  # a new transport owes nothing sent on the old one
-    assert not connection.awaiting_answers
-
-
 def test_an_undecodable_frame_is_an_event_but_still_news_from_the_broker() -> None:
     connection = greeted(now=0.0, heartbeat_ms=100, liveness=2)
     [event] = connection.receive(b"not phpmq", now=0.15)

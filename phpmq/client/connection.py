@@ -124,8 +124,6 @@ class Connection:
         self.generation = 0
         self.received: deque[ReceivedMessage] = deque()
         self.admin_replies: deque[AdminReply] = deque()
-        #: An ADMIN went out on this transport and its reply has not come yet.
-        self._admin_due = False
         self.broker_info: dict[str, Any] = {}
         self.errors: deque[Error] = deque(maxlen=1000)
         #: Refused sends and subscriptions that answer no tag, until the caller is told.
@@ -156,7 +154,6 @@ class Connection:
         answers awaited are given up (LOST) either way: a broker that did not know us has
         restarted or given up on us, and owes nothing it was sent before."""
         self._answers.give_up()
-        self._admin_due = False
         self.generation += 1
         self.requests.give_up("the connection to the broker was replaced before the reply")
         self.received.clear()
@@ -309,9 +306,8 @@ class Connection:
 
     @property
     def awaiting_answers(self) -> bool:
-        """Whether a tag, or an ADMIN, sent on the current transport still waits for its
-        answer."""
-        return self._admin_due or self._answers.awaiting
+        """Whether a tag sent on the current transport still waits for its answer."""
+        return self._answers.awaiting
 
     def take_answers(self, tags: list[int]) -> list[Answer]:
         """The answers to `tags`, in order (an ID, the refusing ERROR, a FlowRefusal: to be
@@ -430,7 +426,6 @@ class Connection:
         """An ADMIN command; replies still queued (late answers to earlier commands) are
         dropped, so the next one in `admin_replies` answers this."""
         self.admin_replies.clear()
-        self._admin_due = True
         return encode(Admin({"command": command, **options}))
 
     # ------------------------------------------------------------------ receiving
@@ -481,7 +476,6 @@ class Connection:
             self.requests.replied(message)
             return None
         if isinstance(message, AdminReply):
-            self._admin_due = False
             self.admin_replies.append(message)
             return None
         if isinstance(message, Cancel):
