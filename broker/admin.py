@@ -99,6 +99,11 @@ class Admin:
             **leases.commands(),
         }
 
+    def add_command(self, name: str, handler: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """A command the shell runs (a replica's, protocol/admin_commands.py REPLICA): the
+        core answers it like its own; `handler` raises CommandError to refuse."""
+        self._commands[name] = handler
+
     def on_admin(self, peer: Peer, message: Any) -> None:
         """The answer is always an ADMIN_REPLY, so a client can tell it from other refusals:
         now, or in a later turn when this one's answers are at their bound."""

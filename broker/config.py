@@ -184,6 +184,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: and the Raft address of the replica that should lead when it can (its home's).
     replica_endpoints: dict[str, str] = {}
     raft_preferred: str = ""
+    #: ...and the node (its cluster file name) holding each replica, by its Raft address.
+    replica_nodes: dict[str, str] = {}
     #: Several hosts: the cluster file every node shares, and which node this host is
     #: (docs/cluster.md "Several hosts"). Its shards bind the node's address from the file.
     cluster_file: str = ""

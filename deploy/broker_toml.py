@@ -55,7 +55,15 @@ DEPLOY_NOTES = {
 WIDTH = 96
 #: Set by the shard supervisor for each shard it starts, never by hand.
 INTERNAL = frozenset(
-    {"cluster", "shard", "raft_bind", "raft_peers", "replica_endpoints", "raft_preferred"}
+    {
+        "cluster",
+        "shard",
+        "raft_bind",
+        "raft_peers",
+        "replica_endpoints",
+        "raft_preferred",
+        "replica_nodes",
+    }
 )
 
 QUEUES_EXAMPLE = """\

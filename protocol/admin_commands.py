@@ -23,6 +23,11 @@ LEASE_READ = "lease-read"
 LEASE_COMMIT = "lease-commit"
 LEASE_RELEASE = "lease-release"
 LEASES = "leases"
+REPLICA_LEAD = "replica-lead"
+
+#: Commands only a replica of a replicated shard runs: its shell registers them
+#: (broker/shell/leadership.py), the core knows none of them.
+REPLICA = (REPLICA_LEAD,)
 
 #: Every command, in the order `stats`' error message lists them.
 ALL = (
@@ -46,4 +51,5 @@ ALL = (
     LEASE_COMMIT,
     LEASE_RELEASE,
     LEASES,
+    *REPLICA,
 )

@@ -94,6 +94,8 @@ class ErrorCode(IntEnum):
     #: The same code: an admin command names a queue that does not exist.
     NOT_FOUND = 404
     UNSUPPORTED_TYPE = 405  # a type the broker does not accept from clients
+    #: The state forbids it now: e.g. a replica that lacks entries cannot take over.
+    CONFLICT = 409
     TOO_LARGE = 413  # a packet or frame over the configured maximum
     INVALID_VALUE = 422  # well-formed, but a value is out of range (queue name, count...)
     LIMIT_REACHED = 429  # a broker limit (queue length, consumers) refuses the request

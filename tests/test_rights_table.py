@@ -75,6 +75,8 @@ CASES: list[tuple[str, p.Message, dict[str, str]]] = [
     ),
     ("queue-delete", p.Admin({"command": "queue-delete", "queue": "jobs.a"}), {"delete": "jobs.a"}),
     ("queue-purge", p.Admin({"command": "queue-purge", "queue": "jobs.a"}), {"admin": ""}),
+    # A replica's own command (its shell registers it): the guard checks it all the same.
+    ("replica-lead", p.Admin({"command": "replica-lead", "node": "b"}), {"admin": ""}),
     (
         "schedule-add",
         p.Admin(

@@ -18,6 +18,7 @@ then see a silent broker, rather than grow the broker's memory).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 
@@ -146,6 +147,11 @@ class ReplicatedTurns:
             self._hand_back_at = now + HAND_BACK_EVERY_S
             self.hand_backs += 1
             self._group.hand_to(preferred)
+
+    def keep_leading(self) -> None:
+        """Leadership was moved here by hand (`replica-lead`, broker/shell/leadership.py): no
+        hand-back to the preferred replica while this replica leads."""
+        self._hand_back_at = math.inf
 
     def take_promotion(self) -> bool:
         """True once, when this replica may start serving its shard."""

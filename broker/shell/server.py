@@ -24,6 +24,7 @@ from ..core import Core, Turn
 from ..journal import Journal, NullJournal
 from .durable import DurableStore, StorageError
 from .keeper import StoreKeeper
+from .leadership import ReplicaAdmin
 from .loop_stats import Backlog, LoopStats
 from .replicated_turns import ReplicatedTurns
 from .security import Security, SecurityError
@@ -109,7 +110,7 @@ class BrokerServer:
         if self.replicated is not None:
             # A follower until elected: its store follows the leader's, loaded once elected.
             self.core.set_standby(self._standby_reason(), None)
-            self.core.admin.stats.add_section("replication", self.replicated.stats)
+            ReplicaAdmin(replica, self.replicated, config).register(self.core.admin)
             store = replica.store
             self.core.admin.stats.add_section(
                 "storage", lambda: {"mode": "replicated", **store.stats()}

@@ -211,6 +211,7 @@ def replica_configs(config: BrokerConfig, cluster: ClusterFile) -> list[BrokerCo
             raft_peers=[other.raft for other in replicas if other is not replica],
             replica_endpoints={other.raft: advertised(other.address) for other in replicas},
             raft_preferred=replicas[0].raft,
+            replica_nodes={other.raft: other.node for other in replicas},
             link_secret=config.link_secret or _secret_from_curve(config.curve_secret),
         )
         for index, (replica, replicas) in enumerate(held)

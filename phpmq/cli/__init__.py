@@ -21,6 +21,7 @@ from . import (
     bench,
     bridge,
     broker,
+    cluster,
     dlq,
     events,
     keys,
@@ -100,6 +101,7 @@ main.add_command(stats.stats)
 main.add_command(top.top)
 main.add_command(dlq.dlq)
 main.add_command(queue.queue)
+main.add_command(cluster.cluster)
 main.add_command(schedule.schedule)
 main.add_command(bridge.bridge)
 main.add_command(workers.workers)

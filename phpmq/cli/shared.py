@@ -126,21 +126,32 @@ def fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
-def with_client(address: str, timeout: float, action: Callable[[Client], Result]) -> Result:
+def with_client(
+    address: str, timeout: float, action: Callable[[Client], Result], *, follow_leader: bool = True
+) -> Result:
     """Run `action` with a client of the broker at `address`, once the broker has answered
     (so its HELLO, `client.broker_info`, is in); a ClientError fails the command, also one
-    raised by the goodbye (a send the broker refused, told once it read them all)."""
+    raised by the goodbye (a send the broker refused, told once it read them all).
+    `follow_leader`: the client's (False: it stays at a follower replica)."""
     from ..client import Client, ClientError  # only commands that talk to a broker load it
 
     try:
-        client = Client(address, name="phpmq-cli", send_timeout=timeout, close_timeout=timeout)
+        client = Client(
+            address,
+            name="phpmq-cli",
+            send_timeout=timeout,
+            close_timeout=timeout,
+            follow_leader=follow_leader,
+        )
     except ClientError as exc:  # e.g. an unusable PHPMQ_CURVE_SECRET file
         fail(str(exc))
     try:
         try:
             # A DEALER queues sends to an address nobody listens on: only an answer proves
-            # there is a broker, so ask for one before anything else.
-            client.admin(cmd.STATS, timeout=timeout, limit=0)  # the figures, no queue listed
+            # there is a broker, so ask for one before anything else (the figures, no queue
+            # listed; a client that stays at a follower replica asks that replica's own).
+            here = {} if follow_leader else {"here": True}
+            client.admin(cmd.STATS, timeout=timeout, limit=0, **here)
         except ClientError:
             client.close_timeout = 0  # no broker to say goodbye to, nor to warn about
             logging.getLogger("phpmq.client").disabled = True

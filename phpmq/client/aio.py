@@ -84,11 +84,13 @@ class AsyncClient(
         on_event: Callable[[str, str], None] | None = None,
         curve: Curve | None = None,
         admin_secret: str | None = None,
+        follow_leader: bool = True,
         _routed_by: Driver | None = None,
     ) -> None:
         """Makes the socket (ZeroMQ connects in the background; ClientError if it cannot use
-        `address`) and the background work (backend.Background). `_routed_by` is internal:
-        the routing client this one is a link of."""
+        `address`) and the background work (backend.Background). `follow_leader=False`: stay
+        at `address` when it is a follower replica (docs/client.md "Replicated shards").
+        `_routed_by` is internal: the routing client this one is a link of."""
         self._link_settings: dict[str, Any] = dict(
             name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
             confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
@@ -111,6 +113,7 @@ class AsyncClient(
             on_event=on_event,
             routed_by=_routed_by,
             curve=curve,
+            follow_leader=follow_leader,
         )
         self._lock, self._send_lock = backend.client_locks()
         self._dealer = self._connect()

@@ -74,11 +74,14 @@ class Driver:
         on_event: Callable[[str, str], None] | None,
         routed_by: Driver | None = None,
         curve: Curve | None = None,
+        follow_leader: bool = True,
     ) -> None:
         """`routed_by`: the routing client this one is a link of, a connection to one more
         shard (it routes nothing itself and tells that client the maps it hears).
         `address` may list several endpoints, separated by commas: the others are tried in
-        turn when the one in use is lost (and a replicated shard's replicas join them)."""
+        turn when the one in use is lost (and a replicated shard's replicas join them, unless
+        not `follow_leader`: then a follower replica is not left for its leader, nor a lost
+        replica for another, so that what is asked of it, e.g. `stats` with `here`, is its)."""
         #: Where this connection may go (docs/client.md "Replicated shards"), and the one it
         #: uses now.
         self._addresses = [part.strip() for part in broker_address(address).split(",")]
@@ -92,6 +95,8 @@ class Driver:
         self.confirm_timeout = confirm_timeout
         self.on_event = on_event
         self.closed = False
+        #: Whether a follower replica is left for its leader (and a lost one for another).
+        self.follows_leader = follow_leader
         #: How often this connection (not its links) was lost and made again.
         self._reconnected = 0
         self._connection = connection
@@ -157,8 +162,9 @@ class Driver:
     def _hello_heard(self, options: dict[str, Any]) -> None:
         """A HELLO answer: the routing client adopts its map (a newer epoch) and, from home,
         whether the broker is sharded; a follower replica's answer names its leader."""
-        self._learn_replicas(options)
-        self._follow_leader(options)
+        if self.follows_leader:
+            self._learn_replicas(options)
+            self._follow_leader(options)
         if self._routed_by is not None:
             self._routed_by._map_heard(options, from_home=False)
         else:

@@ -64,6 +64,23 @@ class SyncAdmin:
         """The broker's `stats` with every queue, however many pages they take."""
         return self.admin_pages(cmd.STATS, "queues", timeout)
 
+    def replication(self, timeout: float = 5.0) -> dict[str, Any] | None:
+        """The `replication` figures of the replica at this client's address, its own
+        (`stats` with `here`; make the client with `follow_leader=False` to stay at a
+        follower): `role`, `node`, `term`, `commit_index`, `applied_index`, and each other
+        replica's `node`, `endpoint`, `connected` and `match_index` (docs/protocol.md §9).
+        None: the broker is no replica of a replicated shard."""
+        answer = self.admin(cmd.STATS, timeout, limit=0, here=True)
+        return answer.get("replication")
+
+    def move_leadership(self, node: str, timeout: float = 5.0) -> dict[str, Any]:
+        """`replica-lead`: the replica of this client's replicated shard on `node` is to
+        lead it. At the leader: handed over (`leads` false: watch the target's `role`) or
+        refused (BrokerRefused: 409 it lacks entries, 503 it is not connected); at the
+        replica on `node` once it leads: `leads` true, and it keeps leading (no hand-back
+        to the shard's home replica)."""
+        return self.admin(cmd.REPLICA_LEAD, timeout, node=node)
+
     def peek(self, queue: str, limit: int = 10) -> dict[str, Any]:
         """`queue`'s first `limit` ready messages, left in place (no delivery is counted):
         `entries` (`id`, `ttl`, `deliveries`, `content` in base64), `ready`, `truncated`."""
