@@ -35,6 +35,7 @@ import pysyncobj.syncobj
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal
 from pysyncobj.pickle import dumps, loads
+from pysyncobj.transport import TCPTransport
 
 from .disk import free_and_total
 from .durable import DurableStore, StorageError
@@ -166,18 +167,67 @@ logging.getLogger("pysyncobj.syncobj").addFilter(_QuietVotes())
 
 
 @contextmanager
-def _synced_journals(no_room: Callable[[], str | None], self_id: str):
+def _synced_journals(no_room: Callable[[], str | None], self_id: str, made: list[Any]):
     """pysyncobj makes its journal with a module-level factory and offers no other way in:
-    swap it for the synced one while a group is made (and only then)."""
+    swap it for the synced one while a group is made (and only then); the journal made is
+    put into `made`."""
+
+    def create(path: str) -> Any:
+        made.append(SyncedJournal(path, no_room, self_id) if path else original(path))
+        return made[-1]
+
     with _journal_lock:
         original = pysyncobj.syncobj.createJournal
-        pysyncobj.syncobj.createJournal = lambda path: (
-            SyncedJournal(path, no_room, self_id) if path else original(path)
-        )
+        pysyncobj.syncobj.createJournal = create
         try:
             yield
         finally:
             pysyncobj.syncobj.createJournal = original
+
+
+class _RaftTransport(TCPTransport):  # type: ignore[misc]
+    """pysyncobj's TCP transport, which mends a stale AppendEntries before pysyncobj sees it.
+
+    pysyncobj deletes every entry after an AppendEntries' prevLogIdx, even entries that match
+    the leader's (Raft deletes only from the first conflicting one): a late or repeated
+    AppendEntries would erase entries this replica acknowledged, which the leader may have
+    counted toward a commit. One whose entries this log already holds, followed only by
+    entries of the same leader's term (which can only be that leader's own), is rewritten as
+    an empty AppendEntries after this log's last entry: nothing is deleted, and the answer
+    is the one Raft gives (every entry up to the last matches)."""
+
+    def __init__(self, sync: Any, self_node: Any, other_nodes: Any) -> None:
+        super().__init__(sync, self_node, other_nodes)
+        self.mended = 0
+
+    def setOnMessageReceivedCallback(self, callback: Any) -> None:  # noqa: N802 (pysyncobj's)
+        if callback is None:
+            super().setOnMessageReceivedCallback(None)
+            return
+
+        def on_message(node: Any, message: Any) -> None:
+            if isinstance(message, dict) and message.get("type") == "append_entries":
+                message = self._mended(message)
+            callback(node, message)
+
+        super().setOnMessageReceivedCallback(on_message)
+
+    def _mended(self, message: dict[str, Any]) -> dict[str, Any]:
+        entries = message.get("entries")
+        journals = getattr(self._syncObj, "journals", None)
+        if not entries or "prevLogIdx" not in message or not journals:
+            return message
+        log = journals[0]
+        first, last = log[0][1], log[-1][1]
+        if entries[-1][1] >= last or entries[0][1] < first:
+            return message  # it reaches past this log's end (or into its compacted part)
+        if any(log[index - first][2] != term for _, index, term in entries):
+            return message  # a conflict: pysyncobj's truncation is Raft's here
+        beyond = range(entries[-1][1] + 1 - first, last + 1 - first)
+        if any(log[position][2] != message["term"] for position in beyond):
+            return message
+        self.mended += 1
+        return {**message, "prevLogIdx": last, "prevLogTerm": log[-1][2], "entries": []}
 
 
 _batch_encoder = msgspec.msgpack.Encoder()
@@ -236,8 +286,10 @@ class _StoreMachine(SyncObj):  # type: ignore[misc]
         self._store = store
         self._on_broken = on_broken
         self.broken = False
-        with _synced_journals(no_room, self_address):
-            super().__init__(self_address, others, conf)
+        #: The Raft log, once pysyncobj made it (what _RaftTransport reads).
+        self.journals: list[Any] = []
+        with _synced_journals(no_room, self_address, self.journals):
+            super().__init__(self_address, others, conf, transportClass=_RaftTransport)
 
     @replicated  # type: ignore[misc]
     def apply_batch(self, batch: bytes) -> None:
