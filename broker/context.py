@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ..protocol import Error, Message, encode
 from .clock import Clock
 from .config import BrokerConfig
+from .copies import CopyConfirms
 from .deadlines import Deadlines
 from .journal import Journal, NullJournal
 from .model import GONE, NS_PER_SECOND, Counters, IdSource, Peer, Queue, Record, record_bytes
@@ -29,6 +30,7 @@ class Context:
         "clock",
         "config",
         "confirms",
+        "copies",
         "counters",
         "dirty",
         "draining",
@@ -88,6 +90,8 @@ class Context:
         #: the leader's endpoint when known. None: it serves them.
         self.standby: str | None = None
         self.leader_hint: str | None = None
+        #: A shard's confirmed publishes waiting for their copies at the other shards.
+        self.copies = CopyConfirms(self)
         #: The type of the message being handled, which a refusal names (ERROR packet 19).
         self.handling: int | None = None
         #: Per-key quotas, and whose message is being handled ("": the broker's own work).

@@ -24,8 +24,10 @@ from ..protocol import (
     Admin,
     AdminReply,
     Cancel,
+    Confirm,
     Consume,
     DeadLetter,
+    Error,
     ErrorCode,
     Forward,
     Message,
@@ -33,11 +35,13 @@ from ..protocol import (
     Reply,
     Requeue,
     Send,
+    decode_frame,
     encode,
 )
 from ..protocol import admin_commands as cmd
 from ..protocol.cluster import ClusterMap
 from .context import Context
+from .copies import COPY_REF, copy_ref
 from .guard import Guard
 from .model import Peer
 
@@ -54,14 +58,16 @@ MAX_FORWARDED_WINDOWS = 100_000
 
 
 class _Pending:
-    """What one peer sent this turn for one owner, and whether it is gone since."""
+    """What one peer sent this turn for one owner, and whether it is gone since; `copy`: on
+    behalf of the peer's copy peer (copies.py), which speaks the extensions."""
 
-    __slots__ = ("chunks", "gone", "peer")
+    __slots__ = ("chunks", "copy", "gone", "peer")
 
-    def __init__(self, peer: Peer) -> None:
+    def __init__(self, peer: Peer, copy: bool = False) -> None:
         self.peer = peer
         self.chunks: list[bytes] = []
         self.gone = False
+        self.copy = copy
 
 
 class _Windows:
@@ -76,6 +82,7 @@ class _Windows:
 
 class Forwarding:
     __slots__ = (
+        "_copy_shards",
         "_ctx",
         "_map",
         "_owners",
@@ -103,6 +110,8 @@ class Forwarding:
         self.windows: dict[bytes, _Windows] = {}
         #: Windows on this shard's queues to open here once this replica leads it.
         self._reopened: list[tuple[Peer, Consume]] = []
+        #: Publishers with a copy peer at other shards, and which.
+        self._copy_shards: dict[bytes, set[str]] = {}
         self.forwarded = 0
         self.relayed = 0
         self.refused = 0
@@ -186,9 +195,10 @@ class Forwarding:
 
     def fan_out(self, peer: Peer, message: Publish) -> bool:
         """A PUBLISH reaches the queues bound at every shard: each other shard gets one copy
-        (without its tag: the answer, and the count it confirms, are this shard's; with its
-        key, so a retry is a duplicate there too) and routes it to its own queues.
-        With a shard unreachable it is refused whole with 503 (True: handled)."""
+        (with its key, so a retry is a duplicate there too) and routes it to its own queues.
+        A tagged one is confirmed once every shard confirmed its copy (copies.py); an
+        untagged copy goes without its tag. With a shard unreachable it is refused whole
+        with 503 (True: handled)."""
         if self.down:
             owner = next(iter(self.down))
             self.refused += 1
@@ -200,12 +210,14 @@ class Forwarding:
                 tag=message.tag,
             )
             return True
-        copy = encode(msgspec.structs.replace(message, tag=None))
         standby = self._ctx.standby is not None
-        for shard in self._map.shards:
-            if shard.name != self.shard or standby:
-                self._add(peer, shard.name, copy)
+        others = tuple(s.name for s in self._map.shards if s.name != self.shard or standby)
         self.forwarded += 1
+        if message.tag is not None and others:
+            return not self._ctx.copies.expect(peer, message, others)
+        copy = encode(msgspec.structs.replace(message, tag=None))
+        for shard in others:
+            self._add(peer, shard, copy)
         return False
 
     def _unreachable(self, queue: str, owner: str) -> dict[str, Any]:
@@ -215,14 +227,17 @@ class Forwarding:
             "reason": f"{what}, which cannot be reached: {self.down[owner]}",
         }
 
-    def _add(self, peer: Peer, owner: str, data: bytes) -> None:
+    def _add(self, peer: Peer, owner: str, data: bytes, ref: bytes | None = None) -> _Pending:
+        """`data` for `owner` from `peer`, or from its copy peer `ref`."""
         by_peer = self._pending.get(owner)
         if by_peer is None:
             by_peer = self._pending[owner] = {}
-        pending = by_peer.get(peer.id)
+        key = peer.id if ref is None else ref
+        pending = by_peer.get(key)
         if pending is None:
-            pending = by_peer[peer.id] = _Pending(peer)
+            pending = by_peer[key] = _Pending(peer, ref is not None)
         pending.chunks.append(data)
+        return pending
 
     def _refuse(self, peer: Peer, message: Any, owner: str) -> None:
         self.refused += 1
@@ -253,6 +268,13 @@ class Forwarding:
 
     def take(self) -> list[tuple[str, bytes]]:
         """One frame per owner: the turn's FORWARDs, each peer's messages in its order."""
+        copies = self._ctx.copies
+        copies.expire()
+        for peer, copy, shards in copies.take_copies():
+            ref = copy_ref(peer.id)
+            self._copy_shards.setdefault(peer.id, set()).update(shards)
+            for shard in shards:
+                self._add(peer, shard, copy, ref)
         pending = self._pending
         if not pending:
             return []
@@ -262,29 +284,45 @@ class Forwarding:
             parts = []
             for peer_id, entry in by_peer.items():
                 flags = _flags(entry.peer) | (FORWARD_GONE if entry.gone else 0)
+                if entry.copy:
+                    flags |= FORWARD_EXTENSIONS
                 principal = Guard.principal_wire(entry.peer)
                 parts.append(encode(Forward(peer_id, b"".join(entry.chunks), flags, principal)))
             frames.append((owner, b"".join(parts)))
         return frames
 
-    def on_link_message(self, message: Forward) -> None:
-        """An owner's answer for one of our peers: passed on as it is."""
+    def on_link_message(self, message: Forward, shard: str) -> None:
+        """An owner's answer for one of our peers: passed on as it is; for a copy peer,
+        its answers to the copies (copies.py)."""
         self.relayed += 1
+        peer_id = message.peer
+        if peer_id[:1] == COPY_REF and peer_id[1:] in self._copy_shards:
+            messages, _ = decode_frame(message.content, self._ctx.config.max_content_bytes)
+            for answer in messages:
+                if type(answer) is Confirm or type(answer) is Error:
+                    self._ctx.copies.on_answer(shard, answer)
+            return
         if message.content:
-            self._ctx.add(message.peer, message.content)
+            self._ctx.add(peer_id, message.content)
 
     def peer_gone(self, peer: Peer) -> None:
-        """A peer with windows at other shards is gone: they let go of what it held."""
+        """A peer with windows at other shards is gone: they let go of what it held; and so
+        is its copy peer, where it had one."""
+        copied_to = self._copy_shards.pop(peer.id, None)
+        if copied_to is not None:
+            self._ctx.copies.peer_gone(peer)
+            for shard in copied_to:
+                self._add(peer, shard, b"", copy_ref(peer.id)).gone = True
         held = self.windows.pop(peer.id, None)
         if held is None:
             return
         for owner in {self.owner_of(queue) for queue in held.consumes}:
             if owner is not None:
-                self._add(peer, owner, b"")
-                self._pending[owner][peer.id].gone = True
+                self._add(peer, owner, b"").gone = True
 
     def link_down(self, owner: str, why: str) -> None:
         self.down[owner] = why
+        self._ctx.copies.shard_lost(owner, why)
 
     def link_up(self, owner: str) -> None:
         """The link to `owner` answered HELLO: the owner may have restarted and forgotten our
@@ -327,6 +365,7 @@ class Forwarding:
             "refused_unreachable": self.refused,
             "forwarded_windows": sum(len(held.consumes) for held in self.windows.values()),
             "links_down": dict(self.down),
+            "publish_copies": self._ctx.copies.stats(),
         }
 
 

@@ -23,9 +23,7 @@ ANYONE = b'[null,"10.0.0.1:1000","router",false]'
 
 
 def shard(name: str, **config: object) -> CoreHarness:
-    return CoreHarness(
-        cluster=encode_map(MAP).decode(), shard=name, link_secret=SECRET, **config
-    )
+    return CoreHarness(cluster=encode_map(MAP).decode(), shard=name, link_secret=SECRET, **config)
 
 
 class Pair:
@@ -65,7 +63,7 @@ class Pair:
             assert error is None
             for message in messages:
                 if type(message) is p.Forward:
-                    entry.forwarding.on_link_message(message)  # type: ignore[union-attr]
+                    entry.forwarding.on_link_message(message, "t/1")  # type: ignore[union-attr]
         turn = entry.end_turn()
         got += [m for peer, frame in turn.frames if peer == PEER for m in p.decode_frame(frame)[0]]
         return got
@@ -163,7 +161,7 @@ def test_a_publish_reaches_the_bound_queues_of_every_shard_once() -> None:
     assert pair.entry.core.events.bindings.patterns(LOCAL) == ["user.#"]
     got = pair.peer_turn(p.Publish("user.42", b"hi", tag=3))
     [confirm] = [m for m in got if type(m) is p.Confirm]
-    assert confirm.tag == 3  # this shard's answer only
+    assert confirm.tag == 3 and confirm.count == 2  # once both shards have their copies
     assert sorted(m.queue for m in got if type(m) is p.Dispatch) == sorted([REMOTE, LOCAL])
     assert pair.owner.stats(REMOTE)["in_flight"] == 1
     assert pair.entry.stats(LOCAL)["in_flight"] == 1
@@ -198,3 +196,47 @@ def test_what_the_owner_learned_of_a_peer_s_dialect_stays() -> None:
     pair.owner.advance(2)
     [again] = pair.owner_turn()
     assert again.content == b"one" and again.ttl is not None
+
+
+def test_a_publish_is_confirmed_only_once_every_shard_confirmed_its_copy() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    pair.peer_turn(p.Consume(REMOTE, 1, patterns="user.*"))
+    entry = pair.entry.core
+    entry.begin_turn()
+    entry.handle_frame(PEER, p.encode(p.Publish("user.1", b"a", tag=5, key="k1")))
+    turn = entry.end_turn()
+    to_peer = [m for peer, frame in turn.frames if peer == PEER for m in p.decode_frame(frame)[0]]
+    assert not any(type(m) is p.Confirm for m in to_peer), "confirmed before the copy"
+    assert [name for name, _ in turn.forwards] == ["t/1"]
+    # The copy's shard is lost before it answers: the publish fails with 503 ...
+    entry.begin_turn()
+    entry.forwarding.link_down("t/1", "silent for 3.0s")  # type: ignore[union-attr]
+    got = [
+        m
+        for peer, frame in entry.end_turn().frames
+        if peer == PEER
+        for m in p.decode_frame(frame)[0]
+    ]
+    [error] = got
+    assert error.code == 503 and error.tag == 5 and "publish it again" in error.reason
+    # ... and, sent again with its key once the shard is back, it is copied again.
+    entry.forwarding.link_up("t/1")  # type: ignore[union-attr]
+    got = pair.peer_turn(p.Publish("user.1", b"a", tag=6, key="k1"))
+    [confirm] = [m for m in got if type(m) is p.Confirm]
+    assert confirm.tag == 6
+    assert pair.owner.stats(REMOTE)["ready"] + pair.owner.stats(REMOTE)["in_flight"] == 1
+
+
+def test_a_copy_refused_by_its_shard_fails_the_publish() -> None:
+    pair = Pair(max_bindings_per_queue=10)
+    pair.peer_turn(p.Hello({}))
+    pair.owner.send(
+        b"\x00ops", p.Admin({"command": "queue-bind", "queue": REMOTE, "patterns": ["user.*"]})
+    )
+    pair.owner.core.queues[REMOTE].max_length = 1
+    pair.owner.core.queues[REMOTE].overflow = "reject"
+    pair.peer_turn(p.Publish("user.1", b"a", tag=1))  # fills it
+    got = pair.peer_turn(p.Publish("user.2", b"b", tag=2))
+    [error] = [m for m in got if type(m) is p.Error]
+    assert error.tag == 2 and error.code == 503 and "t/1 refused its copy" in error.reason

@@ -223,7 +223,7 @@ class Links:
         forwarding = self._forwarding
         for message in messages:
             if type(message) is Forward:
-                forwarding.on_link_message(message)
+                forwarding.on_link_message(message, link.shard.name)
             elif type(message) is Hello:
                 self._on_answer(link, message, now)
             elif type(message) is Disconnect:
