@@ -92,9 +92,10 @@ class ReplicatedTurns:
             if not self.leading:
                 self._follow(event)
             elif isinstance(event, Committed):
-                ticket, output = self._in_flight.popleft()
-                assert ticket == event.ticket, (ticket, event.ticket)
-                ready.extend(output)
+                if not self._in_flight or self._in_flight[0][0] != event.ticket:
+                    self._lose(f"batch {event.ticket} was committed out of order")
+                    continue
+                ready.extend(self._in_flight.popleft()[1])
             elif isinstance(event, Failed):
                 self._lose(f"batch {event.ticket} failed: {event.reason}")
             elif isinstance(event, RoleChanged) and not event.leader:
@@ -120,12 +121,16 @@ class ReplicatedTurns:
             waiting.append(operation)
 
     def _follow(self, event: object) -> None:
-        """A follower's events: elected, it commits a barrier before it may serve."""
-        if isinstance(event, RoleChanged) and event.leader and self._barrier is None:
-            self._barrier = self._group.submit([])
+        """A follower's events: elected, it commits a barrier before it may serve. A barrier
+        of a term it no longer leads (it lost the election's outcome meanwhile, and another
+        leader committed the entry) promotes nothing: it must still lead when it lands."""
+        if isinstance(event, RoleChanged):
+            self._barrier = self._group.submit([]) if event.leader else None
         elif isinstance(event, Committed) and event.ticket == self._barrier:
-            self.leading = self._promoted = True
             self._barrier = None
+            if not self._group.is_leader():
+                return
+            self.leading = self._promoted = True
             self._led_since = time.monotonic()
             self._hand_back_at = self._led_since + HAND_BACK_AFTER_S
         elif isinstance(event, Failed) and event.ticket == self._barrier:

@@ -410,6 +410,9 @@ class ReplicaGroup:
         if address is not None:
             self._raft.transferLeadership(address)
 
+    def is_leader(self) -> bool:
+        return bool(self._raft._isLeader())
+
     def leader_address(self) -> str | None:
         leader = self._raft._getLeader()
         return None if leader is None else str(leader)
