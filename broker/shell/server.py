@@ -102,6 +102,9 @@ class BrokerServer:
                 self._close_sockets()
                 raise BrokerError(str(exc)) from None
             self.store = self.keeper.store
+        #: The store this loop writes itself (a replica's is written by its Raft thread,
+        #: which also gives its free pages back, a slice per commit).
+        self._own_store = self.store if self.replicated is None else None
         journal = Journal() if self.store is not None else NullJournal()
         self.core = Core(config, self.clock, journal=journal)
         self.security.apply(self.core)
@@ -404,11 +407,12 @@ class BrokerServer:
         if pending != self._input_pending:
             self._input_pending = pending
             core.note_input_pending(pending)
-        committed = self.store.commits if self.store is not None else 0
+        own = self._own_store
+        committed = own.commits if own is not None else 0
         self._commit_and_send(core.end_turn())
-        if self.store is not None and self.store.commits == committed and self.store.reclaimable:
+        if own is not None and own.commits == committed and own.reclaimable:
             # Nothing to write this turn: give free pages back to the file system, one slice.
-            self._reclaim(self.store)
+            self._reclaim(own)
         if self._backlog:
             self._flush_backlog()
         if self.tcp is not None:
@@ -469,7 +473,7 @@ class BrokerServer:
             return 0
         if self._backlog:
             return BACKLOG_RETRY_MS
-        if self.store is not None and self.store.reclaimable:
+        if self._own_store is not None and self._own_store.reclaimable:
             return RECLAIM_POLL_MS
         deadline = self.core.next_deadline()
         if deadline is None:
