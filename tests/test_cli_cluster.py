@@ -42,7 +42,7 @@ def move(cluster: ReplicatedCluster, shard: str, node: str, *flags: str) -> Any:
     return phpmq("cluster", "move", shard, "--to", node, "--broker", cluster.address("a"), *flags)
 
 
-@pytest.mark.xdist_group("replication")
+@pytest.mark.xdist_group("replication-cli")
 @pytest.mark.timeout(240)
 def test_status_shows_each_shards_leader_and_its_followers_with_their_lag(
     cluster: ReplicatedCluster,
@@ -88,7 +88,7 @@ def table_shows(cluster: ReplicatedCluster, leaders: int, followers: int) -> boo
     )
 
 
-@pytest.mark.xdist_group("replication")
+@pytest.mark.xdist_group("replication-cli")
 @pytest.mark.timeout(240)
 def test_a_move_hands_the_shard_to_the_replica_on_the_node_and_it_stays_there(
     cluster: ReplicatedCluster,
@@ -135,7 +135,7 @@ def lag_of(rows: list[dict[str, Any]], endpoint: str) -> int | None:
     return next(row["lag"] for row in rows if row["endpoint"] == endpoint)
 
 
-@pytest.mark.xdist_group("replication")
+@pytest.mark.xdist_group("replication-cli")
 @pytest.mark.timeout(240)
 def test_a_move_to_a_replica_that_lacks_entries_or_is_cut_off_is_refused(
     cluster: ReplicatedCluster,
