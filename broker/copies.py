@@ -15,16 +15,40 @@ Pure: it takes the context's `now` and says what to send; forwarding.py moves th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from ..protocol import Confirm, Error, ErrorCode, MessageType, Publish, encode
 from ..protocol.writer import encode_confirm
-from .model import NS_PER_SECOND, Peer
+from .model import NS_PER_SECOND, Counters, Peer
 
-if TYPE_CHECKING:
-    from .context import Context
+
+class Context(Protocol):
+    """What this part uses of the core's context (context.py, which holds a CopyConfirms:
+    named here rather than imported, so the two do not import each other)."""
+
+    now: int
+    counters: Counters
+    handling: int | None
+
+    @property
+    def journal(self) -> Any: ...
+
+    def hold(self, peer: Peer, data: bytes) -> None: ...
+
+    def add(self, peer_id: bytes, data: bytes) -> None: ...
+
+    def refuse(
+        self,
+        peer: Peer,
+        code: int,
+        reason: str,
+        message_id: bytes | None = None,
+        queue: str | None = None,
+        tag: int | None = None,
+        count: int = 1,
+    ) -> None: ...
 
 #: What a copy peer's reference begins with (a publisher's own id follows).
 COPY_REF = b"\xfe"
