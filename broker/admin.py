@@ -161,9 +161,11 @@ class Admin:
         finally:
             self._ctx.owner = ""
         self._answered_bytes += len(answer)
-        if len(ctx.journal) != changes:
+        if len(ctx.journal) != changes and ctx.storage_problem is None:
             ctx.hold(peer, answer)  # it changed the store: answered once that is durable
         else:
+            # (While the store cannot write, what it could not is kept and written first
+            # once it can: the answer does not wait for that.)
             ctx.reply_encoded(peer, answer)
 
     def _refuse(self, peer: Peer, reason: str) -> None:

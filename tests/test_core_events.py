@@ -251,3 +251,21 @@ def test_delete_when_unused_with_grace_keeps_it_for_a_returning_consumer(
     core.advance(0.2)
     core.turn()
     assert "q" not in core.core.queues
+
+
+def test_a_durable_broker_answers_a_command_that_changed_the_store_after_the_commit() -> None:
+    """The answer to `queue-bind` says the binding is kept: with a store, it waits with the
+    CONFIRMs for the turn's commit (replicated: for the majority); `stats` changes nothing
+    and is answered at once."""
+    harness = CoreHarness(durable=True)
+    core = harness.core
+    peer = b"\x00ops"
+    for command, held in (
+        ({"command": "queue-bind", "queue": "q", "patterns": ["a.*"]}, True),
+        ({"command": "stats"}, False),
+    ):
+        core.begin_turn()
+        core.handle_frame(peer, p.encode(p.Admin(command)))
+        now = [m for to, f in core.end_turn().frames if to == peer for m in p.decode_frame(f)[0]]
+        later = [m for to, f in core.release_confirms() if to == peer for m in p.decode_frame(f)[0]]
+        assert (len(now), len(later)) == ((0, 1) if held else (1, 0)), command
