@@ -323,10 +323,11 @@ class LocalCluster:
         """Where node `node` answers: its first shard's home replica."""
         return f"tcp://127.0.0.{self.names.index(node) + 1}:{self.port}"
 
-    def start(self, node: str) -> BrokerProcess:
+    def start(self, node: str, cluster_file: Path | None = None) -> BrokerProcess:
+        """Start node `node` (with another cluster file than the cluster's, if given)."""
         broker = self.nodes[node] = BrokerProcess(
             "--cluster-file",
-            str(self.file),
+            str(cluster_file or self.file),
             "--node",
             node,
             *self._flags,

@@ -251,3 +251,33 @@ def test_a_schedule_runs_once_per_due_time_through_a_failover(tmp_path: Path) ->
         print(f"{len(sent)} runs in 12.5 s, the closest two {min(gaps):.2f} s apart")
         assert len(sent) >= 8, sent  # it went on after the failover
         assert min(gaps) > 0.5, gaps  # no due time ran twice
+
+
+def test_a_node_started_from_a_file_that_disagrees_joins_no_group(tmp_path: Path) -> None:
+    """Node c starts from a file of another epoch: its replicas cannot talk Raft with the
+    others' (the group's password carries the map), its links log the disagreement, and a
+    and b, a majority of every shard, go on confirming without it."""
+    cluster = replicated_cluster(tmp_path)
+    stale = tmp_path / "stale.toml"
+    stale.write_text(cluster.file.read_text().replace("replicas = 3", "epoch = 2\nreplicas = 3"))
+    try:
+        cluster.start("a")
+        cluster.start("b")
+        cluster.start("c", cluster_file=stale)
+        leaders = cluster.wait_for_leaders()
+        assert all(leader.node != "c" for leader in leaders.values())
+        queue = cluster.queue_of("c/0")
+        producer = Producer(cluster.address("a"))
+        for i in range(20):
+            assert producer.send(queue, f"m-{i}", time.monotonic() + 30)
+        wait_for(
+            lambda: "disagree on the cluster" in cluster.log("c"),
+            "node c to log that its file disagrees",
+            timeout=20,
+        )
+        for replica in cluster.replica_sets["c/0"]:
+            if replica.node == "c":
+                assert cluster.role(replica) == "follower"
+                assert (cluster.replication(replica) or {}).get("applied_index", 0) <= 2
+    finally:
+        cluster.stop()
