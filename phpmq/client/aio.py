@@ -443,7 +443,7 @@ class AsyncClient(
         """Hand `payload` (`messages` 001s, whose `tags` then wait for answers) to the socket,
         waiting up to `send_timeout`; the greeting goes first if owed."""
         self._start()
-        if self._reconnect_due(time.monotonic()):
+        if self._reconnect_at is not None and self._reconnect_due(time.monotonic()):
             await self._reconnect()  # not on a socket already given up on
         async with self._send_lock:
             if self.closed:
