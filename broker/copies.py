@@ -159,10 +159,12 @@ class CopyConfirms:
     def expire(self) -> None:
         """Publishes whose copies did not all answer within COPY_TIMEOUT_S fail."""
         oldest = self._ctx.now - int(COPY_TIMEOUT_S * NS_PER_SECOND)
-        for copy_tag, waiting in list(self._waiting.items()):
-            if waiting.since > oldest:
+        expired = []
+        for copy_tag, waiting in self._waiting.items():  # oldest first: stops at the first
+            if waiting.since > oldest:  # young one, so a turn costs nothing when none is due
                 break
-            late = ", ".join(sorted(waiting.shards))
+            expired.append((copy_tag, ", ".join(sorted(waiting.shards))))
+        for copy_tag, late in expired:
             self._fail(copy_tag, f"no answer from shard {late} within {COPY_TIMEOUT_S:.0f}s")
 
     def peer_gone(self, peer: Peer) -> None:

@@ -506,9 +506,10 @@ class Core:
                 self._dispatch_within_budget(dirty)
         self.flow.end_turn()
         self._peers.send_due_heartbeats()
+        # (Before the refusals are flushed: a publish whose copies timed out is refused here.)
+        forwards = self.forwarding.take() if self.forwarding is not None else None
         ctx.flush_refusals()
         close = self.take_closes()
-        forwards = self.forwarding.take() if self.forwarding is not None else None
         outbox = ctx.outbox
         if not outbox:
             return Turn([], close, forwards)

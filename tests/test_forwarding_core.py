@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import phpmq.protocol as p
 from harness import CoreHarness
+from phpmq.broker.copies import COPY_TIMEOUT_S
 from phpmq.broker.core import Turn
 from phpmq.protocol.cluster import ClusterMap, Shard, encode_map
 
@@ -240,3 +241,17 @@ def test_a_copy_refused_by_its_shard_fails_the_publish() -> None:
     got = pair.peer_turn(p.Publish("user.2", b"b", tag=2))
     [error] = [m for m in got if type(m) is p.Error]
     assert error.tag == 2 and error.code == 503 and "t/1 refused its copy" in error.reason
+
+
+def test_a_copy_without_an_answer_fails_its_publish_after_the_timeout() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    entry = pair.entry.core
+    entry.begin_turn()
+    entry.handle_frame(PEER, p.encode(p.Publish("user.1", b"a", tag=9)))
+    assert entry.end_turn().forwards  # the copy left; its answer never comes
+    pair.entry.advance(COPY_TIMEOUT_S + 1)
+    entry.begin_turn()
+    turn = entry.end_turn()
+    [error] = [m for peer, f in turn.frames if peer == PEER for m in p.decode_frame(f)[0]]
+    assert error.code == 503 and error.tag == 9 and "no answer from shard t/1" in error.reason
