@@ -38,9 +38,17 @@ TARGET_RATIO = 0.40
 TARGET_ASYNC_RATIO = 0.80
 
 
-def _producer(address: str, messages: int, size: int, consumed: Any, confirms: Any = None) -> None:
+def _producer(
+    address: str,
+    messages: int,
+    size: int,
+    consumed: Any,
+    confirms: Any = None,
+    heartbeat_ms: int = 1000,
+) -> None:
     """Sends `messages`; with a `confirms` queue, as confirmed sends, and puts there the
-    confirm latencies (send to confirm, ns) and the count of sends not confirmed."""
+    confirm latencies (send to confirm, ns) and the count of sends not confirmed.
+    `heartbeat_ms` 0: no heartbeats agreed (the relay answers nothing, not even HELLO)."""
     pad = b"x" * max(0, size - 8)
     clock = time.monotonic_ns
     pack = struct.Struct("<q").pack
@@ -59,7 +67,9 @@ def _producer(address: str, messages: int, size: int, consumed: Any, confirms: A
     def confirmed(index: int, message_id: str) -> None:
         latencies.append(clock() - sent_at[index])
 
-    with Client(address, name="bench-producer", send_timeout=30) as client:
+    with Client(
+        address, name="bench-producer", send_timeout=30, heartbeat_ms=heartbeat_ms
+    ) as client:
         if confirms is None:
             client.send_many(QUEUE, contents())
             return
@@ -159,6 +169,12 @@ def _consume_relay(address: str, messages: int, window: int, consumed: Any, out:
         sock.send(b"".join(acks))
     sock.close()
     out.put((len(latencies), clock() - (start or clock()), latencies.tobytes()))
+
+
+def _relay_producer(
+    address: str, messages: int, size: int, consumed: Any, confirms: Any = None
+) -> None:
+    _producer(address, messages, size, consumed, confirms, heartbeat_ms=0)
 
 
 def _relay(port: int, ready: Any) -> None:
@@ -341,7 +357,16 @@ def run_relay_pipe(messages: int, size: int, window: int) -> dict:
     relay.start()
     ready.wait(20)
     try:
-        return _run(f"tcp://127.0.0.1:{port}", _consume_relay, messages, size, window)
+        # Without heartbeats: a client would take the silent relay for a lost broker every
+        # interval x liveness and reconnect, and the ceiling would measure that.
+        return _run(
+            f"tcp://127.0.0.1:{port}",
+            _consume_relay,
+            messages,
+            size,
+            window,
+            producer_target=_relay_producer,
+        )
     finally:
         relay.terminate()
         relay.join(5)
