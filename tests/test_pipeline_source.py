@@ -91,6 +91,10 @@ def send(broker: BrokerProcess, queue: str, count: int, size: int = 0, **extra: 
 
 
 def stream(spark: SparkSession, broker: BrokerProcess, queue: str, **options: Any) -> DataFrame:
+    """A phpmq stream of `queue`. Its brokerTimeout is 20 s unless given: a source runner
+    still waiting for a broker its test has stopped would otherwise hold Spark's stop for
+    the default 5 minutes, past the test timeout."""
+    options.setdefault("brokerTimeout", "20s")
     reader = spark.readStream.format("phpmq").option("broker", broker.address)
     return reader.option("queue", queue).options(**{k: str(v) for k, v in options.items()}).load()
 
