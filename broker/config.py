@@ -209,6 +209,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: Peers (connections) one key, or one other host without a key, may have at once; past
     #: it a new one's every message is refused with 429 and it is forgotten (0: no quota).
     quota_connections: int = 1_000
+    #: A shard's confirmed publishes one key may have waiting for their copies at the other
+    #: shards (docs/cluster.md "Forwarding"); 0: half the broker-wide 100,000.
+    quota_publishes: int = 0
     #: Security (docs/security.md). CURVE on the ZeroMQ endpoint: the broker's secret key
     #: file, and a directory or file of the client public keys allowed in; re-read on SIGHUP.
     curve_secret: str = ""
@@ -278,7 +281,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         quotas = ("quota_queues", "quota_bindings", "quota_consumers", "quota_schedules")
-        for name in (*quotas, "quota_leases", "quota_requests", "quota_connections"):
+        more = ("quota_leases", "quota_requests", "quota_connections", "quota_publishes")
+        for name in (*quotas, *more):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (half the broker-wide limit) or more")
         self.tcp_networks()  # raises on a bad CIDR

@@ -22,6 +22,7 @@ import msgspec
 from ..protocol import Confirm, Error, ErrorCode, MessageType, Publish, encode
 from ..protocol.writer import encode_confirm
 from .model import NS_PER_SECOND, Counters, Peer
+from .quotas import MAX_WAITING_PUBLISHES, PUBLISHES, Quotas
 
 
 class Context(Protocol):
@@ -31,6 +32,7 @@ class Context(Protocol):
     now: int
     counters: Counters
     handling: int | None
+    quotas: Quotas
 
     @property
     def journal(self) -> Any: ...
@@ -54,8 +56,6 @@ class Context(Protocol):
 COPY_REF = b"\xfe"
 #: A copy not confirmed in this long fails its publish (503).
 COPY_TIMEOUT_S = 10.0
-#: Publishes waiting for their copies' confirms, at most; past it a publish is refused (429).
-MAX_WAITING_PUBLISHES = 100_000
 
 
 def copy_ref(peer_id: bytes) -> bytes:
@@ -66,12 +66,14 @@ def copy_ref(peer_id: bytes) -> bytes:
 class _Waiting:
     """A publish routed here whose CONFIRM waits for the other shards' copies."""
 
-    __slots__ = ("count", "message_id", "peer", "shards", "since", "tag")
+    __slots__ = ("count", "message_id", "owner", "peer", "shards", "since", "tag")
 
     def __init__(
         self, peer: Peer, tag: int, message_id: bytes, count: int | None, shards: set[str]
     ) -> None:
         self.peer = peer
+        #: Whose quota it counts against (the peer's owner when it began).
+        self.owner = peer.owner
         self.tag = tag
         self.message_id = message_id
         #: Queues that got a copy, summed (None once an answer came from a key).
@@ -98,13 +100,17 @@ class CopyConfirms:
 
     def expect(self, peer: Peer, message: Publish, shards: tuple[str, ...]) -> bool:
         """A confirmed PUBLISH about to be routed here, whose copies go to `shards` once this
-        shard confirms it. False: too many wait already (refused, 429)."""
-        if len(self._waiting) + len(self._routing) >= MAX_WAITING_PUBLISHES:
-            self._ctx.refuse(
+        shard confirms it. False: too many wait already, the key's (its quota) or the
+        shard's (refused, 429)."""
+        ctx = self._ctx
+        problem = ctx.quotas.problem(PUBLISHES, peer.owner)
+        if problem is None and len(self._waiting) + len(self._routing) >= MAX_WAITING_PUBLISHES:
+            problem = f"{MAX_WAITING_PUBLISHES} publishes wait for their copies at other shards"
+        if problem is not None:
+            ctx.refuse(
                 peer,
                 ErrorCode.LIMIT_REACHED,
-                f"{MAX_WAITING_PUBLISHES} publishes wait for their copies at other shards:"
-                " publish it again later",
+                f"{problem}: publish it again later",
                 tag=message.tag,
             )
             return False
@@ -123,6 +129,7 @@ class CopyConfirms:
         self._next_tag += 1
         waiting = self._waiting[copy_tag] = _Waiting(peer, tag, message_id, count, set(shards))
         waiting.since = self._ctx.now
+        self._ctx.quotas.take(PUBLISHES, waiting.owner)
         self._out.append((peer, encode(msgspec.structs.replace(message, tag=copy_tag)), shards))
         self.held += 1
         return True
@@ -147,7 +154,7 @@ class CopyConfirms:
         else:
             waiting.count = None
         if not waiting.shards:
-            del self._waiting[answer.tag]
+            self._forget(answer.tag)
             self._confirm(waiting)
 
     def shard_lost(self, shard: str, why: str) -> None:
@@ -170,7 +177,12 @@ class CopyConfirms:
     def peer_gone(self, peer: Peer) -> None:
         for copy_tag, waiting in list(self._waiting.items()):
             if waiting.peer is peer:
-                del self._waiting[copy_tag]
+                self._forget(copy_tag)
+
+    def _forget(self, copy_tag: int) -> _Waiting:
+        waiting = self._waiting.pop(copy_tag)
+        self._ctx.quotas.give_back(PUBLISHES, waiting.owner)
+        return waiting
 
     def stats(self) -> dict[str, int]:
         return {"held": self.held, "waiting": len(self._waiting), "failed": self.failed}
@@ -185,7 +197,7 @@ class CopyConfirms:
         ctx.counters.confirmed += 1
 
     def _fail(self, copy_tag: int, why: str) -> None:
-        waiting = self._waiting.pop(copy_tag)
+        waiting = self._forget(copy_tag)
         self.failed += 1
         ctx = self._ctx
         ctx.handling = MessageType.PUBLISH

@@ -20,9 +20,13 @@ LEASES = "leases"
 REQUESTS = "requests"
 #: Peers a key (or host) has connected at once: ZeroMQ connections and raw TCP ones alike.
 CONNECTIONS = "connections"
+#: Confirmed publishes a key has waiting for their copies at other shards (copies.py).
+PUBLISHES = "publishes"
 #: Counted per queue, from its windows, when a window opens (dispatch.py): no bookkeeping.
 CONSUMERS = "consumers"
-KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES, REQUESTS, CONNECTIONS)
+KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES, REQUESTS, CONNECTIONS, PUBLISHES)
+#: Publishes that may wait for their copies at once, broker-wide (a shard's, copies.py).
+MAX_WAITING_PUBLISHES = 100_000
 
 
 def quota_limits(config: BrokerConfig) -> dict[str, int]:
@@ -35,6 +39,7 @@ def quota_limits(config: BrokerConfig) -> dict[str, int]:
         CONSUMERS: config.quota_consumers or max(1, config.max_consumers // 2),
         REQUESTS: config.quota_requests,
         CONNECTIONS: config.quota_connections,
+        PUBLISHES: config.quota_publishes or MAX_WAITING_PUBLISHES // 2,
     }
 
 

@@ -8,6 +8,7 @@ import phpmq.protocol as p
 from harness import CoreHarness
 from phpmq.broker.copies import COPY_TIMEOUT_S
 from phpmq.broker.core import Turn
+from phpmq.broker.guard import Principal
 from phpmq.protocol.cluster import ClusterMap, Shard, encode_map
 
 MAP = ClusterMap(1, (Shard("t/0", "tcp://127.0.0.1:1"), Shard("t/1", "tcp://127.0.0.1:2")))
@@ -255,3 +256,15 @@ def test_a_copy_without_an_answer_fails_its_publish_after_the_timeout() -> None:
     turn = entry.end_turn()
     [error] = [m for peer, f in turn.frames if peer == PEER for m in p.decode_frame(f)[0]]
     assert error.code == 503 and error.tag == 9 and "no answer from shard t/1" in error.reason
+
+
+def test_publishes_waiting_for_their_copies_count_against_the_key_s_quota() -> None:
+    pair = Pair(quota_publishes=2)
+    entry = pair.entry.core
+    keyed = Principal("publisher", "10.0.0.9:1000", "router")
+    entry.begin_turn()
+    for tag in (1, 2, 3):  # the copies' answers never come: all three would wait
+        entry.handle_frame(PEER, p.encode(p.Publish("user.1", b"a", tag=tag)), principal=keyed)
+    got = [m for peer, f in entry.end_turn().frames if peer == PEER for m in p.decode_frame(f)[0]]
+    [error] = [m for m in got if type(m) is p.Error]
+    assert error.tag == 3 and error.code == 429 and "quota_publishes is 2" in error.reason
