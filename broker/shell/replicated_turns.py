@@ -52,7 +52,6 @@ class ReplicatedTurns:
         self._group = group
         self._endpoints = endpoints
         self._preferred = preferred
-        self._led_since = 0.0
         self._hand_back_at = 0.0
         self.hand_backs = 0
         self.leading = False
@@ -131,8 +130,7 @@ class ReplicatedTurns:
             if not self._group.is_leader():
                 return
             self.leading = self._promoted = True
-            self._led_since = time.monotonic()
-            self._hand_back_at = self._led_since + HAND_BACK_AFTER_S
+            self._hand_back_at = time.monotonic() + HAND_BACK_AFTER_S
         elif isinstance(event, Failed) and event.ticket == self._barrier:
             log.info("the barrier entry failed (%s): following again", event.reason)
             self._barrier = None

@@ -395,11 +395,6 @@ class ReplicaGroup:
             events.append(self._events.popleft())
         return events
 
-    @property
-    def broken(self) -> bool:
-        """A committed batch could not be applied here: the replica must stop."""
-        return bool(self._raft.broken)
-
     def hand_to(self, address: str) -> None:
         """Ask the replica at `address` to take over leadership (Raft's TimeoutNow; refused
         by pysyncobj unless it has every entry). This replica then steps down."""

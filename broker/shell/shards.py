@@ -453,11 +453,17 @@ class ShardSupervisor:
             if process.is_alive():
                 return
             ran = now - slot.started_at
+            slot.process = None
+            slot.endpoints = {}
+            if process.exitcode == STEPPED_DOWN:
+                # Not a crash: a replica that stopped leading (or must rebuild its store)
+                # rejoins its group as a follower at once.
+                log.info("replica %s stepped down: starting it again", slot.config.shard)
+                slot.restart_at = now
+                return
             if ran > STABLE_AFTER_S:
                 slot.delay = FIRST_RESTART_DELAY_S
             slot.restart_at = now + slot.delay
-            slot.process = None
-            slot.endpoints = {}
             log.warning(
                 "shard %s (pid %d) exited with %s after %.1f s: restarting in %.1f s",
                 slot.config.shard,

@@ -84,8 +84,9 @@ if TYPE_CHECKING:
 @click.option(
     "--cluster-file",
     type=click.Path(dir_okay=False),
-    help="Several hosts: the cluster file (TOML: epoch, and [[nodes]] with name, address and"
-    " shards) that every node shares; needs --node. This host runs that node's shards at its"
+    help="Several hosts: the cluster file (TOML: epoch, replicas, raft_port_offset, and"
+    " [[nodes]] with name, address and shards) that every node shares; needs --node. This host"
+    " runs that node's shards (with replicas > 1: its replicas, which need --data-dir) at its"
     " address from the file (docs/cluster.md). [default: none]",
 )
 @click.option("--node", help="Which node of --cluster-file this host is. [default: none]")
