@@ -84,12 +84,13 @@ class _Waiting:
 
 
 class CopyConfirms:
-    __slots__ = ("_ctx", "_next_tag", "_out", "_routing", "_waiting", "failed", "held")
+    __slots__ = ("_ctx", "_next_tag", "_out", "_waiting", "failed", "held", "routing")
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
-        #: Confirmed publishes of this turn that will have copies, by (publisher id, tag).
-        self._routing: dict[tuple[bytes, int], tuple[Publish, tuple[str, ...]]] = {}
+        #: Confirmed publishes of this turn that will have copies, by (publisher id, tag):
+        #: empty but on a shard's turn with a tagged publish (intake reads it first).
+        self.routing: dict[tuple[bytes, int], tuple[Publish, tuple[str, ...]]] = {}
         #: Publishes waiting for their copies, by the tag the copies carry (oldest first).
         self._waiting: dict[int, _Waiting] = {}
         #: Copies to send at the end of the turn: (publisher, encoded copy, shards).
@@ -104,7 +105,7 @@ class CopyConfirms:
         shard's (refused, 429)."""
         ctx = self._ctx
         problem = ctx.quotas.problem(PUBLISHES, peer.owner)
-        if problem is None and len(self._waiting) + len(self._routing) >= MAX_WAITING_PUBLISHES:
+        if problem is None and len(self._waiting) + len(self.routing) >= MAX_WAITING_PUBLISHES:
             problem = f"{MAX_WAITING_PUBLISHES} publishes wait for their copies at other shards"
         if problem is not None:
             ctx.refuse(
@@ -114,14 +115,14 @@ class CopyConfirms:
                 tag=message.tag,
             )
             return False
-        self._routing[(peer.id, message.tag)] = (message, shards)  # type: ignore[index]
+        self.routing[(peer.id, message.tag)] = (message, shards)  # type: ignore[index]
         return True
 
     def hold(self, peer: Peer, tag: int | None, message_id: bytes, count: int | None) -> bool:
         """This shard's CONFIRM of a publish: True if it waits here for the copies."""
-        if tag is None or not self._routing:
+        if tag is None:
             return False
-        routing = self._routing.pop((peer.id, tag), None)
+        routing = self.routing.pop((peer.id, tag), None)
         if routing is None:
             return False
         message, shards = routing
@@ -136,8 +137,11 @@ class CopyConfirms:
 
     def take_copies(self) -> list[tuple[Peer, bytes, tuple[str, ...]]]:
         """The copies to send this turn. A publish refused here has none (forgotten)."""
-        self._routing.clear()
-        out, self._out = self._out, []
+        if self.routing:
+            self.routing.clear()
+        out = self._out
+        if out:
+            self._out = []
         return out
 
     def on_answer(self, shard: str, answer: Any) -> None:

@@ -320,7 +320,8 @@ class Intake:
         if tag is None and not peer.confirm:
             return
         ctx = self._ctx
-        if ctx.copies.hold(peer, tag, message_id, count):
+        copies = ctx.copies
+        if copies.routing and copies.hold(peer, tag, message_id, count):
             return  # a publish whose copies at other shards are not confirmed yet
         outbox = ctx.confirms if ctx.journal.durable else ctx.outbox
         chunks = outbox.get(peer.id)
