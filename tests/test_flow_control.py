@@ -75,7 +75,11 @@ def test_a_producer_five_times_over_the_limit_pauses_resumes_and_loses_nothing(
     short_queues: BrokerProcess, connect: Connect, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     contents = [b"m%d" % i for i in range(5 * LENGTH)]
-    consumer = SlowConsumer(short_queues.address, "jobs", len(contents), delay=0.002)
+    # The consumer starts a moment late: however slow a loaded machine makes the producer's
+    # sends, the queue fills and the broker pauses it (the pause is what is tested).
+    consumer = SlowConsumer(
+        short_queues.address, "jobs", len(contents), delay=0.002, start_after=0.5
+    )
     consumer.start()
     caplog.set_level(logging.INFO, logger="phpmq.client")
     with connect(short_queues.address, send_timeout=10) as producer:
