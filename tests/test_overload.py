@@ -69,7 +69,9 @@ def test_two_flooders_into_a_full_queue_do_not_starve_a_one_message_per_frame_pa
     otherwise idle machine (`phpmq bench --flood` prints it); this test runs beside the rest
     of the suite on 2 cores, so its bound is generous, and still one the old broker missed by
     seconds."""
-    figures = run_flood_benchmark(seconds=3.0, flooders=2, queue_limit=1_000)
+    # The limit holds for the calm queue too: 10,000 lets the calm consumer fall 5 s behind on
+    # a loaded machine (the p99 bound below is 3 s) before the calm queue refuses anything.
+    figures = run_flood_benchmark(seconds=3.0, flooders=2, queue_limit=10_000)
     assert figures["missing"] == 0 and figures["duplicates"] == 0
     assert figures["received"] > 5_000
     assert figures["p99"] < 3_000, figures["p99"]
