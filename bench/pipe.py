@@ -25,6 +25,7 @@ from rich.table import Table
 from .. import protocol as p
 from ..client import AsyncClient, Client, Unconfirmed
 from ..client.batches import BATCH_MESSAGES
+from ..protocol.constants import DEFAULT_MAX_CONTENT_BYTES
 from ..testing import BrokerProcess, free_port
 
 QUEUE = "bench"
@@ -48,7 +49,7 @@ def _producer(
 ) -> None:
     """Sends `messages`; with a `confirms` queue, as confirmed sends, and puts there the
     confirm latencies (send to confirm, ns) and the count of sends not confirmed.
-    `heartbeat_ms` 0: no heartbeats agreed (the relay answers nothing, not even HELLO)."""
+    `heartbeat_ms` 0: no heartbeats agreed (the relay answers HELLO only, and sends none)."""
     pad = b"x" * max(0, size - 8)
     clock = time.monotonic_ns
     pack = struct.Struct("<q").pack
@@ -185,8 +186,15 @@ def _relay(port: int, ready: Any) -> None:
     ready.set()
     consumer = None
     pending: list[bytes] = []
+    # The client waits for a HELLO answer (up to its confirm_timeout) before its first send
+    # decides where queues live: the relay answers as an unsharded broker would.
+    greeting = p.encode(p.Hello({"max_content_bytes": DEFAULT_MAX_CONTENT_BYTES}))
     while True:
         peer, frame = sock.recv_multipart()
+        if frame.startswith(b"H01101"):
+            sock.send_multipart((peer, greeting))
+            if all(type(m) is p.Hello for m in p.decode_frame(frame)[0]):
+                continue
         if frame.startswith(b"H0100202"):
             consumer = peer
             for held in pending:

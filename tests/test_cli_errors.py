@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import REPO, BrokerProcess, free_port, phpmq, wait_until
+from harness import REPO, BrokerProcess, free_port, phpmq, wait_for, wait_until
 
 INTERRUPTED = 130
 
@@ -127,7 +127,12 @@ def test_stats_watch_redraws_until_ctrl_c(broker: BrokerProcess) -> None:
 
 def test_ctrl_c_while_waiting_for_messages_exits_130(broker: BrokerProcess) -> None:
     process = start_phpmq("consume", "--broker", broker.address, "quiet", "-n", "5")
-    time.sleep(1.0)
+    # Waiting for messages, not still importing (a loaded machine takes seconds to start it).
+    wait_for(
+        lambda: broker.stats()["queues"].get("quiet", {}).get("consumers") == 1,
+        "the consume command to subscribe",
+        timeout=30,
+    )
     status, stdout, stderr = interrupt(process)
     assert status == INTERRUPTED and stdout == ""
     assert "Traceback" not in stderr and "Aborted" not in stderr
