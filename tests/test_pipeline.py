@@ -24,7 +24,7 @@ except ModuleNotFoundError as missing:
 
 
 # One Spark (a JVM) at a time: the Spark files run one after another in one worker.
-pytestmark = pytest.mark.xdist_group("spark")
+pytestmark = pytest.mark.xdist_group("spark-b")
 
 
 def test_demo_pipeline_counts_events_per_key_and_minute(

@@ -38,7 +38,7 @@ CONTENT = StructField("content", StringType())
 
 
 # One Spark (a JVM) at a time: the Spark files run one after another in one worker.
-pytestmark = pytest.mark.xdist_group("spark")
+pytestmark = pytest.mark.xdist_group("spark-b")
 
 
 def write_to(frame: DataFrame, broker: BrokerProcess, **options: str) -> None:

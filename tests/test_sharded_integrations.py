@@ -33,14 +33,14 @@ except pytest.skip.Exception as missing:
 SHARDS = 2
 
 #: Each test runs a broker of two shards: one sharded broker at a time. (A test with several
-#: xdist_group marks would get a group of their own: the Spark tests have only "spark".)
+#: xdist_group marks would get a group of their own: the Spark tests have only "spark-b".)
 sharded_group = pytest.mark.xdist_group("shards")
 
 
 def needs_spark(test: Callable[..., None]) -> Callable[..., None]:
     """A Spark test: skipped without Spark, and run in the Spark tests' worker."""
     skip = pytest.mark.skipif(SPARK_MISSING is not None, reason=str(SPARK_MISSING))
-    return pytest.mark.xdist_group("spark")(skip(test))
+    return pytest.mark.xdist_group("spark-b")(skip(test))
 
 
 @pytest.fixture
