@@ -342,10 +342,17 @@ def test_the_benchmark_runs_at_a_tiny_size(spark: SparkSession) -> None:
     from phpmq.bench.spark import run_spark_benchmark, tuned_source_options
 
     results = run_spark_benchmark(messages=40, size=10, spark=spark, warm_up=False)
-    paths = ["source default", "source tuned", "sink default", "sink tuned"]
+    memory = ["default", "tuned", "default keyed"]
+    durable = ["default", "default keyed"]
+    paths = [f"{direction} {name}" for direction in ("source", "sink") for name in memory]
+    paths += [f"durable {direction} {name}" for direction in ("source", "sink") for name in durable]
     assert [result["path"] for result in results] == paths
     assert all(result["rows"] == 40 for result in results)
-    assert all(result["vs_default"] > 0 for result in results)
+    by_path = {result["path"]: result for result in results}
+    assert by_path["sink tuned"]["vs_default"] > 0 and by_path["sink default"]["vs_default"] is None
+    assert by_path["source default keyed"]["vs_plain"] > 0
+    assert by_path["durable sink default keyed"]["vs_memory"] > 0
+    assert by_path["durable sink default keyed"]["vs_plain"] > 0
     options = tuned_source_options(25_000, 64 << 20, 100 << 10)  # 100 KB messages
     if "maxBytesPerTrigger" not in options:  # the row limit is cut to fit the bytes
         assert list(options.values()) == ["655"]
