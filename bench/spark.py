@@ -75,7 +75,7 @@ def run_spark_benchmark(
     from ..pipeline.session import local_session
 
     messages = messages or default_messages(size)
-    console = Console(width=max(Console().width, 140))
+    console = Console(width=max(Console().width, 190))
     tuned = tuned_source_options(TUNED_RECORDS, TUNED_BYTES, size)
     console.print(
         f"spark: {messages:,} messages of {size:,} bytes per path, local[2], loopback brokers"
