@@ -1,5 +1,8 @@
 """The Spark workload (`phpmq pipeline bench`): rows/s through the phpmq source and sink, with
-the default settings beside tuned ones, for one message size, and the driver's peak memory.
+the default settings beside tuned ones, keyed rows (a message key and headers on each) beside
+plain ones, and a durable broker (`--data-dir`) beside one in memory, in one run, for one
+message size, and the driver's peak memory. Ratios: tuned over default, keyed over plain,
+durable over memory.
 
 * source -> Parquet: N messages wait in a queue; an availableNow query reads them with the
   phpmq source and writes Parquet. Default: no option but the queue. Tuned: batches of up to
@@ -16,7 +19,8 @@ as proportional set sizes, since the Python workers are forked from one daemon a
 pages. The JVM keeps part of what earlier paths made its heap grow to, so a path's peak is
 not its own alone. Wall time includes query planning; a warm-up query
 runs first, so Python worker start-up is not counted. Figures are printed, never asserted.
-Needs `pip install .[spark]`; starts its own broker on a free loopback port.
+Needs `pip install .[spark]`; starts its own brokers (one in memory, then one durable, in a
+scratch directory) on free loopback ports.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,49 +69,107 @@ def run_spark_benchmark(
     spark: SparkSession | None = None,
     warm_up: bool = True,
 ) -> list[dict]:
-    """Run the source and sink paths, default and tuned, and print a table; returns its rows.
-    Without `spark`, a local session is started for the run and stopped after it; without
-    `warm_up`, the first path pays for Spark's Python workers starting."""
+    """Run the paths (PATHS) and print a table; returns its rows. Without `spark`, a local
+    session is started for the run and stopped after it; without `warm_up`, the first path
+    pays for Spark's Python workers starting."""
     from ..pipeline.session import local_session
 
     messages = messages or default_messages(size)
-    console = Console(width=max(Console().width, 140))
+    console = Console(width=max(Console().width, 190))
     tuned = tuned_source_options(TUNED_RECORDS, TUNED_BYTES, size)
     console.print(
-        f"spark: {messages:,} messages of {size:,} bytes per path, local[2], loopback broker;"
-        f" tuned source: {_describe(tuned)}; tuned sink: {TUNED_SINK_TASKS} tasks"
+        f"spark: {messages:,} messages of {size:,} bytes per path, local[2], loopback brokers"
+        f" (in memory, and durable: --data-dir); tuned source: {_describe(tuned)}; tuned sink:"
+        f" {TUNED_SINK_TASKS} tasks; keyed: every message with a message key and headers"
     )
     own_session = spark is None
     spark = spark or local_session("phpmq-bench")
-    results = []
+    results: list[dict] = []
     try:
         driver = DriverRss(_driver_pid(spark))
         with tempfile.TemporaryDirectory(prefix="phpmq-bench-") as scratch:
             work = Path(scratch)
-            with BrokerProcess("--log-level", "WARNING") as broker:
-                source = _SourcePath(spark, broker.address, size, work)
-                if warm_up:
-                    source.run("warm-up", WARM_UP_MESSAGES, {})
-                    _sink(spark, broker.address, WARM_UP_MESSAGES, size, None)
-                paths: list[tuple[str, Callable[[], dict]]] = [
-                    ("source default", lambda: source.run("default", messages, {})),
-                    ("source tuned", lambda: source.run("tuned", messages, tuned)),
-                    ("sink default", lambda: _sink(spark, broker.address, messages, size, None)),
-                    (
-                        "sink tuned",
-                        lambda: _sink(spark, broker.address, messages, size, TUNED_SINK_TASKS),
-                    ),
-                ]
-                for name, path in paths:
-                    with driver.sampling():
-                        result = path()
-                    results.append({"path": name, **result, **driver.peaks()})
+            for durable in (False, True):
+                data_dir = work / "data" if durable else None
+                with BrokerProcess("--log-level", "WARNING", data_dir=data_dir) as broker:
+                    paths = _Paths(spark, broker.address, size, work, tuned)
+                    if warm_up:
+                        paths.warm_up()
+                    for path in PATHS if not durable else DURABLE_PATHS:
+                        with driver.sampling():
+                            result = paths.run(path, messages)
+                        results.append({**path.labels(durable), **result, **driver.peaks()})
     finally:
         if own_session:
             spark.stop()
     _add_ratios(results)
     console.print(_table(results, size))
     return results
+
+
+@dataclass(frozen=True)
+class BenchPath:
+    """One path through the pipeline: which direction, tuned or not, keyed rows or plain."""
+
+    direction: str  # "source" or "sink"
+    tuned: bool = False
+    keyed: bool = False
+
+    def labels(self, durable: bool) -> dict:
+        name = " ".join(
+            part
+            for part in (
+                "durable" if durable else "",
+                self.direction,
+                "tuned" if self.tuned else "default",
+                "keyed" if self.keyed else "",
+            )
+            if part
+        )
+        return {
+            "path": name,
+            "direction": self.direction,
+            "durable": durable,
+            "tuned": self.tuned,
+            "keyed": self.keyed,
+        }
+
+
+#: The in-memory broker's paths; the durable broker runs the default ones, plain and keyed.
+PATHS = (
+    BenchPath("source"),
+    BenchPath("source", tuned=True),
+    BenchPath("source", keyed=True),
+    BenchPath("sink"),
+    BenchPath("sink", tuned=True),
+    BenchPath("sink", keyed=True),
+)
+DURABLE_PATHS = tuple(path for path in PATHS if not path.tuned)
+
+
+class _Paths:
+    """The paths against one broker."""
+
+    def __init__(
+        self, spark: SparkSession, address: str, size: int, work: Path, tuned: dict[str, str]
+    ) -> None:
+        self._spark = spark
+        self._address = address
+        self._size = size
+        self._tuned = tuned
+        self._source = _SourcePath(spark, address, size, work)
+
+    def warm_up(self) -> None:
+        self._source.run("warm-up", WARM_UP_MESSAGES, {}, keyed=False)
+        _sink(self._spark, self._address, WARM_UP_MESSAGES, self._size, None, keyed=False)
+
+    def run(self, path: BenchPath, messages: int) -> dict:
+        if path.direction == "source":
+            name = "tuned" if path.tuned else "default"
+            options = self._tuned if path.tuned else {}
+            return self._source.run(f"{name}-{path.keyed}", messages, options, path.keyed)
+        tasks = TUNED_SINK_TASKS if path.tuned else None
+        return _sink(self._spark, self._address, messages, self._size, tasks, path.keyed)
 
 
 def tuned_source_options(records: int, max_bytes: int, size: int) -> dict[str, str]:
@@ -153,11 +216,12 @@ class _SourcePath:
         self._pad = b"x" * size
         self._work = work
 
-    def run(self, name: str, messages: int, options: dict[str, str]) -> dict:
+    def run(self, name: str, messages: int, options: dict[str, str], keyed: bool) -> dict:
         queue = f"bench-source-{name}"
+        extras = _keyed_messages(messages) if keyed else {}
         with Client(self._address, name="bench-spark-producer", send_timeout=30) as client:
-            client.send_many(queue, (self._pad for _ in range(messages)))
-        target = self._work / f"parquet-{name}"
+            client.send_many(queue, (self._pad for _ in range(messages)), **extras)
+        target = self._work / f"parquet-{name}-{time.monotonic_ns()}"
         reader = self._spark.readStream.format("phpmq").option("broker", self._address)
         started = time.monotonic()
         query = (
@@ -179,10 +243,23 @@ class _SourcePath:
         return _result(_describe(options, "\n"), rows, batches, wall, len(self._pad))
 
 
-def _sink(spark: SparkSession, address: str, messages: int, size: int, tasks: int | None) -> dict:
-    queue = f"bench-sink-{tasks or 'default'}-{messages}"
-    frame = spark.range(messages).select(F.lpad(F.col("id").cast("string"), size, "x"))
-    frame = frame.toDF("content")
+def _keyed_messages(messages: int) -> dict[str, list[Any]]:
+    """send_many's per-message message keys and headers for the keyed source paths."""
+    return {
+        "message_keys": [b"key-%d" % (n % 1000) for n in range(messages)],
+        "headers": [{"n": str(n)} for n in range(messages)],
+    }
+
+
+def _sink(
+    spark: SparkSession, address: str, messages: int, size: int, tasks: int | None, keyed: bool
+) -> dict:
+    queue = f"bench-sink-{tasks or 'default'}-{keyed}-{messages}"
+    columns = [F.lpad(F.col("id").cast("string"), size, "x").alias("content")]
+    if keyed:
+        columns.append(F.format_string("key-%d", F.col("id") % 1000).cast("binary").alias("key"))
+        columns.append(F.create_map(F.lit("n"), F.col("id").cast("string")).alias("headers"))
+    frame = spark.range(messages).select(*columns)
     if tasks is not None:
         frame = frame.repartition(tasks)
     frame = frame.cache()
@@ -211,11 +288,25 @@ def _result(settings: str, rows: int, batches: int | None, wall: float, size: in
 
 
 def _add_ratios(results: list[dict]) -> None:
-    """Each tuned path gets its rate over the default one's of the same direction."""
-    defaults = {r["path"].split()[0]: r["rows_per_s"] for r in results if "default" in r["path"]}
+    """Each path's rate over those it is compared with: a tuned path's over the default one
+    (`vs_default`), a keyed path's over the plain one (`vs_plain`), a durable path's over the
+    same path in memory (`vs_memory`); None where there is no such comparison."""
+    rates = {_identity(r): r["rows_per_s"] for r in results}
+
+    def over(result: dict, applies: bool, **change: bool) -> float | None:
+        direction, durable, tuned, keyed = _identity(result)
+        fields = {"durable": durable, "tuned": tuned, "keyed": keyed, **change}
+        baseline = rates.get((direction, fields["durable"], fields["tuned"], fields["keyed"]))
+        return result["rows_per_s"] / baseline if applies and baseline else None
+
     for result in results:
-        default = defaults.get(result["path"].split()[0])
-        result["vs_default"] = result["rows_per_s"] / default if default else None
+        result["vs_default"] = over(result, result["tuned"], tuned=False)
+        result["vs_plain"] = over(result, result["keyed"], keyed=False)
+        result["vs_memory"] = over(result, result["durable"], durable=False)
+
+
+def _identity(result: dict) -> tuple[str, bool, bool, bool]:
+    return result["direction"], result["durable"], result["tuned"], result["keyed"]
 
 
 # --------------------------------------------------------------------------- driver memory
@@ -297,12 +388,12 @@ class DriverRss:
 
 def _table(results: list[dict], size: int) -> Table:
     table = Table(title=f"{size:,}-byte messages")
-    columns = ("path", "settings", "rows", "batches", "wall s", "rows/s", "MB/s", "vs default")
-    for column in (*columns, "JVM RSS", "all PSS"):
+    columns = ("path", "settings", "rows", "batches", "wall s", "rows/s", "MB/s")
+    ratios = {"vs_default": "vs default", "vs_plain": "keyed/plain", "vs_memory": "durable/memory"}
+    for column in (*columns, *ratios.values(), "JVM RSS", "all PSS"):
         justify = "left" if column in ("path", "settings") else "right"
         table.add_column(column, justify=justify, no_wrap=True)
     for result in results:
-        ratio = result["vs_default"]
         table.add_row(
             result["path"],
             result["settings"],
@@ -311,7 +402,7 @@ def _table(results: list[dict], size: int) -> Table:
             f"{result['wall_s']:.1f}",
             f"{result['rows_per_s']:,.0f}",
             f"{result['mb_per_s']:,.1f}",
-            f"{ratio:.2f}x" if ratio and "default" not in result["path"] else "-",
+            *(f"{result[key]:.2f}x" if result[key] else "-" for key in ratios),
             _mb(result["jvm_peak"]),
             _mb(result["driver_peak"]),
         )

@@ -11,8 +11,9 @@ one TTL) and computes a key for every row from the batch and the row's position
 * an older broker gets a `BarrierPublisher`, which ignores the keys and proves delivery to the
   broker with a round trip.
 
-Rows without headers and without a message key go out packed many to a frame (send_many);
-a row with either goes out alone (one round trip with confirms), as does every event.
+Each run goes out packed many rows to a frame, its confirms pipelined: `send_many` to a queue,
+`publish_many` for an event, each row with its own headers and message key when it has them,
+so a row with a key or headers costs what a plain one does.
 """
 
 from __future__ import annotations
@@ -47,20 +48,16 @@ class PublishError(RuntimeError):
 @dataclass(frozen=True)
 class Run:
     """Consecutive rows of one task with one destination and one TTL. `first_row` is the
-    task's row number of `contents[0]`; `headers` and `message_key` only on a run of one."""
+    task's row number of `contents[0]`; `headers` and `message_keys`, when the input has
+    those columns, hold one entry per row (None: the row has none)."""
 
     is_event: bool
     target: str
     ttl: int
     contents: Sequence[bytes]
     first_row: int
-    headers: dict[str, str] | None = None
-    message_key: bytes | None = None
-
-    @property
-    def alone(self) -> bool:
-        """The row carries headers or a message key, so it cannot share a packed send."""
-        return self.headers is not None or self.message_key is not None
+    headers: Sequence[dict[str, str] | None] | None = None
+    message_keys: Sequence[bytes | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,21 +109,15 @@ class BarrierPublisher:
         client = self._client
         try:
             if run.is_event:
-                for content in run.contents:
-                    client.publish(
-                        run.target,
-                        content,
-                        run.ttl,
-                        headers=run.headers,
-                        confirm=False,
-                        message_key=run.message_key,
-                    )
-            elif run.alone:
-                client.send(
-                    run.target, run.contents[0], run.ttl, run.headers, message_key=run.message_key
-                )
+                client.publish_many(
+                    run.target, run.contents, run.ttl, confirm=False, headers=run.headers,
+                    message_keys=run.message_keys,
+                )  # fmt: skip
             else:
-                client.send_many(run.target, run.contents, run.ttl)
+                client.send_many(
+                    run.target, run.contents, run.ttl, headers=run.headers,
+                    message_keys=run.message_keys,
+                )  # fmt: skip
         except BrokerRefused as exc:  # an earlier send's refusal, told at this call
             raise _refused(len(exc.refusals), exc.refusals) from None
         self._published += len(run.contents)
@@ -142,8 +133,8 @@ class BarrierPublisher:
 
 
 class ConfirmingPublisher:
-    """Sends each row with its key and waits for the broker's confirms (pipelined for packed
-    runs). The first refusal stops the task: nothing more is sent."""
+    """Sends each row with its key and waits for the broker's confirms, pipelined (to a queue
+    and as events alike). The first refusal stops the task: nothing more is sent."""
 
     def __init__(self, client: Client, key_prefix: str, deduplicated: bool) -> None:
         self._client = client
@@ -153,31 +144,22 @@ class ConfirmingPublisher:
         self._published = 0
 
     def publish(self, run: Run) -> None:
+        first = run.first_row
+        keys = [f"{self.key_prefix}/{first + i}" for i in range(len(run.contents))]
+        unconfirmed = _unconfirmed(run.contents)
+        client = self._client
         try:
             if run.is_event:
-                self._publish_event(run)
-            elif run.alone:
-                key = f"{self.key_prefix}/{run.first_row}"
-                self._client.send(
-                    run.target,
-                    run.contents[0],
-                    run.ttl,
-                    run.headers,
-                    confirm=True,
-                    key=key,
-                    message_key=run.message_key,
-                )
+                client.publish_many(
+                    run.target, run.contents, run.ttl, keys=keys, headers=run.headers,
+                    message_keys=run.message_keys, max_unconfirmed=unconfirmed,
+                )  # fmt: skip
             else:
-                first = run.first_row
-                keys = [f"{self.key_prefix}/{first + i}" for i in range(len(run.contents))]
-                self._client.send_many(
-                    run.target,
-                    run.contents,
-                    run.ttl,
-                    confirm=True,
-                    keys=keys,
-                    max_unconfirmed=_unconfirmed(run.contents),
-                )
+                client.send_many(
+                    run.target, run.contents, run.ttl, confirm=True, keys=keys,
+                    headers=run.headers, message_keys=run.message_keys,
+                    max_unconfirmed=unconfirmed,
+                )  # fmt: skip
         except Unconfirmed as exc:
             if exc.errors:
                 raise _refused(len(exc.errors), list(exc.errors.values())) from None
@@ -185,19 +167,6 @@ class ConfirmingPublisher:
         except BrokerRefused as exc:
             raise _refused(1, [exc.error]) from None
         self._published += len(run.contents)
-
-    def _publish_event(self, run: Run) -> None:
-        """One confirmed publish per row (a publish is not pipelined): slower than a queue."""
-        for offset, content in enumerate(run.contents):
-            key = f"{self.key_prefix}/{run.first_row + offset}"
-            self._client.publish(
-                run.target,
-                content,
-                run.ttl,
-                key=key,
-                headers=run.headers,
-                message_key=run.message_key,
-            )
 
     def finish(self) -> Receipt:
         return Receipt(self._published, confirmed=True, deduplicated=self._deduplicated)

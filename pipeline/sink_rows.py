@@ -110,8 +110,8 @@ def _too_large(row: int, part: str, size: int, limit: int) -> RowRefused:
 
 class SinkRows:
     """Turns record batches into runs of consecutive rows with one target (a queue or an event)
-    and one TTL, so each run to a queue goes out as packed frames (Client.send_many); a row with
-    headers or a message key is a run of its own."""
+    and one TTL, so each run goes out as packed frames (Client.send_many, Client.publish_many),
+    each row with its own headers and message key."""
 
     def __init__(self, columns: SinkColumns, options: SinkOptions) -> None:
         self._columns = columns
@@ -126,7 +126,7 @@ class SinkRows:
             if (pc.max(lengths).as_py() or 0) > limit:
                 index = pc.index(pc.greater(lengths, limit), True).as_py()
                 raise _too_large(first_row + index, name, lengths[index].as_py(), limit)
-        for index, headers in enumerate(self._headers(batch)):
+        for index, headers in enumerate(self._headers(batch) or ()):
             size = len(_HEADERS_JSON.encode(headers)) if headers else 0
             if size > limit:
                 raise _too_large(first_row + index, "headers (as JSON)", size, limit)
@@ -137,25 +137,18 @@ class SinkRows:
 
     def runs(self, batch: pa.RecordBatch, first_row: int) -> Iterator[Run]:
         """The runs of `batch`, whose first row is row `first_row` of the task."""
-        rows = zip(
-            self._targets(batch),
-            self._ttls(batch),
-            self._contents(batch),
-            self._headers(batch),
-            self._message_keys(batch),
-            strict=True,
-        )
-        row = first_row
-        for (target, ttl, alone), run in itertools.groupby(rows, key=_run_key):
-            is_event, name = target
-            if alone:
-                for _, _, content, headers, message_key in run:
-                    yield Run(is_event, name, ttl, [content], row, headers, message_key)
-                    row += 1
-            else:
-                contents = [content for _, _, content, _, _ in run]
-                yield Run(is_event, name, ttl, contents, row)
-                row += len(contents)
+        contents = self._contents(batch)
+        headers, message_keys = self._headers(batch), self._message_keys(batch)
+        start = 0
+        destinations = zip(self._targets(batch), self._ttls(batch), strict=True)
+        for (target, ttl), rows in itertools.groupby(destinations):
+            end = start + sum(1 for _ in rows)
+            yield Run(
+                target[0], target[1], ttl, contents[start:end], first_row + start,
+                None if headers is None else headers[start:end],
+                None if message_keys is None else message_keys[start:end],
+            )  # fmt: skip
+            start = end
 
     def _contents(self, batch: pa.RecordBatch) -> list[bytes]:
         values = batch.column("content").to_pylist()
@@ -190,15 +183,17 @@ class SinkRows:
             raise ValueError("column `ttl` holds a negative value (seconds; 0 = never expires)")
         return values
 
-    def _headers(self, batch: pa.RecordBatch) -> list[dict[str, str] | None]:
+    def _headers(self, batch: pa.RecordBatch) -> list[dict[str, str] | None] | None:
+        """Each row's headers (None: no `headers` column)."""
         if not self._columns.has_headers:
-            return [None] * batch.num_rows
+            return None
         # A map arrives as a list of (key, value) pairs; an empty or null map sends no headers.
         return [dict(pairs) if pairs else None for pairs in batch.column("headers").to_pylist()]
 
-    def _message_keys(self, batch: pa.RecordBatch) -> list[bytes | None]:
+    def _message_keys(self, batch: pa.RecordBatch) -> list[bytes | None] | None:
+        """Each row's message key (None: no `key` column)."""
         if not self._columns.has_key:
-            return [None] * batch.num_rows
+            return None
         keys = batch.column("key").to_pylist()
         return [key.encode() if isinstance(key, str) else key for key in keys]
 
@@ -209,11 +204,6 @@ def _first_of_each(targets: list[Target]) -> list[tuple[int, Target]]:
     for index, target in enumerate(targets):
         first.setdefault(target, index)
     return [(index, target) for target, index in first.items()]
-
-
-def _run_key(row: tuple) -> tuple[Target, int, bool]:
-    target, ttl, _, headers, message_key = row
-    return target, ttl, headers is not None or message_key is not None
 
 
 def _option_or_column(

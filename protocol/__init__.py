@@ -65,7 +65,9 @@ from .writer import (
     encode_all,
     encode_confirm,
     encode_dispatch,
+    encode_publish,
     encode_send,
+    event_packet,
     queue_packet,
 )
 
@@ -119,8 +121,10 @@ __all__ = [
     "encode_all",
     "encode_confirm",
     "encode_dispatch",
+    "encode_publish",
     "encode_send",
     "event_name_problem",
+    "event_packet",
     "key_problem",
     "pattern_problem",
     "queue_name_problem",

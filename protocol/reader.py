@@ -38,7 +38,7 @@ _FAST_PREFIX_BYTES = PACKET_HEADER_BYTES - _FAST_LENGTH_DIGITS
 
 
 class _HeaderEntry:
-    __slots__ = ("canonical", "cls", "count", "packets", "required", "spec")
+    __slots__ = ("canonical", "cls", "count", "ordered", "packets", "required", "spec")
 
     def __init__(self, spec: TypeSpec, count: int) -> None:
         self.spec = spec
@@ -57,6 +57,29 @@ class _HeaderEntry:
             (b"P%02d%s" % (packet, _ZEROS), DECODE_VALUE[packet], packet in CONTENT_PACKETS)
             for packet, _ in spec.fields[:count]
         )
+        #: Every packet in table order, for a message that skips some optional ones (a send
+        #: with a key and a message key but no request packets): None where the Struct's
+        #: fields are not in table order, with None for each absent one.
+        self.ordered = (
+            tuple(
+                (b"P%02d%s" % (packet, _ZEROS), DECODE_VALUE[packet], packet in CONTENT_PACKETS)
+                for packet, _ in spec.fields
+            )
+            if _fields_in_table_order(spec)
+            else None
+        )
+
+
+def _fields_in_table_order(spec: TypeSpec) -> bool:
+    """The Struct's fields are the table's packets, in order, optional ones defaulting to
+    None: a message can be built from values in table order with None for absent packets."""
+    names = [field for _, field in spec.fields]
+    struct_fields = spec.cls.__struct_fields__
+    defaults = spec.cls.__struct_defaults__
+    optional = struct_fields[len(struct_fields) - len(defaults) :]
+    return list(struct_fields[: len(names)]) == names and all(
+        default is None for name, default in zip(optional, defaults, strict=True) if name in names
+    )
 
 
 #: Every valid 8-byte message header -> how to read the packets that follow.
@@ -103,11 +126,51 @@ def decode_message(
         values.append(raw if convert is None else convert(raw))
     else:
         return entry.cls(*values), p
+    if entry.ordered is not None and len(values) >= len(entry.required):
+        skipping = _decode_skipping(data, p, entry.ordered, values, entry.count, max_content_bytes)
+        if skipping is not None:
+            return entry.cls(*values), skipping
     try:
         return _decode_any_order(data, pos, entry, max_content_bytes)
     except ProtocolError as exc:
         exc.message_type = entry.spec.type  # the refusal can say what it refuses (413 a send)
         raise
+
+
+def _decode_skipping(
+    data: bytes,
+    p: int,
+    ordered: tuple[tuple[bytes, Callable[[bytes], Any] | None, bool], ...],
+    values: list[Any],
+    count: int,
+    max_content_bytes: int,
+) -> int | None:
+    """The fast path's second chance, for packets in table order that skip optional ones:
+    appends to `values` (None for each skipped packet) the packets from `p` on, until `count`
+    are read; returns where the message ends, or None for anything else (the general path
+    then reads it, and explains a fault)."""
+    read = len(values)
+    end_of_data = len(data)
+    for prefix, convert, content in ordered[len(values) :]:
+        if read == count:
+            return p
+        if not data.startswith(prefix, p):
+            values.append(None)
+            continue
+        start = p + PACKET_HEADER_BYTES
+        digits = data[p + _FAST_PREFIX_BYTES : start]
+        if not digits.isdigit():
+            return None
+        length = int(digits)
+        if length > max_content_bytes and (content or length > MIN_CONTROL_PACKET_BYTES):
+            return None
+        p = start + length
+        if p > end_of_data:
+            return None
+        raw = data[start:p]
+        values.append(raw if convert is None else convert(raw))
+        read += 1
+    return p if read == count else None
 
 
 def _decode_any_order(

@@ -120,6 +120,11 @@ def queue_packet(queue: str) -> bytes:
     return packet(PacketType.QUEUE, queue.encode())
 
 
+def event_packet(event: str) -> bytes:
+    """The event packet of a 108, built once for many publishes of one event."""
+    return packet(PacketType.EVENT, event.encode())
+
+
 def encode_dispatch(
     queue_packet: bytes,
     content: bytes,
@@ -171,10 +176,14 @@ def encode_dispatch(
     )
 
 
-_SEND_HEADERS = {count: message_header(MessageType.SEND, count) for count in (2, 3, 4, 5)}
+_SEND_HEADERS = {count: message_header(MessageType.SEND, count) for count in range(2, 8)}
+#: A message header up to its packet count: "H", the version, the type.
+_PUBLISH_TYPE = message_header(MessageType.PUBLISH, 0)[:-2]
 _ACK_HEADER = message_header(MessageType.ACK, 2)
 _TAG_PACKET = b"P%02d%%029d" % PacketType.TAG
 _KEY_PACKET = b"P%02d%%029d" % PacketType.KEY
+_HEADERS_PACKET = b"P%02d%%029d" % PacketType.HEADERS
+_MESSAGE_KEY_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_KEY
 
 
 def encode_send(
@@ -183,12 +192,17 @@ def encode_send(
     ttl: int | None,
     tag: int | None = None,
     key: str | None = None,
+    headers: bytes | None = None,
+    message_key: bytes | None = None,
 ) -> bytes:
     """001 on the client's hot path; `ttl=None` writes the stock client's pre-TTL form. A
-    `tag` asks for a CONFIRM (it needs a TTL packet before it), a `key` makes it idempotent."""
+    `tag` asks for a CONFIRM (it needs a TTL packet before it), a `key` makes it idempotent;
+    `headers` (JSON bytes) and a `message_key` go in packets 17 and 27."""
     if ttl is None:
-        if tag is not None or key is not None:
-            raise LocalProtocolError("a tag or key needs the TTL form (ttl=0: never expires)")
+        if tag is not None or key is not None or headers or message_key is not None:
+            raise LocalProtocolError(
+                "a tag, key, headers or message key need the TTL form (ttl=0: never expires)"
+            )
         return b"".join((_SEND_HEADERS[2], queue_packet, _CONTENT_PACKET % len(content), content))
     if ttl < 0:
         raise LocalProtocolError(f"TTL cannot be negative: {ttl}")
@@ -209,8 +223,28 @@ def encode_send(
     if key is not None:
         key_bytes = key.encode()
         parts += (_KEY_PACKET % len(key_bytes), key_bytes)
+    if headers:
+        parts += (_HEADERS_PACKET % len(headers), headers)
+    if message_key is not None:
+        parts += (_MESSAGE_KEY_PACKET % len(message_key), message_key)
     parts[0] = _SEND_HEADERS[len(parts) // 2]
     return b"".join(parts)
+
+
+def encode_publish(
+    event_packet: bytes,
+    content: bytes,
+    ttl: int,
+    tag: int | None = None,
+    key: str | None = None,
+    headers: bytes | None = None,
+    message_key: bytes | None = None,
+) -> bytes:
+    """108 on the client's hot path (publish_many), with the event's packet built once
+    (`event_packet`): a 001's packets in the same order, so the 001 writer's bytes with the
+    type in the message header changed."""
+    send = encode_send(event_packet, content, ttl, tag, key, headers, message_key)
+    return _PUBLISH_TYPE + send[len(_PUBLISH_TYPE) :]
 
 
 _CONFIRM_1 = message_header(MessageType.CONFIRM, 1) + _ID_PACKET + b"%b"

@@ -161,6 +161,13 @@ class BrokerProcess(testing.BrokerProcess):
         super().__init__(*flags, log_path=log_path, **options)
 
 
+def configured_broker(folder: Path, toml: str) -> BrokerProcess:
+    """A broker (not started yet) with the settings `toml`, its file and log in `folder`."""
+    config = folder / "broker.toml"
+    config.write_text(toml)
+    return BrokerProcess(folder / "broker.log", "--config", str(config))
+
+
 def generate_keys(folder: Path, names: Iterable[str], allowed: Iterable[str]) -> Path:
     """CURVE key pairs made by `phpmq keys generate` in `folder`, the `allowed` ones' public
     keys copied into `folder/clients` (what `--curve-clients` reads); returns `folder`."""

@@ -16,7 +16,7 @@ import pytest
 import zmq
 from driven import Connect
 
-from harness import BrokerProcess, free_port
+from harness import BrokerProcess, configured_broker, free_port
 from phpmq.client import (
     RECONNECTED,
     REJOINED,
@@ -113,9 +113,7 @@ def test_a_refused_confirmed_send_raises_broker_refused_with_the_code(
     tmp_path: Path, connect: Connect
 ) -> None:
     # A limit no PAUSE covers (a full queue pauses its producer: tests/test_flow_control.py).
-    config = tmp_path / "broker.toml"
-    config.write_text("max_queues = 1\n")
-    broker = BrokerProcess(tmp_path / "broker.log", "--config", str(config))
+    broker = configured_broker(tmp_path, "max_queues = 1\n")
     with broker, connect(broker.address) as client:
         client.send("small", b"fits", confirm=True)
         with pytest.raises(BrokerRefused) as refused:

@@ -27,7 +27,7 @@ try:
         StructType,
     )
 
-    from phpmq.pipeline import sink
+    from phpmq.pipeline import publish, sink
     from phpmq.pipeline.datasource import PhpmqDataSource
     from phpmq.pipeline.options import OptionError, SinkOptions
     from phpmq.pipeline.sink_rows import RowRefused, SinkColumns, SinkRows
@@ -117,6 +117,53 @@ def test_a_row_too_large_for_the_broker_is_named_before_anything_is_given_out(
         for _, first_row in sink.checked_ahead(iter(batches), lambda b, r: rows.check(b, r, 5)):
             given.append(first_row)
     assert given == [0]
+
+
+def test_keyed_rows_go_out_in_one_run_and_packed_frames_not_a_send_each(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = StructType(
+        [
+            CONTENT,
+            StructField("key", StringType()),
+            StructField("headers", MapType(StringType(), StringType())),
+        ]
+    )
+    options = SinkOptions.parse({"queue": "keyed"})
+    rows = SinkRows(SinkColumns.of(schema, options), options)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "content": [str(n) for n in range(300)],
+            "key": [None if n % 3 == 0 else f"k-{n}" for n in range(300)],
+            "headers": [[("n", str(n))] if n % 2 else None for n in range(300)],
+        },
+        schema=pa.schema(
+            [
+                ("content", pa.string()),
+                ("key", pa.string()),
+                ("headers", pa.map_(pa.string(), pa.string())),
+            ]
+        ),
+    )
+    [run] = list(rows.runs(batch, 100))
+    assert run.first_row == 100 and len(run.contents) == 300
+    assert run.message_keys is not None and run.message_keys[:2] == [None, b"k-1"]
+    assert run.headers is not None and run.headers[:2] == [None, {"n": "1"}]
+    publisher = publish.open_publisher(broker.address, "test", "scope/0")
+
+    def one_by_one(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a keyed row went out as a send of its own")
+
+    monkeypatch.setattr(publish.Client, "send", one_by_one)
+    try:
+        publisher.publish(run)
+        assert publisher.finish().published == 300
+    finally:
+        publisher.close()
+    received = sorted(drain(broker, "keyed"), key=lambda m: int(m.content))
+    assert [m.message_key for m in received[:3]] == [None, b"k-1", b"k-2"]
+    assert [m.headers for m in received[:2]] == [{}, {"n": "1"}]
+    assert len(received) == 300
 
 
 # --------------------------------------------------------------------------- with Spark
@@ -295,10 +342,17 @@ def test_the_benchmark_runs_at_a_tiny_size(spark: SparkSession) -> None:
     from phpmq.bench.spark import run_spark_benchmark, tuned_source_options
 
     results = run_spark_benchmark(messages=40, size=10, spark=spark, warm_up=False)
-    paths = ["source default", "source tuned", "sink default", "sink tuned"]
+    memory = ["default", "tuned", "default keyed"]
+    durable = ["default", "default keyed"]
+    paths = [f"{direction} {name}" for direction in ("source", "sink") for name in memory]
+    paths += [f"durable {direction} {name}" for direction in ("source", "sink") for name in durable]
     assert [result["path"] for result in results] == paths
     assert all(result["rows"] == 40 for result in results)
-    assert all(result["vs_default"] > 0 for result in results)
+    by_path = {result["path"]: result for result in results}
+    assert by_path["sink tuned"]["vs_default"] > 0 and by_path["sink default"]["vs_default"] is None
+    assert by_path["source default keyed"]["vs_plain"] > 0
+    assert by_path["durable sink default keyed"]["vs_memory"] > 0
+    assert by_path["durable sink default keyed"]["vs_plain"] > 0
     options = tuned_source_options(25_000, 64 << 20, 100 << 10)  # 100 KB messages
     if "maxBytesPerTrigger" not in options:  # the row limit is cut to fit the bytes
         assert list(options.values()) == ["655"]

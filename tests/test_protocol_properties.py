@@ -4,6 +4,7 @@ packet-order independence."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
@@ -26,6 +27,7 @@ from phpmq.protocol import (
     LocalProtocolError,
     Message,
     ProtocolError,
+    Publish,
     RemoteProtocolError,
     Requeue,
     Send,
@@ -37,8 +39,11 @@ from phpmq.protocol import (
     encode_all,
     encode_confirm,
     encode_dispatch,
+    encode_publish,
     encode_send,
+    event_packet,
     queue_packet,
+    reader,
 )
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -206,6 +211,36 @@ def test_encode_send_with_tag_and_key_matches_encode(
     wire = encode_send(queue_packet(queue), content, ttl, tag, key)
     assert wire == encode(Send(queue, content, ttl, tag=tag, key=key))
     assert decode_message(wire) == (Send(queue, content, ttl, tag=tag, key=key), len(wire))
+
+
+@FAST
+@given(
+    texts, contents, integers, optional_integers, st.none() | texts, st.none() | contents,
+    st.none() | contents,
+)  # fmt: skip
+def test_a_send_or_publish_with_headers_and_message_key_is_encoded_and_decoded_fast(
+    name: str,
+    content: bytes,
+    ttl: int,
+    tag: int | None,
+    key: str | None,
+    headers: bytes | None,
+    message_key: bytes | None,
+) -> None:
+    # Table order with optional packets skipped (no request packets before the message key)
+    # decodes without the general path (reader._decode_any_order), the broker's slow one.
+    def general_path(*args: object) -> None:
+        raise AssertionError("decoded by the general path")
+
+    headers = headers or None  # an empty HEADERS packet is not written
+    send = Send(name, content, ttl, tag, key, headers, message_key=message_key)
+    publish = Publish(name, content, ttl, tag, key, headers, message_key)
+    sent = encode_send(queue_packet(name), content, ttl, tag, key, headers, message_key)
+    published = encode_publish(event_packet(name), content, ttl, tag, key, headers, message_key)
+    assert sent == encode(send) and published == encode(publish)
+    with mock.patch.object(reader, "_decode_any_order", general_path):
+        assert decode_message(sent) == (send, len(sent))
+        assert decode_message(published) == (publish, len(published))
 
 
 @FAST

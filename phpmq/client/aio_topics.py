@@ -55,7 +55,7 @@ class AsyncTopics:
         frame = connection.publish(event, content, ttl, headers, tag, key, message_key)
         paused_on: str | None = None
         while True:
-            await self._wait_while_paused(paused_on)  # type: ignore[arg-type]
+            await self._wait_while_paused(paused_on)
             async with self._lock:
                 await self._send_frame(frame, 1, () if tag is None else (tag,))
                 if tag is None:

@@ -3,12 +3,21 @@ broker turns, the higher the rate (the pipe benchmark sends frames of 512 messag
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 import msgspec
 
-from ..protocol import MAX_KEY_BYTES, ErrorCode, Send, encode, encode_send, key_problem
+from ..protocol import (
+    MAX_KEY_BYTES,
+    MIN_CONTROL_PACKET_BYTES,
+    ErrorCode,
+    Send,
+    encode,
+    encode_send,
+    key_problem,
+)
 from .errors import InvalidArgument
 
 _headers = msgspec.json.Encoder()
@@ -31,10 +40,20 @@ def check_key(key: str) -> None:
             raise InvalidArgument(problem, key)
 
 
-def too_large(queue: str, size: int, limit: int) -> InvalidArgument:
-    """What to raise for content over the broker's limit (413, as the broker would answer)."""
+def check_lengths(contents: Iterable[object], **per_message: Iterable[object] | None) -> None:
+    """Raise ValueError, before anything is sent, when one of `per_message` (keys, headers,
+    message keys: one per message) is shorter than `contents`, both sized."""
+    if not isinstance(contents, Sized):
+        return
+    for name, items in per_message.items():
+        if isinstance(items, Sized) and len(items) < len(contents):
+            raise ValueError(f"{len(items)} {name.replace('_', ' ')} for {len(contents)} messages")
+
+
+def too_large(queue: str, size: int, limit: int, part: str = "content") -> InvalidArgument:
+    """What to raise for a packet over the broker's limit (413, as the broker would answer)."""
     return InvalidArgument(
-        f"content of {size} bytes is over the broker's limit of {limit}", queue, ErrorCode.TOO_LARGE
+        f"{part} of {size} bytes is over the broker's limit of {limit}", queue, ErrorCode.TOO_LARGE
     )
 
 
@@ -64,6 +83,13 @@ def encode_full_send(
     )
 
 
+#: Per-message headers (a JSON object, None for none) and message keys of a batch.
+HeadersItem = dict[str, Any] | None
+MessageKeyItem = bytes | str | None
+#: Encodes one 001 or 108 from its target's packet: encode_send or encode_publish.
+Encoder = Callable[..., bytes]
+
+
 def send_batches(
     queue: str,
     packet: bytes,
@@ -73,11 +99,17 @@ def send_batches(
     tags: Iterator[int] | None,
     batch_messages: int,
     max_content_bytes: int,
+    headers: Iterable[HeadersItem] | None = None,
+    message_keys: Iterable[MessageKeyItem] | None = None,
+    encoder: Encoder = encode_send,
 ) -> Iterator[Batch]:
-    """The 001s of `contents` to `queue` (its `packet`), `batch_messages` a frame at most,
-    each with the next of `keys` and `tags` when given; content over `max_content_bytes` is
-    refused (413). Lazy: contents and keys are read as the batches are taken."""
+    """The 001s of `contents` to `queue` (its `packet`; or, with `encoder=encode_publish`,
+    the 108s of an event), `batch_messages` a frame at most, each with the next of `keys`,
+    `headers`, `message_keys` and `tags` when given; content or headers over
+    `max_content_bytes` are refused (413), as the broker would refuse the frame's decoding.
+    Lazy: contents, keys, headers and message keys are read as the batches are taken."""
     key_iter = iter(keys) if keys is not None else None
+    extras = _extras(queue, headers, message_keys, max_content_bytes)
     batch: list[bytes] = []
     batch_tags: list[int] = []
     size = 0
@@ -94,7 +126,10 @@ def send_batches(
         body = content.encode() if isinstance(content, str) else content
         if len(body) > max_content_bytes:
             raise too_large(queue, len(body), max_content_bytes)
-        data = encode_send(packet, body, ttl, tag, key)
+        if extras is None:  # the plain batch: nothing more per message
+            data = encoder(packet, body, ttl, tag, key)
+        else:
+            data = encoder(packet, body, ttl, tag, key, *next(extras))
         batch.append(data)
         size += len(data)
         if len(batch) >= batch_messages or size >= BATCH_BYTES:
@@ -102,3 +137,31 @@ def send_batches(
             batch, batch_tags, size = [], [], 0
     if batch:
         yield b"".join(batch), len(batch), batch_tags
+
+
+def _extras(
+    target: str,
+    headers: Iterable[HeadersItem] | None,
+    message_keys: Iterable[MessageKeyItem] | None,
+    max_content_bytes: int,
+) -> Iterator[tuple[bytes | None, bytes | None]] | None:
+    """Each message's (HEADERS JSON, message key bytes), checked; None when neither is given.
+    Raises ValueError when one runs out before the contents."""
+    if headers is None and message_keys is None:
+        return None
+    header_items = iter(headers) if headers is not None else itertools.repeat(None)
+    key_items = iter(message_keys) if message_keys is not None else itertools.repeat(None)
+    key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
+
+    def checked() -> Iterator[tuple[bytes | None, bytes | None]]:
+        for header, message_key in zip(header_items, key_items, strict=False):
+            encoded = _headers.encode(header) if header else None
+            if encoded is not None and len(encoded) > max_content_bytes:
+                raise too_large(target, len(encoded), max_content_bytes, "headers (as JSON)")
+            raw = message_key.encode() if isinstance(message_key, str) else message_key
+            if raw is not None and len(raw) > key_limit:
+                raise too_large(target, len(raw), key_limit, "message key")
+            yield encoded, raw
+        raise ValueError("fewer headers or message keys than messages")
+
+    return checked()

@@ -1,4 +1,4 @@
-"""What a confirmed send_many keeps track of, sans-IO (docs/protocol.md §6.3).
+"""What a confirmed send_many or publish_many keeps track of, sans-IO (docs/protocol.md §6.3).
 
 The sends are pipelined: up to `max_unconfirmed` are out before the driver waits for the
 oldest answers, so the broker's group commit confirms whole batches. This class says which
@@ -17,22 +17,32 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from ..protocol import Error, Send, decode_frame, encode
+from ..protocol import Error, Publish, Send, decode_frame, encode
 from .errors import Paused, Unconfirmed
 from .refusals import FlowRefusal
 
+#: The messages a confirmed batch is made of: 001 (send_many) and 108 (publish_many).
+_SENDS = (Send, Publish)
 #: (tag, message index, the frame that carried it)
 _Sent = tuple[int, int, bytes]
 
 
 class ConfirmedSends:
-    """One confirmed send_many: message i is `ids[i]` once confirmed."""
+    """One confirmed send_many or publish_many: message i is `ids[i]` once confirmed (a
+    publish's: its first copy's ID, and `counts[i]` the queues that got a copy)."""
 
     def __init__(
-        self, max_unconfirmed: int, on_confirm: Callable[[int, str], None] | None = None
+        self,
+        max_unconfirmed: int,
+        on_confirm: Callable[[int, str], None] | None = None,
+        count_of: Callable[[int], int] | None = None,
     ) -> None:
         self.max_unconfirmed = max_unconfirmed
         self.on_confirm = on_confirm
+        #: For publishes: how many queues the confirm of a tag said got a copy.
+        self._count_of = count_of
+        #: (publishes) message index -> queues that got a copy, as confirmed.
+        self.counts: list[int] = []
         #: The broker's ID per message read so far (None: not confirmed, yet or at all).
         self.ids: list[str | None] = []
         #: Message index -> the ERROR that refused it.
@@ -50,6 +60,8 @@ class ConfirmedSends:
         """`count` more messages were read for a batch; the index of the first."""
         first = len(self.ids)
         self.ids.extend([None] * count)
+        if self._count_of is not None:
+            self.counts.extend([0] * count)
         return first
 
     def to_wait_for(self, count: int) -> list[int]:
@@ -88,6 +100,8 @@ class ConfirmedSends:
                 self.unanswered += 1
             else:
                 self.ids[index] = answer
+                if self._count_of is not None:
+                    self.counts[index] = self._count_of(sent[0])
                 if self.on_confirm is not None:
                     self.on_confirm(index, answer)
 
@@ -104,7 +118,7 @@ class ConfirmedSends:
         for frame in dict.fromkeys(sent[2] for sent, _ in self._resend):
             messages, _ = decode_frame(frame, len(frame))  # no content is longer than its frame
             for message in messages:
-                if type(message) is Send and message.tag in wanted:
+                if type(message) in _SENDS and message.tag in wanted:
                     parts[message.tag] = encode(message)
         tags = [sent[0] for sent, _ in self._resend]
         return b"".join(parts[tag] for tag in tags), len(tags), tags
@@ -114,6 +128,11 @@ class ConfirmedSends:
         self._outstanding.extend((tag, index, frame) for (tag, index, _), _ in self._resend)
         self.sent_again += len(self._resend)
         self._resend.clear()
+
+    def paused_queues(self) -> list[str | None]:
+        """The queues whose pauses the flow refusals wait out (a publish's names the bound
+        queue that was full; None: the broker-wide pause)."""
+        return list(dict.fromkeys(error.queue for _, error in self._resend))
 
     def give_up_resends(self) -> None:
         """The pause outlasted the wait: the flow refusals count as refused."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..protocol import (
@@ -46,9 +46,20 @@ from ..protocol import (
     decode_frame,
     encode,
     encode_send,
+    event_packet,
 )
+from ..protocol import encode_publish as encode_publish_packets
 from .answers import Answer, Answers
-from .batches import BATCH_MESSAGES, check_key, encode_full_send, send_batches, too_large
+from .batches import (
+    BATCH_MESSAGES,
+    HeadersItem,
+    MessageKeyItem,
+    check_key,
+    check_lengths,
+    encode_full_send,
+    send_batches,
+    too_large,
+)
 from .errors import JoinRefused
 from .events import (
     NO_EVENTS,
@@ -71,7 +82,7 @@ from .outbox import Outbox
 from .pauses import Pauses
 from .refusals import Refusals
 from .requests import Requests
-from .topics import Topics, encode_publish
+from .topics import Topics, check_event, encode_publish
 
 #: Largest packet the client decodes from a broker that announced a smaller limit.
 TRUSTED_PACKET_BYTES = 256 * 1024 * 1024
@@ -270,22 +281,51 @@ class Connection:
         *,
         confirm: bool = False,
         batch_messages: int = BATCH_MESSAGES,
+        headers: Iterable[HeadersItem] | None = None,
+        message_keys: Iterable[MessageKeyItem] | None = None,
     ) -> Iterator[tuple[bytes, int, list[int]]]:
         """001s packed into frames: (frame, message count, tags), tagged with `confirm`.
-        Lazy: `contents` and `keys` are read as the batches are taken.
+        Lazy: `contents`, `keys`, `headers` and `message_keys` are read as the batches are
+        taken.
 
         Raises:
             InvalidArgument: (at once) a bad queue name; (when reached) a bad key.
-            ValueError: (at once) fewer `keys` than `contents`, both sized; (when reached)
-                `keys` ran out.
+            ValueError: (at once) fewer `keys`, `headers` or `message_keys` than `contents`,
+                both sized; (when reached) one of them ran out.
         """
         packet = queue_packet(queue)
-        if isinstance(contents, Sized) and isinstance(keys, Sized) and len(keys) < len(contents):
-            raise ValueError(f"{len(keys)} keys for {len(contents)} messages")
+        check_lengths(contents, keys=keys, headers=headers, message_keys=message_keys)
         tags = self._tags if confirm else None
         return send_batches(
-            queue, packet, contents, ttl, keys, tags, batch_messages, self._broker_limit
-        )
+            queue, packet, contents, ttl, keys, tags, batch_messages, self._broker_limit,
+            headers, message_keys,
+        )  # fmt: skip
+
+    def publish_batches(
+        self,
+        event: str,
+        contents: Iterable[bytes | str],
+        ttl: int = 0,
+        keys: Iterable[str] | None = None,
+        *,
+        confirm: bool = True,
+        batch_messages: int = BATCH_MESSAGES,
+        headers: Iterable[HeadersItem] | None = None,
+        message_keys: Iterable[MessageKeyItem] | None = None,
+    ) -> Iterator[tuple[bytes, int, list[int]]]:
+        """108s of one event packed into frames, as `send_batches` packs 001s.
+
+        Raises:
+            InvalidArgument: (at once) a bad event name; (when reached) a bad key.
+            ValueError: as `send_batches`.
+        """
+        check_event(event)
+        check_lengths(contents, keys=keys, headers=headers, message_keys=message_keys)
+        tags = self._tags if confirm else None
+        return send_batches(
+            event, event_packet(event), contents, ttl, keys, tags, batch_messages,
+            self._broker_limit, headers, message_keys, encode_publish_packets,
+        )  # fmt: skip
 
     def _check_size(self, queue: str, body: bytes) -> None:
         """Raise InvalidArgument (413) for content over the broker's limit."""

@@ -291,10 +291,10 @@ class Driver:
         return f": {trouble}" if trouble else ""
 
     @staticmethod
-    def _pause_outlasted(queue: str, pause: Pause, waited: float) -> Paused:
+    def _pause_outlasted(queue: str | None, pause: Pause, waited: float) -> Paused:
         """What to raise when a send to `queue` waited `send_timeout` for a RESUME in vain."""
         error = Error(pause.code, pause.reason, queue=pause.queue, refused=MessageType.SEND)
-        detail = "" if pause.queue is not None else f" (sending to {queue!r})"
+        detail = "" if pause.queue is not None or queue is None else f" (sending to {queue!r})"
         return Paused(error, waited, ids=[None], detail=detail)
 
     @staticmethod

@@ -191,8 +191,8 @@ class Client(
             # Refused because the queue filled before the broker's PAUSE reached us: the
             # same send goes again once the pause is over (or Paused after send_timeout).
 
-    def _wait_while_paused(self, queue: str) -> None:
-        """Return once the broker has not paused sends to `queue` (docs/protocol.md §6.4),
+    def _wait_while_paused(self, queue: str | None) -> None:
+        """Return once the broker has not paused sends to `queue` (None: to all; §6.4),
         waiting for news meanwhile; raise Paused after `send_timeout` without a RESUME."""
         connection = self._connection
         if connection.paused(queue) is None:

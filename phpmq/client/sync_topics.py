@@ -55,7 +55,7 @@ class SyncTopics:
         frame = connection.publish(event, content, ttl, headers, tag, key, message_key)
         paused_on: str | None = None
         while True:
-            self._wait_while_paused(paused_on)  # type: ignore[arg-type]
+            self._wait_while_paused(paused_on)
             with self._lock:
                 self._send_frame(frame, 1, () if tag is None else (tag,))
                 if tag is None:

@@ -1,0 +1,143 @@
+"""send_many with per-message headers and message keys, and publish_many, with both clients
+against a real broker (docs/client.md, docs/protocol.md §12.6 "batches"): what each message
+carries arrives with it, idempotency keys hold per message, a refusal inside a batch is
+reported by index, and bad input is refused before anything is sent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from driven import Connect
+
+import phpmq.protocol as p
+from harness import BrokerProcess, configured_broker
+from phpmq.client import InvalidArgument, Unconfirmed
+from phpmq.client.connection import Connection
+
+
+def consumed(client: Any, queue: str, count: int) -> list[Any]:
+    got = []
+    for message in client.consume(queue, window=100, timeout=5):
+        got.append(message)
+        message.ack()
+        if len(got) == count:
+            break
+    return got
+
+
+@pytest.mark.parametrize("confirm", [False, True])
+def test_send_many_carries_each_messages_headers_and_message_key(
+    broker: BrokerProcess, connect: Connect, confirm: bool
+) -> None:
+    contents = [b"plain", b"keyed", b"headed", b"both"]
+    headers = [None, None, {"by": "shop"}, {"n": 4}]
+    message_keys = [None, b"user-2", None, "user-4"]
+    with connect(broker.address) as client:
+        sent = client.send_many(
+            "orders", contents, 60, confirm=confirm, headers=headers, message_keys=message_keys
+        )
+        assert sent == 4 if not confirm else len(set(sent)) == 4
+        got = consumed(client, "orders", 4)
+    assert [m.content for m in got] == contents
+    assert [m.headers for m in got] == [{}, {}, {"by": "shop"}, {"n": 4}]
+    assert [m.message_key for m in got] == [None, b"user-2", None, b"user-4"]
+    assert all(55 <= m.ttl <= 60 for m in got)
+
+
+def test_keyed_send_many_is_idempotent_per_message(broker: BrokerProcess, connect: Connect) -> None:
+    with connect(broker.address) as client:
+        first = client.send_many(
+            "orders", [b"a", b"b"], confirm=True, keys=["k-a", "k-b"], message_keys=[b"ka", b"kb"]
+        )
+        again = client.send_many(
+            "orders", [b"b", b"c"], confirm=True, keys=["k-b", "k-c"], headers=[{"x": 1}, None]
+        )
+        assert again[0] == first[1] and again[1] not in first
+    assert broker.stats()["queues"]["orders"]["ready"] == 3
+
+
+def test_a_refusal_inside_a_keyed_batch_is_reported_by_index(
+    tmp_path: Path, connect: Connect
+) -> None:
+    # One queue allowed: messages to a second queue are refused (429) with no PAUSE.
+    broker = configured_broker(tmp_path, "max_queues = 1\n")
+    with broker, connect(broker.address) as client:
+        client.send("first", b"x", confirm=True)
+        with pytest.raises(Unconfirmed) as raised:
+            client.send_many(
+                "second", [b"a", b"b"], confirm=True, message_keys=[b"k", None],
+                headers=[None, {"h": 1}],
+            )  # fmt: skip
+        assert raised.value.ids == [None, None]
+        assert {error.code for error in raised.value.errors.values()} == {429}
+
+
+def test_bad_per_message_input_is_refused_before_anything_is_sent(
+    broker: BrokerProcess, connect: Connect
+) -> None:
+    with connect(broker.address) as client:
+        with pytest.raises(ValueError, match="1 headers for 2 messages"):
+            client.send_many("orders", [b"a", b"b"], headers=[None])
+        with pytest.raises(ValueError, match="1 message keys for 2 messages"):
+            client.publish_many("order.paid", [b"a", b"b"], message_keys=[b"k"])
+        limit = client.broker_info["max_content_bytes"]
+        with pytest.raises(InvalidArgument) as raised:
+            client.send_many("orders", [b"a"], confirm=True, headers=[{"pad": "x" * limit}])
+        assert raised.value.code == 413 and "headers" in str(raised.value)
+    assert "orders" not in broker.stats()["queues"]
+
+
+def test_publish_many_counts_each_messages_copies_and_carries_what_it_was_given(
+    broker: BrokerProcess, connect: Connect
+) -> None:
+    with connect(broker.address) as client:
+        client.bind("billing", "order.*")
+        client.bind("audit", "order.paid")
+        counts = client.publish_many(
+            "order.paid", [b"1", b"2", b"3"], 60, keys=["p-1", "p-2", "p-3"],
+            headers=[{"by": "shop"}, None, None], message_keys=[None, b"user-2", None],
+        )  # fmt: skip
+        assert counts == [2, 2, 2]
+        # A repeated key copies nothing again; an event nobody binds reaches no queue.
+        assert client.publish_many("order.paid", [b"2", b"4"], keys=["p-2", "p-4"]) == [0, 2]
+        assert client.publish_many("nobody.listens", [b"x"]) == [0]
+        assert client.publish_many("order.paid", [b"5"], confirm=False) == 1
+        billing = consumed(client, "billing", 5)
+    assert [m.content for m in billing] == [b"1", b"2", b"3", b"4", b"5"]
+    assert all(m.event == "order.paid" for m in billing)
+    assert billing[0].headers == {"by": "shop"} and billing[1].message_key == b"user-2"
+    assert broker.stats()["queues"]["audit"]["ready"] == 5
+
+
+def test_publish_many_refused_for_a_full_bound_queue_reports_that_message(
+    tmp_path: Path, connect: Connect
+) -> None:
+    broker = configured_broker(tmp_path, '[queues.small]\nmax_length = 2\noverflow = "reject"\n')
+    with broker, connect(broker.address, send_timeout=0.5) as client:
+        client.bind("small", "tick")
+        with pytest.raises(Unconfirmed) as raised:
+            client.publish_many("tick", [b"1", b"2", b"3"])
+        assert raised.value.ids[:2] != [None, None]
+        assert raised.value.ids[2] is None
+        assert {error.code for error in raised.value.errors.values()} == {429}
+
+
+def test_publish_batches_pack_one_event_with_per_message_packets() -> None:
+    connection = Connection()
+    connection.start(0.0)
+    headers, message_keys = [{"h": 1}, None], [None, "m"]
+    batches = connection.publish_batches(
+        "a.b", [b"x", "y"], 5, ["k1", "k2"], headers=headers, message_keys=message_keys
+    )
+    [(frame, count, tags)] = list(batches)
+    messages, error = p.decode_frame(frame)
+    assert error is None and count == 2 and tags == [0, 1]
+    assert messages == [
+        p.Publish("a.b", b"x", 5, 0, "k1", b'{"h":1}'),
+        p.Publish("a.b", b"y", 5, 1, "k2", None, b"m"),
+    ]
+    with pytest.raises(InvalidArgument):
+        connection.publish_batches("a.*", [b"x"])
