@@ -3,8 +3,9 @@ file, stopped after it; the broker-side checks the tests share.
 
 The `spark` fixture (tests/conftest.py) is `local_spark()`, module-scoped; the Spark tests run
 in two pytest-xdist workers (`xdist_group("spark")` and `"spark-b"`, docs/testing.md), one
-after another in each, so that at most two of their JVMs run at a time. Spark is optional: a test file calls `skip_without_spark(missing)` when its
-pyspark imports fail, which skips it locally and fails it in CI (CI=true).
+after another in each, so that at most two of their JVMs run at a time. Spark is optional:
+a test file calls `skip_without_spark(missing)` when its pyspark imports fail, which skips it
+locally and fails it in CI (CI=true).
 """
 
 from __future__ import annotations
