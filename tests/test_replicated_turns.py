@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from phpmq.broker.journal import DROP, FLY, PUT
+from phpmq.broker.shell.replica_events import Committed, Event, RoleChanged
 from phpmq.broker.shell.replicated_turns import ReplicatedTurns
-from phpmq.broker.shell.replication import Committed, Event, RoleChanged
 
 
 class ScriptedGroup:

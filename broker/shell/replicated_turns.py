@@ -21,10 +21,14 @@ import logging
 import math
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from ..core import Frames
 from ..journal import DROP, PUT
-from .replication import Broken, Committed, Failed, ReplicaGroup, RoleChanged
+from .replica_events import Broken, Committed, Failed, RoleChanged
+
+if TYPE_CHECKING:
+    from .replication import ReplicaGroup
 
 log = logging.getLogger("phpmq.replication")
 

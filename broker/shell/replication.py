@@ -39,6 +39,7 @@ from pysyncobj.transport import TCPTransport
 
 from .disk import free_and_total
 from .durable import DurableStore, StorageError
+from .replica_events import Broken, Committed, Event, Failed, RoleChanged
 
 log = logging.getLogger("phpmq.replication")
 
@@ -234,31 +235,6 @@ _batch_encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(list[list[Any]])
 
 
-class Committed(msgspec.Struct, frozen=True):
-    """Batch `ticket` is in a majority's logs and applied here."""
-
-    ticket: int
-
-
-class Failed(msgspec.Struct, frozen=True):
-    """Batch `ticket` will never be committed by this leader (it lost leadership)."""
-
-    ticket: int
-    reason: str
-
-
-class RoleChanged(msgspec.Struct, frozen=True):
-    leader: bool
-
-
-class Broken(msgspec.Struct, frozen=True):
-    """A committed batch could not be applied to this replica's store (a full disk): the
-    store no longer matches the log, so the replica must stop (its next start rebuilds it)."""
-
-    reason: str
-
-
-Event = Committed | Failed | RoleChanged | Broken
 
 _FAILURES = {
     FAIL_REASON.QUEUE_FULL: "the Raft command queue is full",
