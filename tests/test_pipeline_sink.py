@@ -100,7 +100,7 @@ def test_the_sink_takes_every_option_spark_puts_among_a_writer_s() -> None:
     assert SPARK_WRITER_OPTION_NAMES == ("checkpointLocation", "queryName")
     spark_given = {"queue": "results", "queryname": "to-results", "checkpointlocation": "ck"}
     assert SinkOptions.parse(spark_given).queue == "results"
-    assert PhpmqDataSource(spark_given).schema() is not None  # start() checks them too
+    assert PhpmqDataSource(spark_given).schema() is not None  # checked as Spark makes it
     with pytest.raises(OptionError, match="the phpmq sink writes to queues: give option queue"):
         SinkOptions.parse({"queue": "results", "path": "out"})
 
