@@ -28,13 +28,13 @@ from .sink import PhpmqBatchWriter, PhpmqStreamWriter, SinkColumns
 from .source import PhpmqStreamReader
 
 FORMAT = "phpmq"
-#: Names only a write has (lower-cased): schema() checks such options as the sink's.
+#: Names only a write has (lower-cased): such options are checked as the sink's.
 SINK_ONLY_NAMES = frozenset({"event", "ttl", "keyscope", "queryname", "topic"})
 PATH_HINT = {
     "path": "the phpmq source and sink take no path: give option queue, and call load(),"
     " start() or save() without one"
 }
-#: Names only the streaming source has: schema() checks such options as the source's.
+#: Names only the streaming source has: such options are checked as the source's.
 SOURCE_ONLY_NAMES = frozenset(
     {
         "queuepattern",
@@ -57,11 +57,11 @@ class PhpmqDataSource(DataSource):
         return FORMAT
 
     def __init__(self, options: dict[str, str]) -> None:
-        """Spark makes the data source synchronously, inside `load()` and a write's `start()`
-        / `save()` (pyspark.sql.worker.create_data_source), with the options of either: they
-        are checked here, so that a bad one fails the call that gave it instead of the running
-        query a moment later. (schema() would be too late for writes: Spark skips it when it
-        has the DataFrame's schema.)"""
+        """Spark makes the data source synchronously inside `load()` and a batch `save()`
+        (pyspark.sql.worker.create_data_source), with the options of either: they are checked
+        here, so that a bad one fails `load()` instead of the running query a moment later.
+        (A streaming write's `start()` makes none: pyspark 4.3 makes the sink's when it plans
+        the first batch.)"""
         super().__init__(options)
         check_options(options)
 
@@ -91,7 +91,7 @@ class PhpmqDataSource(DataSource):
 
 def check_options(options: Mapping[str, str]) -> None:
     """Check `options` as the source's, the batch read's or the sink's, whichever they are:
-    schema() is not told whether it serves a read or a write.
+    the data source is not told whether it serves a read or a write.
 
     Raises:
         OptionError: the options are no valid set for any of them.

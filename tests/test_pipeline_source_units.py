@@ -167,12 +167,12 @@ def test_several_queues_by_list_json_or_pattern() -> None:
         ({"queue": "q", "path": "x"}, "the phpmq source and sink take no path"),
     ],
 )
-def test_schema_checks_the_options_so_load_and_start_fail_at_once(
+def test_the_data_source_checks_its_options_when_spark_makes_it_in_load(
     options: dict[str, str], message: str
 ) -> None:
-    """Spark calls schema() inside load() and a write's start()/save(), not knowing which."""
+    """Spark makes the data source inside load() and a batch save(), not saying which."""
     with pytest.raises(OptionError, match=message):
-        PhpmqDataSource(options).schema()
+        PhpmqDataSource(options)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +184,7 @@ def test_schema_checks_the_options_so_load_and_start_fail_at_once(
         {"queues": "a,b", "clientName": "c"},
     ],
 )
-def test_schema_takes_good_options_of_every_use(options: dict[str, str]) -> None:
+def test_the_data_source_takes_good_options_of_every_use(options: dict[str, str]) -> None:
     assert PhpmqDataSource(options).schema() is not None
 
 
