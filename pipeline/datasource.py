@@ -6,18 +6,47 @@ by Spark's Python workers, which `pip install .[spark]` takes care of.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from .browse import BrowseOptions, PhpmqBrowseReader
 from .listener import LeaseCommitter
-from .options import CurveFiles, OptionError, SinkOptions, SourceOptions
+from .option_names import KAFKA_HINTS, unknown_option_problem
+from .options import (
+    SINK_OPTION_NAMES,
+    SOURCE_OPTION_NAMES,
+    CurveFiles,
+    OptionError,
+    SinkOptions,
+    SourceOptions,
+)
 from .rows import DEAD_LETTER_SCHEMA, SOURCE_SCHEMA
 from .sink import PhpmqBatchWriter, PhpmqStreamWriter, SinkColumns
 from .source import PhpmqStreamReader
 
 FORMAT = "phpmq"
+#: Names only a write has (lower-cased): such options are checked as the sink's.
+SINK_ONLY_NAMES = frozenset({"event", "ttl", "keyscope", "queryname", "topic"})
+PATH_HINT = {
+    "path": "the phpmq source and sink take no path: give option queue, and call load(),"
+    " start() or save() without one"
+}
+#: Names only the streaming source has: such options are checked as the source's.
+SOURCE_ONLY_NAMES = frozenset(
+    {
+        "queuepattern",
+        "maxrecordspertrigger",
+        "maxrecordsperbatch",
+        "maxbytespertrigger",
+        "minpartitions",
+        "failondataloss",
+        "leasetimeout",
+        *KAFKA_HINTS,
+    }
+)
 
 
 class PhpmqDataSource(DataSource):
@@ -26,6 +55,15 @@ class PhpmqDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return FORMAT
+
+    def __init__(self, options: dict[str, str]) -> None:
+        """Spark makes the data source synchronously inside `load()` and a batch `save()`
+        (pyspark.sql.worker.create_data_source), with the options of either: they are checked
+        here, so that a bad one fails `load()` instead of the running query a moment later.
+        (A streaming write's `start()` makes none: pyspark 4.3 makes the sink's when it plans
+        the first batch.)"""
+        super().__init__(options)
+        check_options(options)
 
     def schema(self) -> StructType:
         dead = str(self.options.get("deadLetters", "")).strip().lower() == "true"
@@ -49,6 +87,36 @@ class PhpmqDataSource(DataSource):
             raise OptionError("a queue cannot be overwritten: write with mode('append')")
         options = SinkOptions.parse(self.options)
         return PhpmqBatchWriter(options, SinkColumns.of(schema, options))
+
+
+def check_options(options: Mapping[str, str]) -> None:
+    """Check `options` as the source's, the batch read's or the sink's, whichever they are:
+    the data source is not told whether it serves a read or a write.
+
+    Raises:
+        OptionError: the options are no valid set for any of them.
+    """
+    names = {str(name).lower() for name in options}
+    if names & SINK_ONLY_NAMES:
+        SinkOptions.parse(options)
+    elif "deadletters" in names:
+        BrowseOptions.parse(options)
+    elif names & SOURCE_ONLY_NAMES:
+        SourceOptions.parse(options)
+    else:
+        _check_source_or_sink(options)
+
+
+def _check_source_or_sink(options: Mapping[str, str]) -> None:
+    try:
+        SourceOptions.parse(options)
+    except OptionError as as_source:
+        try:
+            SinkOptions.parse(options)
+        except OptionError:
+            known = {*SOURCE_OPTION_NAMES, *SINK_OPTION_NAMES}
+            unknown = unknown_option_problem(options, known, "source or sink", PATH_HINT)
+            raise (OptionError(unknown) if unknown else as_source) from None
 
 
 def _check_schema(schema: StructType, expected: StructType, how: str) -> None:

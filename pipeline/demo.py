@@ -70,11 +70,13 @@ def produce(address: str, events: int, keys: int, seed: int = 7) -> int:
 
 def ingest(spark: SparkSession, address: str, workdir: Path) -> tuple[int, int]:
     """Stream EVENTS_QUEUE into workdir/events until it is empty; returns (rows, batches)."""
+    checkpoint = str(workdir / "checkpoints" / "events")
     events = (
         spark.readStream.format("phpmq")
         .option("broker", address)
         .option("queue", EVENTS_QUEUE)
         .option("maxRecordsPerBatch", BATCH_ROWS)
+        .option("checkpointLocation", checkpoint)  # the reader id survives a first-batch crash
         .load()
         .select("id", F.from_json(F.col("content").cast("string"), EVENT_SCHEMA).alias("e"))
         .select("id", "e.key", "e.at", "e.value")
@@ -82,7 +84,7 @@ def ingest(spark: SparkSession, address: str, workdir: Path) -> tuple[int, int]:
     query = (
         events.writeStream.format("parquet")
         .option("path", str(workdir / "events"))
-        .option("checkpointLocation", str(workdir / "checkpoints" / "events"))
+        .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
     )

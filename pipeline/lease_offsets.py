@@ -1,9 +1,11 @@
 """The source's offsets and plans: a micro-batch is one broker lease per queue, all named alike.
 
-Rule 1: a reader draws its id once (a UUID) and carries it in every offset; batch n's leases are
-named `<reader>/<n>` in every queue. A query restarted from its checkpoint gets its reader id
-back from the offsets, so it asks for the same names, and the broker answers a lease that
-exists with the same messages (docs/pipeline.md, "How it works").
+Rule 1: a reader gets its id once and carries it in every offset; batch n's leases are named
+`<reader>/<n>` in every queue. A query restarted from its checkpoint gets its reader id back
+from the offsets, so it asks for the same names, and the broker answers a lease that exists
+with the same messages (docs/pipeline.md, "How it works"). Before Spark has written the first
+offset, only the id's origin can bring it back: derived from the checkpoint location (the
+source's `checkpointLocation` option) it is the same in every run; without it, a UUID.
 
 Rule 2: an offset says what its batch is: the lease number and, per queue, the messages and
 bytes of that lease and the running totals. `partitions(start, end)` needs `end` only.
@@ -14,7 +16,9 @@ Nothing here talks to the broker or imports pyspark.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -100,6 +104,24 @@ class LeaseOffset:
 
 def lease_name(reader: str, lease: int) -> str:
     return f"{reader}/{lease}"
+
+
+def reader_id_for(checkpoint: str, queues: str) -> str:
+    """32 hex characters (like a UUID's) that name the reader of the query checkpointed at
+    `checkpoint` reading `queues` (SourceOptions.describe()): the same for the same location
+    however it is spelled (relative paths against the working directory, as Spark resolves
+    them; `file:` URIs as paths), different for two sources of one query."""
+    location = _checkpoint_location(checkpoint)
+    return hashlib.sha256(f"{location}\0{queues}".encode()).hexdigest()[:32]
+
+
+def _checkpoint_location(checkpoint: str) -> str:
+    text = checkpoint.strip()
+    if text.startswith("file:"):
+        text = "/" + text[len("file:") :].lstrip("/")
+    elif "://" in text:
+        return text.rstrip("/")
+    return os.path.normpath(os.path.abspath(text))
 
 
 @dataclass

@@ -24,6 +24,11 @@ KAFKA_HINTS = {
     "startingoffsetsbytimestamp": "a queue has no offsets to start from",
     "startingtimestamp": "a queue has no offsets to start from",
     "endingoffsets": "a stream reads until stopped; use trigger(availableNow=True) to stop",
+    "endingoffsetsbytimestamp": "a stream reads until stopped; use trigger(availableNow=True)",
+    "endingtimestamp": "a stream reads until stopped; use trigger(availableNow=True) to stop",
+    "startingoffsetsbytimestampstrategy": "a queue has no offsets to start from",
+    "maxrecordsperpartition": "use maxRecordsPerTrigger and numPartitions",
+    "fetchoffset.retryintervalms": "use brokerTimeout",
     "maxoffsetspertrigger": "use maxRecordsPerTrigger (and maxBytesPerTrigger)",
     "minoffsetspertrigger": "not supported: a trigger takes what is ready, up to the limits",
     "maxtriggerdelay": "not supported: a trigger takes what is ready, up to the limits",
@@ -50,6 +55,19 @@ KAFKA_SINK_HINTS = {
     "includeheaders": "not needed: a column `headers` (map<string,string>) is sent as headers",
 }
 
+#: What the sink says about names it does not know, Kafka's and Spark's `path`.
+SINK_HINTS = {
+    **KAFKA_SINK_HINTS,
+    "path": "the phpmq sink writes to queues: give option queue (or a column `queue`) and"
+    " call start() / save() without a path",
+}
+
+#: Regular-expression syntax that means nothing special in a glob: `^` / `$` anchors, a
+#: backslash class (`\d`), a group or alternative, a repeat (`+`, `{2}`), and `.*` right
+#: after the start or a character a dotted queue name would not put before a dot.
+_REGEX_LOOK = re.compile(r"^\^|\$$|\\|[()|+{}]|(?:^|[^\w*\]?])\.\*")
+_BRACKETS = re.compile(r"\[[^\]]*\]")
+
 _DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h)?\s*", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 
@@ -74,6 +92,19 @@ def unknown_option_problem(
         names = ", ".join(sorted(by_lower.values(), key=str.lower))
         return f"unknown option {name}; the phpmq {what} knows: {names}"
     return None
+
+
+def regex_pattern_problem(pattern: str) -> str | None:
+    """What to say about a queuePattern that looks like a regular expression (Kafka's
+    subscribePattern), or None. Characters inside `[...]` are taken as meant for the glob, so
+    a queue name with such characters is matched with `[(]`, `[+]` and the like."""
+    if _REGEX_LOOK.search(_BRACKETS.sub("x", pattern)) is None:
+        return None
+    return (
+        f"option queuePattern {pattern!r} looks like a regular expression, but it is a glob"
+        " (fnmatch: * any characters, ? one, [...] one of): for example 'orders-*' or"
+        " 'orders.*' (a dot, then anything)"
+    )
 
 
 def duration_ms(text: str) -> int | None:

@@ -15,7 +15,14 @@ from ..client.curve import Curve, curve_keys
 from ..client.driver import broker_address
 from ..client.errors import CurveKeyError
 from ..protocol import event_name_problem, queue_name_problem
-from .option_names import KAFKA_SINK_HINTS, duration_ms, size_bytes, unknown_option_problem
+from .lease_offsets import reader_id_for
+from .option_names import (
+    SINK_HINTS,
+    duration_ms,
+    regex_pattern_problem,
+    size_bytes,
+    unknown_option_problem,
+)
 
 #: Rows per micro-batch when `maxRecordsPerTrigger` is not given.
 DEFAULT_MAX_RECORDS_PER_TRIGGER = 50_000
@@ -30,7 +37,13 @@ DEFAULT_BROKER_TIMEOUT_MS = 300_000
 #: How long the broker keeps an untouched lease before its messages go back to the queue: a
 #: batch Spark has not finished within this is read again by someone else.
 DEFAULT_LEASE_TIMEOUT_MS = 3_600_000
-LEASE_TIMEOUT_RANGE_MS = (1_000, 604_800_000)
+#: The shortest leaseTimeout a healthy query survives, with room to spare. A lease is touched
+#: when it is made (latestOffset), at every page a task reads, and committed one batch later;
+#: between those Spark writes its offset log, schedules the tasks (8 s for a session's first
+#: job, which starts the Python workers: 5 s failed it), waits for free cores when other jobs
+#: hold them, and after the last page writes the rest of the batch and its commit log.
+MIN_LEASE_TIMEOUT_MS = 300_000
+LEASE_TIMEOUT_RANGE_MS = (MIN_LEASE_TIMEOUT_MS, 604_800_000)
 #: Room left in a 255-byte idempotency key for `/<partition>/<row>`.
 MAX_KEY_SCOPE_BYTES = 200
 #: What a queue name may not contain for it to be a name and not a pattern.
@@ -67,6 +80,7 @@ SOURCE_OPTION_NAMES = (
     "failOnDataLoss",
     "leaseTimeout",
     "clientName",
+    "checkpointLocation",
     *CURVE_OPTION_NAMES,
 )
 
@@ -93,6 +107,8 @@ class SourceOptions:
     client_name: str
     #: CURVE keys from the options (None: the environment's, if any).
     curve: CurveFiles | None = None
+    #: The query's checkpoint location, if given: the reader id is derived from it.
+    checkpoint: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -115,12 +131,19 @@ class SourceOptions:
             num_partitions=_partitions(options),
             broker_timeout_ms=broker_timeout_ms(options),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-            lease_timeout_ms=_duration(
-                options, "leaseTimeout", DEFAULT_LEASE_TIMEOUT_MS, *LEASE_TIMEOUT_RANGE_MS
-            ),
+            lease_timeout_ms=_lease_timeout_ms(options),
             client_name=options.get("clientname") or "spark-source",
             curve=curve_files(options),
+            checkpoint=options.get("checkpointlocation") or None,
         )
+
+    def first_reader_id(self) -> str | None:
+        """The reader id of a new checkpoint's first batch, when the checkpoint location is
+        known: the same in every run, so a restart finds batch 1's leases even if Spark had
+        not written them to its offset log (None: draw one)."""
+        if self.checkpoint is None:
+            return None
+        return reader_id_for(self.checkpoint, self.describe())
 
     def describe(self) -> str:
         """The queues this source reads, as a user would name them."""
@@ -138,6 +161,19 @@ def _refuse_unknown(
     problem = unknown_option_problem(options, known, what, hints)
     if problem is not None:
         raise OptionError(problem)
+
+
+def _lease_timeout_ms(options: Mapping[str, str]) -> int:
+    value = _duration(options, "leaseTimeout", DEFAULT_LEASE_TIMEOUT_MS, 1, None)
+    low, high = LEASE_TIMEOUT_RANGE_MS
+    if value < low:
+        raise OptionError(
+            f"option leaseTimeout must be at least {low // 60_000} min: a shorter lease can"
+            " run out while Spark schedules a healthy batch's tasks (docs/pipeline.md)"
+        )
+    if value > high:
+        raise OptionError(f"option leaseTimeout must be at most {high // 3_600_000} h")
+    return value
 
 
 def _records_per_trigger(options: Mapping[str, str]) -> int:
@@ -204,6 +240,9 @@ def _queues_or_pattern(options: Mapping[str, str]) -> tuple[tuple[str, ...], str
         return _queues(options), None
     if options.get("queue") or options.get("queues"):
         raise OptionError("give one of the options queue, queues or queuePattern")
+    problem = regex_pattern_problem(pattern)
+    if problem is not None:
+        raise OptionError(problem)
     return (), pattern
 
 
@@ -234,7 +273,7 @@ class SinkOptions:
             OptionError: an option is unknown or malformed.
         """
         options = _lower_keys(options)
-        _refuse_unknown(options, SINK_OPTION_NAMES, "sink", KAFKA_SINK_HINTS)
+        _refuse_unknown(options, SINK_OPTION_NAMES, "sink", SINK_HINTS)
         queue = options.get("queue") or None
         if queue is not None:
             _check_queue_name(queue, "queue")
@@ -357,7 +396,13 @@ def _int(
 
 # --------------------------------------------------------------------------- the sink's names
 
-#: The sink's options (Spark adds checkpointLocation to a streaming write's options).
+#: The options Spark itself puts among a writer's (pyspark 4.3, checked in the classic
+#: DataStreamWriter and DataFrameWriter): `queryName` from `.queryName(...)`, and the
+#: `checkpointLocation` a streaming write reads from them. (`path`, from `start(path)` or
+#: `save(path)`, is the user's choice, refused with a hint; the partitioning and clustering
+#: options go to V1 sources only, and a Python data source is a V2 one.)
+SPARK_WRITER_OPTION_NAMES = ("checkpointLocation", "queryName")
+#: The sink's options.
 SINK_OPTION_NAMES = (
     "broker",
     "queue",
@@ -365,6 +410,6 @@ SINK_OPTION_NAMES = (
     "ttl",
     "clientName",
     "keyScope",
-    "checkpointLocation",
+    *SPARK_WRITER_OPTION_NAMES,
     *CURVE_OPTION_NAMES,
 )

@@ -59,7 +59,7 @@ class PhpmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802
         if self._reader is None:  # Spark asks twice on a fresh checkpoint: one id for both
-            self._reader = uuid.uuid4().hex
+            self._reader = self._options.first_reader_id() or uuid.uuid4().hex
         return LeaseOffset.initial(self._reader, self._options.broker).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802

@@ -91,3 +91,34 @@ def test_purge_and_delete_survive_a_crash_of_a_durable_broker(tmp_path: Path) ->
     assert queues["kept"]["ready"] == 1
     assert queues.get("purged", {"ready": 0})["ready"] == 0
     assert "deleted" not in queues
+
+
+def test_an_orphaned_lease_is_listed_and_released_by_command(broker: BrokerProcess) -> None:
+    """A Spark query that died with a batch leased (docs/pipeline.md) leaves a lease: `queue
+    list` counts it, `queue leases` names it, `queue release` puts its messages back now."""
+    address = ["--broker", broker.address]
+    with broker.client() as client:
+        client.send_many("events", [b"a", b"b", b"c", b"d"], confirm=True)
+        leased = client.admin(
+            "lease", queue="events", lease="r1/1", max_messages=3, max_bytes=1 << 20
+        )
+        assert leased["messages"] == 3
+    listed = phpmq("queue", "list", *address)
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "events" in line)
+    assert "3 (1 lease)" in row
+    leases = phpmq("queue", "leases", *address, "events")
+    assert leases.returncode == 0, leases.stderr
+    row = next(line for line in leases.stdout.splitlines() if "r1/1" in line)
+    assert row.split("│")[3].strip() == "3" and leases.stderr == "1 leases\n"
+    assert "r1/1" in phpmq("queue", "leases", *address).stdout  # every queue's
+    released = phpmq("queue", "release", *address, "events", "r1/1", "--yes")
+    assert released.returncode == 0, released.stderr
+    assert released.stdout == "released 3 messages of lease r1/1 back to events\n"
+    queue = stats_queues(broker.address)["events"]
+    assert (queue["ready"], queue["leased"], queue["leases"]) == (4, 0, 0)
+    again = phpmq("queue", "release", *address, "events", "r1/1", "--yes")
+    assert again.returncode == 1
+    assert again.stderr == (
+        "phpmq: no lease 'r1/1' on queue 'events' (committed, released or timed out)\n"
+    )

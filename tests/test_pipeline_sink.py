@@ -29,7 +29,7 @@ try:
 
     from phpmq.pipeline import publish, sink
     from phpmq.pipeline.datasource import PhpmqDataSource
-    from phpmq.pipeline.options import OptionError, SinkOptions
+    from phpmq.pipeline.options import SPARK_WRITER_OPTION_NAMES, OptionError, SinkOptions
     from phpmq.pipeline.sink_rows import RowRefused, SinkColumns, SinkRows
 except ModuleNotFoundError as missing:
     skip_without_spark(missing)
@@ -85,13 +85,24 @@ def test_sink_takes_an_event_column_or_option_instead_of_a_queue() -> None:
 
 def test_unknown_sink_options_are_refused_naming_the_known_ones() -> None:
     known = "broker, checkpointLocation, clientName, curveSecret, curveServer, event, keyScope,"
-    known += " queue, ttl"
+    known += " queryName, queue, ttl"
     with pytest.raises(OptionError, match=f"unknown option qeueu; the phpmq sink knows: {known}$"):
         SinkOptions.parse({"qeueu": "results"})
     with pytest.raises(OptionError, match="option topic is not a phpmq option: use queue"):
         SinkOptions.parse({"topic": "results"})
     spark_given = {"Queue": "results", "checkpointlocation": "checkpoints/x", "KEYSCOPE": "s"}
     assert SinkOptions.parse(spark_given).queue == "results"
+
+
+def test_the_sink_takes_every_option_spark_puts_among_a_writer_s() -> None:
+    """Spark's own: `.queryName(...)` and a streaming write's checkpointLocation (pyspark 4.3,
+    classic DataStreamWriter / DataFrameWriter); start(path) / save(path) is refused."""
+    assert SPARK_WRITER_OPTION_NAMES == ("checkpointLocation", "queryName")
+    spark_given = {"queue": "results", "queryname": "to-results", "checkpointlocation": "ck"}
+    assert SinkOptions.parse(spark_given).queue == "results"
+    assert PhpmqDataSource(spark_given).schema() is not None  # checked as Spark makes it
+    with pytest.raises(OptionError, match="the phpmq sink writes to queues: give option queue"):
+        SinkOptions.parse({"queue": "results", "path": "out"})
 
 
 def test_a_row_too_large_for_the_broker_is_named_before_anything_is_given_out(
@@ -217,6 +228,25 @@ def test_a_streaming_batch_run_again_queues_no_row_twice(
     assert [p["batchId"] for p in query.recentProgress if p["numInputRows"]] == [0]
     assert queue_stats(broker, "out")["ready"] == 500
     assert broker.stats()["counters"]["deduplicated"] == 500
+
+
+def test_a_named_streaming_query_writes_to_the_sink(
+    spark: SparkSession, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """`.queryName(...)` puts queryName among the writer's options (finding 1 of issue 31)."""
+    inbox = tmp_path / "in"
+    spark.range(20).select(F.format_string("row-%02d", "id").alias("content")).write.parquet(
+        str(inbox)
+    )
+    frame = spark.readStream.schema("content string").parquet(str(inbox))
+
+    def named(writer):
+        writer = writer.format("phpmq").queryName("rows-to-named")
+        return writer.option("broker", broker.address).option("queue", "named")
+
+    query = run_available_now(frame, tmp_path / "checkpoint", named)
+    assert query.name == "rows-to-named" and query.exception() is None
+    assert queue_stats(broker, "named")["ready"] == 20
 
 
 @pytest.mark.parametrize(

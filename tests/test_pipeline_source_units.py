@@ -16,7 +16,14 @@ try:
     import pyarrow  # noqa: F401
 
     from phpmq.pipeline.browse import BrowseOptions
-    from phpmq.pipeline.lease_offsets import Budget, LeaseOffset, queue_order, slices
+    from phpmq.pipeline.datasource import PhpmqDataSource
+    from phpmq.pipeline.lease_offsets import (
+        Budget,
+        LeaseOffset,
+        queue_order,
+        reader_id_for,
+        slices,
+    )
     from phpmq.pipeline.options import (
         DEFAULT_BROKER_TIMEOUT_MS,
         DEFAULT_MAX_BYTES_PER_TRIGGER,
@@ -87,7 +94,11 @@ def test_sizes_and_aliases() -> None:
         ({"queue": "q", "maxBytesPerTrigger": "lots"}, "positive size in bytes"),
         ({"queue": "q", "brokerTimeout": "soon"}, "duration like 30s"),
         ({"queue": "q", "failOnDataLoss": "maybe"}, "true or false"),
-        ({"queue": "q", "leaseTimeout": "10ms"}, "between 1000 and"),
+        ({"queue": "q", "leaseTimeout": "10ms"}, "leaseTimeout must be at least 5 min: a shorter"),
+        ({"queue": "q", "leaseTimeout": "5s"}, "run out while Spark schedules"),
+        ({"queue": "q", "leaseTimeout": "299999"}, "at least 5 min"),
+        ({"queue": "q", "leaseTimeout": "8d"}, "duration like 30s"),
+        ({"queue": "q", "leaseTimeout": "200h"}, "at most 168 h"),
         ({"queue": "q", "broker": "localhost:5555"}, "ZeroMQ address"),
         ({"queue": "q", "maxRecordPerTrigger": "5"}, "unknown option maxrecordpertrigger; the"),
         ({"queue": "q", "subscribe": "x"}, "subscribe is not a phpmq option: use queue"),
@@ -106,6 +117,29 @@ def test_bad_source_options_are_refused_with_the_option_named(
         SourceOptions.parse(options)
 
 
+def test_lease_timeout_floor_is_five_minutes() -> None:
+    assert SourceOptions.parse({"queue": "q", "leaseTimeout": "5m"}).lease_timeout_ms == 300_000
+    assert SourceOptions.parse({"queue": "q"}).lease_timeout_ms == 3_600_000
+
+
+@pytest.mark.parametrize(
+    "pattern", ["topic-.*", "^orders", "orders$", "orders-\\d+", "(eu|us)-orders", "a+", ".*x"]
+)
+def test_a_regex_as_queue_pattern_is_refused_with_a_glob_hint(pattern: str) -> None:
+    with pytest.raises(OptionError) as refused:
+        SourceOptions.parse({"queuePattern": pattern})
+    assert str(refused.value) == (
+        f"option queuePattern {pattern!r} looks like a regular expression, but it is a glob"
+        " (fnmatch: * any characters, ? one, [...] one of): for example 'orders-*' or"
+        " 'orders.*' (a dot, then anything)"
+    )
+
+
+@pytest.mark.parametrize("pattern", ["orders.*", "orders-*", "*.*", "q?", "a[(]b", "x_.*"])
+def test_globs_are_not_taken_for_regexes(pattern: str) -> None:
+    assert SourceOptions.parse({"queuePattern": pattern}).queue_pattern == pattern
+
+
 def test_unknown_option_error_lists_the_known_ones() -> None:
     with pytest.raises(OptionError) as refused:
         SourceOptions.parse({"queue": "q", "typo": "1"})
@@ -118,6 +152,40 @@ def test_several_queues_by_list_json_or_pattern() -> None:
     assert SourceOptions.parse({"QUEUES": '["x,1", "y"]'}).queues == ("x,1", "y")
     pattern = SourceOptions.parse({"queuePattern": "orders.*"})
     assert (pattern.queues, pattern.queue_pattern) == ((), "orders.*")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"queue": "q", "maxOffsetsPerTrigger": "5"}, "use maxRecordsPerTrigger"),
+        ({"queue": "q", "leaseTimeout": "5s"}, "at least 5 min"),
+        ({"queuePattern": "topic-.*"}, "looks like a regular expression"),
+        ({"queue": "q", "deadLetters": "true", "leaseTimeout": "1h"}, "option leasetimeout"),
+        ({"queue": "q", "ttl": "-1"}, "option ttl must be at least 0"),
+        ({"queue": "q", "queryName": "x", "maxRecordsPerTrigger": "5"}, "the phpmq sink knows"),
+        ({"qeueu": "q"}, "option qeueu; the phpmq source or sink knows: broker, brokerTimeout,"),
+        ({"queue": "q", "path": "x"}, "the phpmq source and sink take no path"),
+    ],
+)
+def test_the_data_source_checks_its_options_when_spark_makes_it_in_load(
+    options: dict[str, str], message: str
+) -> None:
+    """Spark makes the data source inside load() and a batch save(), not saying which."""
+    with pytest.raises(OptionError, match=message):
+        PhpmqDataSource(options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"queue": "q", "leaseTimeout": "1h", "checkpointLocation": "ck"},
+        {"queue": "q", "deadLetters": "true", "numPartitions": "3"},
+        {"queue": "q", "queryName": "x", "checkpointLocation": "ck", "keyScope": "s"},
+        {"queues": "a,b", "clientName": "c"},
+    ],
+)
+def test_the_data_source_takes_good_options_of_every_use(options: dict[str, str]) -> None:
+    assert PhpmqDataSource(options).schema() is not None
 
 
 def test_browse_options() -> None:
@@ -309,6 +377,32 @@ def test_a_restarted_runner_asks_for_the_same_lease_names() -> None:
     second_runner = _reader(fake, maxRecordsPerTrigger="3")
     assert second_runner.latestOffset(start, ReadMaxRows(3)) == planned
     assert fake.call("stats")["queues"]["a"] == {"ready": 7, "leased": 3}
+
+
+def test_a_new_checkpoint_s_first_batch_is_found_again_after_a_driver_death() -> None:
+    """The driver died after leasing batch 1 but before Spark wrote offsets/0: the restarted
+    query starts from initialOffset() again, and must ask for the same lease names."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    fake = ContractLeases({"a": [1] * 10})
+    first_runner = _reader(fake, maxRecordsPerTrigger="3", checkpointLocation="ck/q1")
+    planned = first_runner.latestOffset(first_runner.initialOffset(), ReadMaxRows(3))
+    second_runner = _reader(fake, maxRecordsPerTrigger="3", checkpointLocation="ck/q1")
+    assert second_runner.latestOffset(second_runner.initialOffset(), ReadMaxRows(3)) == planned
+    assert fake.call("stats")["queues"]["a"] == {"ready": 7, "leased": 3}
+    other_query = _reader(fake, maxRecordsPerTrigger="3", checkpointLocation="ck/q2")
+    assert other_query.initialOffset()["reader"] != planned["reader"]
+
+
+def test_reader_ids_follow_the_checkpoint_location_however_spelled() -> None:
+    cwd = os.getcwd()
+    spellings = ["ck/q1", "ck/q1/", f"{cwd}/ck/./q1", f"file:{cwd}/ck/q1", f"file://{cwd}/ck/q1"]
+    ids = {reader_id_for(spelling, "a") for spelling in spellings}
+    assert len(ids) == 1 and len(ids.pop()) == 32
+    assert reader_id_for("ck/q1", "a") != reader_id_for("ck/q1", "b")  # two sources of a query
+    assert reader_id_for("s3a://b/ck/", "a") == reader_id_for("s3a://b/ck", "a")
+    without = SourceOptions.parse({"queue": "q"})
+    assert without.first_reader_id() is None  # a UUID then, as before
 
 
 def test_available_now_stops_at_what_was_there() -> None:

@@ -1,25 +1,25 @@
-"""`phpmq queue`: list queues, peek at, purge or delete one."""
+"""`phpmq queue`: list queues, peek at, purge or delete one, list and release batch leases."""
 
 from __future__ import annotations
 
 import click
 
-from .shared import broker_option, refusal_fails, timeout_option, with_client
+from .shared import broker_option, fail, refusal_fails, timeout_option, with_client
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 
 @click.group()
 def queue() -> None:
-    """List queues; peek at, purge or delete one."""
+    """List queues; peek at, purge or delete one; list or release batch leases."""
 
 
 @queue.command("list")
 @broker_option
 @timeout_option
 def queue_list(address: str, timeout: float) -> None:
-    """A table of the broker's queues (ready, in flight, delayed, consumers, dead letters,
-    the event patterns each is bound to)."""
+    """A table of the broker's queues (ready, in flight, leased, delayed, consumers, dead
+    letters, the event patterns each is bound to)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -30,17 +30,24 @@ def queue_list(address: str, timeout: float) -> None:
     table = Table(
         title=f"queues on {address}" + (f" ({len(result['shards'])} shards)" if sharded else "")
     )
-    columns = ("ready", "in_flight", "delayed", "consumers", "dead_letters")
+    columns = ("ready", "in_flight", "leased", "delayed", "consumers", "dead_letters")
     table.add_column("queue")
     if sharded:
         table.add_column("shard")
     for column in columns:
-        table.add_column(column.replace("_", " "), justify="right")
+        table.add_column(column.replace("_", " "), justify="right", no_wrap=column == "leased")
     table.add_column("bindings")
     for name, q in result["queues"].items():
         owner = (q["shard"],) if sharded else ()
-        table.add_row(name, *owner, *(str(q[column]) for column in columns), _bindings(q))
+        figures = (_leased(q) if column == "leased" else str(q[column]) for column in columns)
+        table.add_row(name, *owner, *figures, _bindings(q))
     Console().print(table)
+
+
+def _leased(q: dict) -> str:
+    """Messages held in batch leases, and in how many (a broker without leases: 0)."""
+    leased, leases = q.get("leased", 0), q.get("leases", 0)
+    return f"{leased} ({leases} lease{'' if leases == 1 else 's'})" if leases else "0"
 
 
 def _bindings(q: dict) -> str:
@@ -104,10 +111,63 @@ def queue_delete(address: str, timeout: float, name: str, yes: bool) -> None:
             f"Delete queue {name} on {address}, its messages, dead letters and bindings?",
             abort=True,
         )
-    result = with_client(
-        address, timeout, lambda c: refusal_fails(lambda: c.delete_queue(name))
-    )
+    result = with_client(address, timeout, lambda c: refusal_fails(lambda: c.delete_queue(name)))
     click.echo(f"deleted queue {name}: {_deleted(result)}")
+
+
+@queue.command("leases")
+@broker_option
+@timeout_option
+@click.argument("name", metavar="[QUEUE]", required=False)
+def queue_leases(address: str, timeout: float, name: str | None) -> None:
+    """List batch leases (a Spark source's micro-batches, docs/pipeline.md): queue, lease
+    name, messages, bytes, seconds since last touched and the timeout after which its messages
+    go back to the queue. Without QUEUE: every lease of the shard asked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    options = {"queue": name} if name else {}
+    result = with_client(
+        address,
+        timeout,
+        lambda c: refusal_fails(lambda: c.admin_pages("leases", "leases", timeout, **options)),
+    )
+    table = Table(title=f"batch leases on {address}")
+    for column in ("queue", "lease", "messages", "bytes", "idle s", "timeout s"):
+        table.add_column(column, justify="left" if column in ("queue", "lease") else "right")
+    for lease in result["leases"]:
+        table.add_row(
+            lease["queue"],
+            lease["lease"],
+            str(lease["messages"]),
+            str(lease["bytes"]),
+            f"{lease['idle_seconds']:.0f}",
+            f"{lease['timeout_ms'] / 1000:.0f}",
+        )
+    Console().print(table)
+    click.echo(f"{len(result['leases'])} leases", err=True)
+
+
+@queue.command("release")
+@broker_option
+@timeout_option
+@click.argument("name", metavar="QUEUE")
+@click.argument("lease", metavar="LEASE")
+@yes_option
+def queue_release(address: str, timeout: float, name: str, lease: str, yes: bool) -> None:
+    """Put the messages of QUEUE's batch lease LEASE back at the head of the queue now (one
+    more delivery each), as its timeout would: for a lease a stopped query left behind. A
+    query still reading it fails (the lease is gone)."""
+    if not yes:
+        click.confirm(f"Release lease {lease} of {name} on {address}?", abort=True)
+    result = with_client(
+        address,
+        timeout,
+        lambda c: refusal_fails(lambda: c.admin("lease-release", queue=name, lease=lease)),
+    )
+    if not result["released"]:
+        fail(f"no lease {lease!r} on queue {name!r} (committed, released or timed out)")
+    click.echo(f"released {result['released']} messages of lease {lease} back to {name}")
 
 
 def _deleted(result: dict) -> str:
