@@ -71,6 +71,17 @@ def test_a_commit_lets_the_earlier_batches_go_and_keeps_its_own(tmp_path: Path) 
         assert nobody["released"] == 0 and nobody["committed"] is None
 
 
+def test_a_publish_s_held_key_deduplicates_after_the_window(tmp_path: Path) -> None:
+    with windowed(tmp_path) as broker, broker.client() as client:
+        client.admin(cmd.QUEUE_BIND, queue="orders", patterns=["order.*"])
+        client.admin(cmd.KEY_HOLD, scope=SCOPE, event="order.paid")
+        for _ in range(2):
+            client.publish("order.paid", b"paid", key=f"{SCOPE}/0/0/0")
+            client.publish("order.paid", b"paid", key="unheld/0/0/0")
+            time.sleep(PAST_WINDOW_S)
+        assert ready(client, "orders") == 3  # the unheld key's copy came twice
+
+
 def test_holds_and_held_keys_survive_a_kill_of_a_durable_broker(tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = windowed(tmp_path, data_dir=data)
