@@ -29,6 +29,7 @@ from .deadletters import DeadLetters
 from .errors import CommandError
 from .events import Events, pattern_list
 from .flow import Flow
+from .hold_commands import HoldCommands
 from .intake import Intake
 from .lifecycle import Lifecycle
 from .model import Peer, Queue
@@ -97,6 +98,7 @@ class Admin:
             cmd.SCHEDULE_REMOVE: schedules.remove,
             cmd.SCHEDULE_LIST: schedules.listing,
             **leases.commands(),
+            **HoldCommands(ctx, intake).commands(),
         }
 
     def add_command(self, name: str, handler: Callable[[dict[str, Any]], dict[str, Any]]) -> None:

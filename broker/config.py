@@ -162,6 +162,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dedup_window_seconds: float = 120.0
     #: Keys remembered at most; past it the oldest are forgotten early (and counted).
     max_dedup_keys: int = 1_000_000
+    #: Key holds (a Spark sink query's, docs/pipeline.md) at once, and idempotency keys held
+    #: by them (kept without expiry until their writer commits a later batch; beside
+    #: max_dedup_keys). A held key costs about 200 bytes; a sink holds up to two batches' rows.
+    max_key_holds: int = 1_000
+    max_held_keys: int = 1_000_000
     # Events (docs/protocol.md §6.5).
     #: Patterns one queue may be bound to, and bindings of all queues together.
     max_bindings_per_queue: int = 1_000
@@ -212,6 +217,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: A shard's confirmed publishes one key may have waiting for their copies at the other
     #: shards (docs/cluster.md "Forwarding"); 0: half the broker-wide 100,000.
     quota_publishes: int = 0
+    #: Key holds one key may have made, and keys it may have held by them; 0: half the
+    #: broker-wide max_key_holds, max_held_keys.
+    quota_key_holds: int = 0
+    quota_held_keys: int = 0
     #: Security (docs/security.md). CURVE on the ZeroMQ endpoint: the broker's secret key
     #: file, and a directory or file of the client public keys allowed in; re-read on SIGHUP.
     curve_secret: str = ""
@@ -276,12 +285,15 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "max_bindings",
             "max_schedules",
             "max_leases",
+            "max_key_holds",
+            "max_held_keys",
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         quotas = ("quota_queues", "quota_bindings", "quota_consumers", "quota_schedules")
         more = ("quota_leases", "quota_requests", "quota_connections", "quota_publishes")
+        more += ("quota_key_holds", "quota_held_keys")
         for name in (*quotas, *more):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (half the broker-wide limit) or more")

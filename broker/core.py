@@ -596,9 +596,10 @@ class Core:
         self.lifecycle.restore_unused(unused)
         return restored
 
-    def restore_keys(self, keys: list) -> int:
-        """Idempotency keys from the durable store, those still inside their window."""
-        return restore_keys(self.ctx, self.intake, keys)
+    def restore_keys(self, keys: list, holds: list | tuple = ()) -> int:
+        """Key holds and idempotency keys from the durable store: those held, and those
+        still inside their window."""
+        return restore_keys(self.ctx, self.intake, keys, holds)
 
     def restore_schedules(self, rows: list[tuple[str, bytes, float | None, int]]) -> int:
         """Schedules from the durable store, resumed per their catch-up policy; how many."""

@@ -87,7 +87,8 @@ class Events:
         counters = ctx.counters
         counters.published += 1
         counters.routed += len(queues)
-        self._remember(event, key, first_id)
+        if key is not None:
+            intake.keep_key(peer, KEY_SCOPE + event, key, first_id)
         intake.confirm(peer, first_id, tag, len(queues))
 
     def _refuses(self, peer: Peer, queue: Queue, event: str, tag: int | None) -> bool:
@@ -134,13 +135,9 @@ class Events:
             )
         ctx.counters.published += 1
         ctx.counters.unrouted += 1
-        self._remember(message.event, message.key, message_id)
+        if message.key is not None:
+            intake.keep_key(peer, KEY_SCOPE + message.event, message.key, message_id)
         intake.confirm(peer, message_id, tag, 0)
-
-    def _remember(self, event: str, key: str | None, message_id: bytes) -> None:
-        window_ns = self._intake.keys.window_ns
-        if key is not None and window_ns:
-            self._intake.remember_key(KEY_SCOPE + event, key, message_id, self._ctx.now + window_ns)
 
     # ----------------------------------------------------------------- consume with bindings
 

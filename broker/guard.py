@@ -50,8 +50,11 @@ LINK_KEY_NAME = "phpmq-shard-link"
 #: Admin commands anyone may run; those that read a queue need `consume`, those that bind
 #: need `bind`; every other command needs `admin` and is audited.
 OPEN_COMMANDS = frozenset(
-    (cmd.STATS, cmd.REPORT, cmd.LEASES, cmd.SCHEDULE_LIST, cmd.QUEUE_BINDINGS)
+    (cmd.STATS, cmd.REPORT, cmd.LEASES, cmd.SCHEDULE_LIST, cmd.QUEUE_BINDINGS, cmd.KEY_HOLDS)
 )
+#: A writer's key-hold commands need what its sends need: `send` on the queue they name (or
+#: `publish` on the event), not `admin`; not audited (every task and batch sends one).
+WRITER_COMMANDS = frozenset((cmd.KEY_HOLD, cmd.KEY_COMMIT))
 #: Commands that need `delete` on their queue (or `admin`).
 DELETE_COMMANDS = frozenset((cmd.QUEUE_DELETE,))
 #: Commands whose patterns need `subscribe`, whoever runs them.
@@ -266,8 +269,10 @@ class Guard:
             for pattern in _patterns_bound(options):
                 if not self._check(peer, rights, "subscribe", pattern, None, options):
                     return False
-        if command == cmd.SCHEDULE_ADD and not self._schedule_target_allowed(peer, rights, options):
+        if command == cmd.SCHEDULE_ADD and not self._target_allowed(peer, rights, options):
             return False
+        if command in WRITER_COMMANDS:
+            return self._target_allowed(peer, rights, options)
         if rights.admin:
             return True
         if command in CONSUME_COMMANDS or command in BIND_COMMANDS or command in DELETE_COMMANDS:
@@ -281,9 +286,9 @@ class Guard:
             return self._check(peer, rights, right, target, None, options)
         return self._refuse(peer, "admin", command, None, options)
 
-    def _schedule_target_allowed(self, peer: Peer, rights: Rights, options: dict[str, Any]) -> bool:
-        """A schedule sends as its adder would: it needs the right to send (or publish) to
-        its target, besides `admin`."""
+    def _target_allowed(self, peer: Peer, rights: Rights, options: dict[str, Any]) -> bool:
+        """The right to send to the command's queue (or publish its event): a schedule sends
+        as its adder would (besides `admin`); a key hold keeps what its writer sends there."""
         event = options.get("event")
         if isinstance(event, str):
             return self._check(peer, rights, "publish", event, None, options)
@@ -354,7 +359,7 @@ class Guard:
         command = options.get("command")
         if not isinstance(command, str) or command in OPEN_COMMANDS:
             return
-        if command in CONSUME_COMMANDS:
+        if command in CONSUME_COMMANDS or command in WRITER_COMMANDS:
             return
         details = {
             k: v for k, v in options.items() if k not in ("command", "content", "content_base64")

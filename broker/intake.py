@@ -19,6 +19,7 @@ from .deadlines import DELAY_OVER, KEY_EXPIRY
 from .expiry import Expiry
 from .flow import Flow
 from .idempotency import KeyWindow
+from .key_holds import HeldKey, Hold, KeyHolds
 from .model import (
     DELAYED,
     NS_PER_MS,
@@ -33,7 +34,7 @@ from .model import (
     RoutedRecord,
 )
 from .queues import Queues
-from .quotas import REQUESTS
+from .quotas import HELD_KEYS, REQUESTS
 
 #: Expired idempotency keys are deleted from the durable store at most this often.
 KEY_PURGE_INTERVAL_NS = 1_000_000_000
@@ -45,11 +46,13 @@ class Intake:
         "_dead",
         "_expiry",
         "_flow",
+        "_held_batch",
         "_key_expiry_due",
         "_keys_purged_at",
         "_queues",
         "_routed_record",
         "_record",
+        "holds",
         "keys",
     )
 
@@ -73,6 +76,9 @@ class Intake:
         self.keys = KeyWindow(
             int(config.dedup_window_seconds * NS_PER_SECOND), config.max_dedup_keys
         )
+        self.holds = KeyHolds(config.max_key_holds, config.max_held_keys)
+        #: The hold and batch that keep the key of the send `is_repeat` just let through.
+        self._held_batch: tuple[Hold, int] | None = None
         self._keys_purged_at = ctx.now
         #: When the schedule's one key-expiry entry is due (0: none armed).
         self._key_expiry_due = 0
@@ -130,8 +136,8 @@ class Intake:
             message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
         else:
             message_id = self._put_request_or_delayed(peer, queue, message)
-        if key is not None and self.keys.window_ns:
-            self.remember_key(queue.name, key, message_id, ctx.now + self.keys.window_ns)
+        if key is not None:
+            self.keep_key(peer, queue.name, key, message_id)
         ctx.counters.received += 1
         if correlation is None or message.reply_to:
             self.confirm(peer, message_id, tag)
@@ -304,9 +310,18 @@ class Intake:
         if problem is not None:
             ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, scope, tag)
             return True
-        first_id = self.keys.get(scope, key, ctx.now)
-        if first_id is None:
-            return False
+        self._held_batch = None
+        holds = self.holds
+        if holds.by_scope:  # only while a hold exists does a key's prefix get read
+            first_id = holds.ids.get((scope, key))
+            if first_id is None:
+                first_id = self.keys.get(scope, key, ctx.now)
+            if first_id is None:
+                return self._is_refused_hold(peer, scope, key, tag)
+        else:
+            first_id = self.keys.get(scope, key, ctx.now)
+            if first_id is None:
+                return False
         ctx.counters.deduplicated += 1
         self.confirm(peer, first_id, tag)
         return True
@@ -359,6 +374,51 @@ class Intake:
         return True
 
     # ----------------------------------------------------------------- key window
+
+    def _is_refused_hold(self, peer: Peer, scope: str, key: str, tag: int | None) -> bool:
+        """A new key that a hold would keep: refused (429) past the broker's limit of held
+        keys or the sender's quota; else noted for `keep_key`."""
+        held_batch = self.holds.batch_of(key)
+        if held_batch is None or not self.keys.window_ns:
+            return False
+        ctx = self._ctx
+        problem = self.holds.hold_problem() or ctx.quotas.problem(HELD_KEYS, peer.owner)
+        if problem is not None:
+            reason = f"{problem}: commit the writer's batch, or release a hold (phpmq keys holds)"
+            ctx.refuse(peer, ErrorCode.LIMIT_REACHED, reason, None, scope, tag)
+            return True
+        self._held_batch = held_batch
+        return False
+
+    def keep_key(self, peer: Peer, scope: str, key: str, message_id: bytes) -> None:
+        """The key of a send (publish) just accepted: held, if `is_repeat` found its hold;
+        else remembered for the window (if keys are kept at all)."""
+        window_ns = self.keys.window_ns
+        if not window_ns:
+            return
+        held_batch = self._held_batch
+        if held_batch is None:
+            self.remember_key(scope, key, message_id, self._ctx.now + window_ns)
+            return
+        self._held_batch = None
+        hold, batch = held_batch
+        self.holds.keep(hold, batch, (scope, key, peer.owner), message_id)
+        self._ctx.quotas.take(HELD_KEYS, peer.owner)
+        self._ctx.journal.held_key(scope, key, message_id)
+
+    def restore_held_key(
+        self, hold: Hold, batch: int, scope: str, key: str, message_id: bytes
+    ) -> None:
+        """A held key read back from the store (counted against no quota: the broker's)."""
+        self.holds.keep(hold, batch, (scope, key, ""), message_id)
+
+    def let_go(self, released: list[tuple[HeldKey, bytes]]) -> None:
+        """Keys a hold let go: remembered for the window from now, like a new key."""
+        expires_at = self._ctx.now + self.keys.window_ns
+        quotas = self._ctx.quotas
+        for (scope, key, owner), message_id in released:
+            quotas.give_back(HELD_KEYS, owner)
+            self.remember_key(scope, key, message_id, expires_at)
 
     def remember_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         self.keys.add(queue_name, key, message_id, expires_at)

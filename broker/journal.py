@@ -33,7 +33,7 @@ UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evict
 PURGE = "purge"  # queue: dead letters deleted
 CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
 DELETE_QUEUE = "delete-queue"  # queue: its messages and dead letters deleted
-KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted
+KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (inf: held)
 UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 BIND = "bind"  # queue, pattern: the queue is bound to the pattern
 UNBIND = "unbind"  # queue, pattern: no longer
@@ -43,6 +43,8 @@ UNSCHEDULE = "unschedule"  # name: removed
 RAN = "ran"  # name, last_run_wall, runs: a schedule ran
 LEASE_TAKEN = "lease"  # lease name, queue, first seq, last seq: those ready ones were leased
 LEASE_DONE = "unlease"  # queue, lease name: the lease was committed (its messages acked)
+HOLD = "hold"  # scope, owner, committed batch, created_wall: a key hold made or committed
+UNHOLD = "unhold"  # scope: the key hold was released (its keys journaled with a window)
 
 Operation = tuple
 
@@ -165,9 +167,19 @@ class Journal:
     def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         self._operations.append((KEY, queue_name, key, message_id, self._wall_at(expires_at)))
 
+    def held_key(self, queue_name: str, key: str, message_id: bytes) -> None:
+        """A key kept by a key hold: no expiry until its hold lets it go."""
+        self._operations.append((KEY, queue_name, key, message_id, math.inf))
+
     def keys_expired(self, wall: float = math.inf) -> None:
         """Keys whose window ended by `wall` are deleted (inf: every key)."""
         self._operations.append((UNKEY, wall))
+
+    def hold(self, scope: str, owner: str, committed: int, created_wall: float) -> None:
+        self._operations.append((HOLD, scope, owner, committed, created_wall))
+
+    def unhold(self, scope: str) -> None:
+        self._operations.append((UNHOLD, scope))
 
     def bound(self, queue_name: str, pattern: str) -> None:
         self._operations.append((BIND, queue_name, pattern))
@@ -251,7 +263,16 @@ class NullJournal:
     def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         pass
 
+    def held_key(self, queue_name: str, key: str, message_id: bytes) -> None:
+        pass
+
     def keys_expired(self, wall: float = math.inf) -> None:
+        pass
+
+    def hold(self, scope: str, owner: str, committed: int, created_wall: float) -> None:
+        pass
+
+    def unhold(self, scope: str) -> None:
         pass
 
     def bound(self, queue_name: str, pattern: str) -> None:

@@ -201,6 +201,7 @@ class Peers:
                     "confirm": peer.confirm,
                     "durable": ctx.journal.durable,
                     "dedup_window_ms": int(config.dedup_window_seconds * 1000),
+                    "key_holds": config.dedup_window_seconds > 0,
                     **self._cluster,
                     **self._replica_role(),
                 }

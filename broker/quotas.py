@@ -24,7 +24,20 @@ CONNECTIONS = "connections"
 PUBLISHES = "publishes"
 #: Counted per queue, from its windows, when a window opens (dispatch.py): no bookkeeping.
 CONSUMERS = "consumers"
-KINDS = (QUEUES, BINDINGS, SCHEDULES, LEASES, REQUESTS, CONNECTIONS, PUBLISHES)
+#: Key holds a key has made (broker/key_holds.py), and idempotency keys it has held by them.
+KEY_HOLDS = "key_holds"
+HELD_KEYS = "held_keys"
+KINDS = (
+    QUEUES,
+    BINDINGS,
+    SCHEDULES,
+    LEASES,
+    REQUESTS,
+    CONNECTIONS,
+    PUBLISHES,
+    KEY_HOLDS,
+    HELD_KEYS,
+)
 #: Publishes that may wait for their copies at once, broker-wide (a shard's, copies.py).
 MAX_WAITING_PUBLISHES = 100_000
 
@@ -40,6 +53,8 @@ def quota_limits(config: BrokerConfig) -> dict[str, int]:
         REQUESTS: config.quota_requests,
         CONNECTIONS: config.quota_connections,
         PUBLISHES: config.quota_publishes or MAX_WAITING_PUBLISHES // 2,
+        KEY_HOLDS: config.quota_key_holds or max(1, config.max_key_holds // 2),
+        HELD_KEYS: config.quota_held_keys or max(1, config.max_held_keys // 2),
     }
 
 
@@ -70,10 +85,10 @@ class Quotas:
             counts = self.counts[kind]
             counts[owner] = counts.get(owner, 0) + 1
 
-    def give_back(self, kind: str, owner: str) -> None:
+    def give_back(self, kind: str, owner: str, count: int = 1) -> None:
         if owner:
             counts = self.counts[kind]
-            left = counts.get(owner, 0) - 1
+            left = counts.get(owner, 0) - count
             if left > 0:
                 counts[owner] = left
             else:

@@ -1,5 +1,5 @@
-"""Recovery at start: the queues, dead letters and idempotency keys read from the durable
-store become the core's state again.
+"""Recovery at start: the queues, dead letters, key holds and idempotency keys read from the
+durable store become the core's state again.
 
 Messages come back in their order, TTLs from their wall-clock deadlines (expired ones are
 dead-lettered at the first turn), those that were in flight as ready in their place with one
@@ -9,6 +9,7 @@ ones in their batch lease again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +21,7 @@ from .expiry import Expiry
 from .intake import Intake
 from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record, record_bytes
 from .queues import Queues
+from .quotas import KEY_HOLDS
 
 #: The store's in-flight mark of a dispatched message (2 marks a delayed one).
 IN_FLIGHT_ON_DISK = 1
@@ -100,18 +102,39 @@ def _delay_until(ctx: Context, queue: Queue, record: Record, seconds: float) -> 
     ctx.deadlines.arm(ctx.now + int(seconds * NS_PER_SECOND), DELAY_OVER, (queue, record))
 
 
-def restore_keys(ctx: Context, intake: Intake, keys: list[Any]) -> int:
-    """The idempotency keys still inside their window; returns how many."""
+def restore_keys(ctx: Context, intake: Intake, keys: list[Any], holds: Iterable[Any] = ()) -> int:
+    """The key holds, and the idempotency keys held by them or still inside their window;
+    returns how many keys."""
     wall = ctx.clock.wall()
     window_ns = intake.keys.window_ns
+    for stored_hold in holds:
+        intake.holds.add(
+            stored_hold.scope, stored_hold.owner, stored_hold.committed, stored_hold.created_wall
+        )
+        ctx.quotas.take(KEY_HOLDS, stored_hold.owner)
     restored = 0
     for stored in sorted(keys, key=lambda k: k.expires_wall):
-        if stored.expires_wall > wall and window_ns:
+        if stored.expires_wall == math.inf and window_ns:
+            restored += _restore_held(ctx, intake, stored)
+        elif stored.expires_wall > wall and window_ns:
             # Not past today's window either, if it was shortened: keeps expiry order.
             remaining = min(int((stored.expires_wall - wall) * NS_PER_SECOND), window_ns)
             intake.restore_key(stored.queue, stored.key, stored.id, ctx.now + remaining)
             restored += 1
     if restored < len(keys):
         # Expired while down, or keys are off now: delete them from the store too.
-        intake.forget_stored_keys(wall if window_ns else float("inf"))
+        intake.forget_stored_keys(wall if window_ns else math.inf)
     return restored
+
+
+def _restore_held(ctx: Context, intake: Intake, stored: Any) -> int:
+    """A held key: held again by its hold; one whose hold is gone (or committed past it)
+    gets the window from now."""
+    held_batch = intake.holds.batch_of(stored.key)
+    if held_batch is None:
+        expires_at = ctx.now + intake.keys.window_ns
+        intake.remember_key(stored.queue, stored.key, stored.id, expires_at)
+    else:
+        hold, batch = held_batch
+        intake.restore_held_key(hold, batch, stored.queue, stored.key, stored.id)
+    return 1

@@ -160,6 +160,7 @@ class Stats:
                 if name in sections
             },
             "keys": {"remembered": len(keys), "keys_evicted": keys.evicted},
+            "key_holds": self._intake.holds.stats(),
             "draining": ctx.draining,
         }
 

@@ -11,6 +11,11 @@ one TTL) and computes a key for every row from the batch and the row's position
 * an older broker gets a `BarrierPublisher`, which ignores the keys and proves delivery to the
   broker with a round trip.
 
+A streaming task's keys are `<query id>/<batch id>/<partition>/<row>`: before its first row
+to a queue (or event) it asks the broker to hold the query's keys there (`key-hold`,
+docs/protocol.md §6.3 "Key holds"), so a batch replayed after any pause adds nothing; the
+driver's commit of the batch (`commit_holds`) lets the keys of earlier batches go.
+
 Each run goes out packed many rows to a frame, its confirms pipelined: `send_many` to a queue,
 `publish_many` for an event, each row with its own headers and message key when it has them,
 so a row with a key or headers costs what a plain one does.
@@ -69,6 +74,12 @@ class Receipt:
     confirmed: bool
     #: Keys went with the messages, so publishing the same rows again adds nothing.
     deduplicated: bool
+    #: Where the broker holds this task's keys (is_event, target), for the driver's commit.
+    held_at: tuple[Target, ...] = ()
+
+
+#: A queue or an event a run goes to: (is_event, name).
+Target = tuple[bool, str]
 
 
 class Publisher(Protocol):
@@ -134,16 +145,34 @@ class BarrierPublisher:
 
 class ConfirmingPublisher:
     """Sends each row with its key and waits for the broker's confirms, pipelined (to a queue
-    and as events alike). The first refusal stops the task: nothing more is sent."""
+    and as events alike). The first refusal stops the task: nothing more is sent. With a
+    `hold_scope` (a streaming query's id) the broker holds the keys at each target first."""
 
-    def __init__(self, client: Client, key_prefix: str, deduplicated: bool) -> None:
+    def __init__(
+        self, client: Client, key_prefix: str, deduplicated: bool, hold_scope: str | None = None
+    ) -> None:
         self._client = client
         self.key_prefix = key_prefix
         self.max_content_bytes = _max_content_bytes(client)
         self._deduplicated = deduplicated
         self._published = 0
+        self._hold_scope = hold_scope
+        self._held_at: dict[Target, None] = {}
+
+    def _hold_at(self, target: Target) -> None:
+        """Ask the broker to hold the query's keys where `target`'s rows go (once a task)."""
+        if self._hold_scope is None or target in self._held_at:
+            return
+        try:
+            self._client.admin(
+                cmd.KEY_HOLD, BARRIER_TIMEOUT_S, scope=self._hold_scope, **_target_option(target)
+            )
+        except BrokerRefused as exc:
+            raise _hold_refused(exc.error) from None
+        self._held_at[target] = None
 
     def publish(self, run: Run) -> None:
+        self._hold_at((run.is_event, run.target))
         first = run.first_row
         keys = [f"{self.key_prefix}/{first + i}" for i in range(len(run.contents))]
         unconfirmed = _unconfirmed(run.contents)
@@ -169,7 +198,8 @@ class ConfirmingPublisher:
         self._published += len(run.contents)
 
     def finish(self) -> Receipt:
-        return Receipt(self._published, confirmed=True, deduplicated=self._deduplicated)
+        held_at = tuple(self._held_at)
+        return Receipt(self._published, True, self._deduplicated, held_at)
 
     def close(self) -> None:
         self._client.close()
@@ -188,15 +218,22 @@ def _refused(count: int, errors: list[Error]) -> PublishError:
     return PublishError(f"the broker refused {count} message(s): {quoted}")
 
 
+def _hold_refused(error: Error) -> PublishError:
+    return PublishError(f"{error.code} the broker refused to hold the query's keys: {error.reason}")
+
+
 def _max_content_bytes(client: Client) -> int:
     limit = client.broker_info.get("max_content_bytes")
     return limit if type(limit) is int else DEFAULT_MAX_CONTENT_BYTES
 
 
-def open_publisher(
-    address: str, name: str, key_prefix: str, curve: CurveFiles | None = None
-) -> Publisher:
-    """A publisher that uses what the broker at `address` supports (with the CURVE keys of
+def _target_option(target: Target) -> dict[str, str]:
+    is_event, name = target
+    return {"event": name} if is_event else {"queue": name}
+
+
+def _answered_client(address: str, name: str, curve: CurveFiles | None) -> Client:
+    """A client of the broker at `address` whose HELLO answer is in (with the CURVE keys of
     `curve`, else those of PHPMQ_CURVE_*, if any).
 
     Raises:
@@ -205,11 +242,62 @@ def open_publisher(
     keys = curve.keys() if curve is not None else None
     client = Client(address, name=f"{name} pid {os.getpid()}", role="spark-sink", curve=keys)
     try:
-        client.admin(cmd.STATS, timeout=BARRIER_TIMEOUT_S)  # reads the HELLO answer
+        client.admin(cmd.STATS, timeout=BARRIER_TIMEOUT_S, limit=0)  # reads the HELLO answer
     except ClientError:
         client.close()
         raise
+    return client
+
+
+def open_publisher(
+    address: str,
+    name: str,
+    key_prefix: str,
+    curve: CurveFiles | None = None,
+    hold_scope: str | None = None,
+) -> Publisher:
+    """A publisher that uses what the broker at `address` supports; a `hold_scope` (a
+    streaming query's id) has the broker hold its keys, where it can.
+
+    Raises:
+        ClientError: no answer from the broker.
+    """
+    client = _answered_client(address, name, curve)
     window_ms = client.broker_info.get("dedup_window_ms")
     if type(window_ms) is int:  # a broker with confirms and keys (docs/protocol.md §6.3)
-        return ConfirmingPublisher(client, key_prefix, deduplicated=window_ms > 0)
+        holds = client.broker_info.get("key_holds") is True
+        return ConfirmingPublisher(
+            client, key_prefix, deduplicated=window_ms > 0, hold_scope=hold_scope if holds else None
+        )
     return BarrierPublisher(client, key_prefix)
+
+
+def commit_holds(
+    address: str,
+    name: str,
+    curve: CurveFiles | None,
+    scope: str,
+    batch: int,
+    targets: Sequence[Target],
+) -> int:
+    """The driver's commit of streaming batch `batch`: at each target's broker (a shard's, on
+    a sharded one) the query's keys of earlier batches are let go. Returns how many were.
+
+    Raises:
+        PublishError: the broker refused the commit.
+        ClientError: no answer from the broker.
+    """
+    client = _answered_client(address, name, curve)
+    released = 0
+    try:
+        for target in targets:
+            options = _target_option(target)
+            answer = client.admin(
+                cmd.KEY_COMMIT, BARRIER_TIMEOUT_S, scope=scope, batch=batch, **options
+            )
+            released += answer["released"]
+    except BrokerRefused as exc:
+        raise _hold_refused(exc.error) from None
+    finally:
+        client.close()
+    return released

@@ -2,9 +2,11 @@
 
 Each Spark task opens its own connection (inside `write()`, on the executor), checks its rows
 against the broker's packet limit, publishes them and returns only once the broker has them
-(pipeline.publish). The driver's commit has nothing left to do: a message the broker has cannot
-be taken back; a batch that is run again publishes its rows with the same idempotency keys, so
-the broker queues none of them twice (see docs/pipeline.md). Columns: pipeline.sink_rows.
+(pipeline.publish). A batch that is run again publishes its rows with the same idempotency
+keys, so the broker queues none of them twice (see docs/pipeline.md). A streaming task has the
+broker hold its query's keys (no expiry) where its rows go; the driver's commit of batch B lets
+the keys of the batches before B go, the ones Spark can no longer run again.
+Columns: pipeline.sink_rows.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pyspark.sql.datasource import (
 )
 
 from .options import SinkOptions
-from .publish import Publisher, PublishError, open_publisher
+from .publish import Publisher, PublishError, Target, commit_holds, open_publisher
 from .sink_rows import RowRefused, SinkColumns, SinkRows
 
 __all__ = ["PhpmqBatchWriter", "PhpmqStreamWriter", "Published", "SinkColumns"]
@@ -44,6 +46,9 @@ class Published(WriterCommitMessage):
     count: int
     confirmed: bool
     deduplicated: bool
+    #: A streaming task's query id and where the broker holds its keys (is_event, target).
+    hold_scope: str | None = None
+    held_at: tuple[Target, ...] = ()
 
 
 def checked_ahead(
@@ -65,7 +70,11 @@ def checked_ahead(
 
 
 def _publish(
-    batches: Iterator[pa.RecordBatch], rows: SinkRows, options: SinkOptions, scope: str
+    batches: Iterator[pa.RecordBatch],
+    rows: SinkRows,
+    options: SinkOptions,
+    scope: str,
+    hold_scope: str | None = None,
 ) -> Published:
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
@@ -74,7 +83,7 @@ def _publish(
     if first is None:  # many partitions are empty: no connection for them
         return Published(partition, 0, confirmed=True, deduplicated=True)
     publisher = open_publisher(
-        options.broker, options.client_name, f"{scope}/{partition}", options.curve
+        options.broker, options.client_name, f"{scope}/{partition}", options.curve, hold_scope
     )
     try:
         sent = 0
@@ -90,7 +99,11 @@ def _publish(
         receipt = publisher.finish()
     finally:
         publisher.close()
-    return Published(partition, receipt.published, receipt.confirmed, receipt.deduplicated)
+    held = receipt.held_at
+    return Published(
+        partition, receipt.published, receipt.confirmed, receipt.deduplicated,
+        hold_scope if held else None, held,
+    )  # fmt: skip
 
 
 def _chained(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -111,27 +124,47 @@ def _row_refused(exc: RowRefused, partition: int, scope: str, sent: int) -> Publ
     )
 
 
-def _streaming_scope() -> str:
+def _streaming_scope() -> tuple[str, str | None]:
+    """The task's key scope `<query id>/<batch id>`, and the query id its keys are held by
+    (None: Spark did not say which query and batch, and nothing is held)."""
     context = TaskContext.get()
     if context is None:
-        return "stream"
-    query = context.getLocalProperty(QUERY_ID_PROPERTY) or "query"
-    batch = context.getLocalProperty(BATCH_ID_PROPERTY) or "batch"
-    return f"{query}/{batch}"
+        return "stream", None
+    query = context.getLocalProperty(QUERY_ID_PROPERTY)
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+    held = query if query and batch and batch.isdigit() else None
+    return f"{query or 'query'}/{batch or 'batch'}", held
 
 
 class PhpmqStreamWriter(DataSourceStreamArrowWriter):
-    """`df.writeStream.format("phpmq")`: keys are `<query id>/<batch id>/<partition>/<row>`."""
+    """`df.writeStream.format("phpmq")`: keys are `<query id>/<batch id>/<partition>/<row>`,
+    held by the broker until the commit of the next batch."""
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self._options = options
         self._rows = SinkRows(columns, options)
+        #: Where the last batch's keys are held: a shard this batch did not write to is told
+        #: of the commit too, so that it lets them go.
+        self._last_held_at: tuple[Target, ...] = ()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
-        return _publish(iterator, self._rows, self._options, _streaming_scope())
+        scope, hold_scope = _streaming_scope()
+        return _publish(iterator, self._rows, self._options, scope, hold_scope)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
-        pass  # every task's messages were with the broker before the task returned
+        """Every task's messages were with the broker before the task returned. Spark runs
+        this batch again only until it writes commits/<batch_id>, after this returns: the
+        keys of earlier batches can go (docs/pipeline.md, "Retries do not duplicate")."""
+        published = [m for m in messages if isinstance(m, Published) and m.hold_scope]
+        if not published:
+            return
+        held_at = tuple(dict.fromkeys(t for m in published for t in m.held_at))
+        targets = tuple(dict.fromkeys((*held_at, *self._last_held_at)))
+        options = self._options
+        scope = published[0].hold_scope
+        assert scope is not None
+        commit_holds(options.broker, options.client_name, options.curve, scope, batch_id, targets)
+        self._last_held_at = held_at
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         pass  # published messages cannot be recalled; the batch's retry sends the same keys

@@ -23,6 +23,10 @@ LEASE_READ = "lease-read"
 LEASE_COMMIT = "lease-commit"
 LEASE_RELEASE = "lease-release"
 LEASES = "leases"
+KEY_HOLD = "key-hold"
+KEY_COMMIT = "key-commit"
+KEY_HOLDS = "key-holds"
+KEY_RELEASE = "key-release"
 REPLICA_LEAD = "replica-lead"
 
 #: Commands only a replica of a replicated shard runs: its shell registers them
@@ -51,5 +55,9 @@ ALL = (
     LEASE_COMMIT,
     LEASE_RELEASE,
     LEASES,
+    KEY_HOLD,
+    KEY_COMMIT,
+    KEY_HOLDS,
+    KEY_RELEASE,
     *REPLICA,
 )

@@ -47,6 +47,18 @@ def key_problem(key: str) -> str | None:
     return None
 
 
+def hold_scope_problem(scope: object) -> str | None:
+    """Why `scope` cannot name a key hold (§6.3: the keys `<scope>/<batch>/...` it keeps), or
+    None if it can."""
+    if not isinstance(scope, str) or not scope:
+        return "'scope' must be a non-empty string"
+    if "/" in scope:
+        return f"a key hold's scope has no '/' (its keys are <scope>/<batch>/...): {scope!r}"
+    if len(scope.encode()) > MAX_KEY_BYTES:
+        return f"a key hold's scope is longer than {MAX_KEY_BYTES} bytes"
+    return None
+
+
 def clamp_liveness(liveness: object, default: int = DEFAULT_LIVENESS) -> int:
     """The liveness a peer gets for what it asked (not an int: the default)."""
     if type(liveness) is not int:

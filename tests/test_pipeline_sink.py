@@ -230,6 +230,39 @@ def test_a_streaming_batch_run_again_queues_no_row_twice(
     assert broker.stats()["counters"]["deduplicated"] == 500
 
 
+def test_a_streaming_batch_replayed_after_the_dedup_window_queues_no_row_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Finding 4 of issue 31: the keys of a batch Spark may still run again are held by the
+    broker however long the restart takes (here past a 2 s window), and let go once the next
+    batch is committed."""
+    inbox, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    rows = spark.range(500).select(F.format_string("row-%03d", "id").alias("content"))
+    rows.write.parquet(str(inbox))
+    frame = spark.readStream.schema("content string").parquet(str(inbox))
+    with BrokerProcess(tmp_path / "broker.log", "--dedup-window-seconds", "2") as broker:
+
+        def to_queue(writer):
+            return writer.format("phpmq").option("broker", broker.address).option("queue", "out")
+
+        run_available_now(frame, checkpoint, to_queue)
+        assert broker.stats()["key_holds"]["held_keys"] == 500
+        (checkpoint / "commits" / "0").unlink()  # as if the driver died before committing
+        (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
+        time.sleep(3)  # the restart comes after the window
+        query = run_available_now(frame, checkpoint, to_queue)
+        assert [p["batchId"] for p in query.recentProgress if p["numInputRows"]] == [0]
+        assert queue_stats(broker, "out")["ready"] == 500
+        assert broker.stats()["counters"]["deduplicated"] == 500
+        more = spark.range(500, 600).select(F.format_string("row-%03d", "id").alias("content"))
+        more.write.mode("append").parquet(str(inbox))
+        run_available_now(frame, checkpoint, to_queue)  # batch 1's commit lets batch 0's go
+        assert queue_stats(broker, "out")["ready"] == 600
+        with broker.client() as client:
+            [hold] = client.admin("key-holds")["holds"]
+        assert hold["committed"] == 1 and hold["held_keys"] == 100 and hold["batches"] == [1, 1]
+
+
 def test_a_named_streaming_query_writes_to_the_sink(
     spark: SparkSession, broker: BrokerProcess, tmp_path: Path
 ) -> None:

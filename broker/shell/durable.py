@@ -28,6 +28,7 @@ from .store_schema import (
     ADDED_DEAD_COLUMNS,
     SCHEMA,
     StoredDeadLetter,
+    StoredHold,
     StoredKey,
     StoredMessage,
     write,
@@ -275,6 +276,15 @@ class DurableStore:
         return [
             StoredKey(*row)
             for row in self._reader.execute("SELECT queue, key, id, expires_wall FROM keys")
+        ]
+
+    def load_holds(self) -> list[StoredHold]:
+        """Every key hold (a store written before holds has the table, empty: SCHEMA)."""
+        return [
+            StoredHold(*row)
+            for row in self._reader.execute(
+                "SELECT scope, owner, committed, created_wall FROM key_holds"
+            )
         ]
 
     # ------------------------------------------------------------------ writing

@@ -192,6 +192,7 @@ class BrokerServer:
         try:
             messages, dead = store.load()
             keys = store.load_keys()
+            holds = store.load_holds()
             bindings, unused = store.load_bindings()
             schedules = store.load_schedules()
         except StorageError as exc:
@@ -203,7 +204,7 @@ class BrokerServer:
         if self.keeper is not None:
             core.admin.stats.add_section("storage", self.keeper.stats)
         ready, were_in_flight, dead_count = core.restore(messages, dead)
-        key_count = core.restore_keys(keys)
+        key_count = core.restore_keys(keys, holds)
         binding_count = core.restore_bindings(bindings, unused)
         schedule_count = core.restore_schedules(schedules)
         self._commit()

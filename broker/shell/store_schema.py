@@ -17,6 +17,7 @@ from ..journal import (
     DELETE_QUEUE,
     DROP,
     FLY,
+    HOLD,
     KEY,
     LEASE_DONE,
     LEASE_TAKEN,
@@ -26,6 +27,7 @@ from ..journal import (
     SCHEDULE,
     UNBIND,
     UNDEAD,
+    UNHOLD,
     UNKEY,
     UNSCHEDULE,
     UNUSED,
@@ -68,6 +70,12 @@ CREATE TABLE IF NOT EXISTS keys (
     PRIMARY KEY (queue, key)
 );
 CREATE INDEX IF NOT EXISTS keys_by_expiry ON keys (expires_wall);
+CREATE TABLE IF NOT EXISTS key_holds (
+    scope TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    committed INTEGER NOT NULL,
+    created_wall REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS bindings (
     queue TEXT NOT NULL,
     pattern TEXT NOT NULL,
@@ -104,6 +112,8 @@ STATEMENTS = {
     CLEAR: "DELETE FROM messages WHERE queue = ? AND in_flight = 0",
     KEY: "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?)",
     UNKEY: "DELETE FROM keys WHERE expires_wall <= ?",
+    HOLD: "INSERT OR REPLACE INTO key_holds VALUES (?, ?, ?, ?)",
+    UNHOLD: "DELETE FROM key_holds WHERE scope = ?",
     BIND: "INSERT OR IGNORE INTO bindings VALUES (?, ?)",
     UNBIND: "DELETE FROM bindings WHERE queue = ? AND pattern = ?",
     UNUSED: "INSERT OR REPLACE INTO queue_settings VALUES (?, ?)",
@@ -164,7 +174,15 @@ class StoredKey(msgspec.Struct, frozen=True, array_like=True):
     queue: str
     key: str
     id: bytes
+    #: inf: held by a key hold (no expiry).
     expires_wall: float
+
+
+class StoredHold(msgspec.Struct, frozen=True, array_like=True):
+    scope: str
+    owner: str
+    committed: int
+    created_wall: float
 
 
 def _runs(operations: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:

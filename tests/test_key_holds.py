@@ -1,0 +1,194 @@
+"""Key holds (docs/protocol.md §6.3, "Key holds"; broker/key_holds.py): a writer's keys kept
+past the dedup window until it commits a later batch, through a kill -9 of a durable broker,
+within their limits and rights. Real broker processes on loopback; a 1 s window, so that "after
+the window" is a short wait.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import BrokerProcess, configured_broker, curve_broker, generate_keys, phpmq
+from phpmq.client import BrokerRefused, Client
+from phpmq.protocol import admin_commands as cmd
+
+WINDOW_S = 1.0
+#: Long enough that every key of the window is gone (the broker expires keys at its deadline).
+PAST_WINDOW_S = WINDOW_S + 0.6
+SCOPE = "3f1c2a9e-query"
+
+
+def windowed(tmp_path: Path, *flags: str, data_dir: Path | None = None) -> BrokerProcess:
+    return BrokerProcess(
+        tmp_path / "broker.log", "--dedup-window-seconds", str(WINDOW_S), *flags, data_dir=data_dir
+    )
+
+
+def send_keys(client: Client, queue: str, keys: list[str]) -> None:
+    for key in keys:
+        client.send(queue, key, confirm=True, key=key)
+
+
+def ready(client: Client, queue: str) -> int:
+    return client.stats()["queues"][queue]["ready"]
+
+
+def test_a_held_key_deduplicates_after_the_window_passed_and_an_unheld_one_does_not(
+    tmp_path: Path,
+) -> None:
+    with windowed(tmp_path) as broker, broker.client() as client:
+        answer = client.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+        assert answer == {"scope": SCOPE, "committed": None, "held_keys": 0, "made": True}
+        assert client.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")["made"] is False
+        held, unheld = [f"{SCOPE}/0/0/{row}" for row in range(3)], ["other/0/0/0"]
+        send_keys(client, "out", held + unheld)
+        time.sleep(PAST_WINDOW_S)
+        send_keys(client, "out", held + unheld)  # Spark's replay of batch 0, after the window
+        assert ready(client, "out") == 5  # the unheld key's window was over: queued again
+        stats = client.stats()
+        assert stats["counters"]["deduplicated"] == 3
+        assert stats["key_holds"]["holds"] == 1 and stats["key_holds"]["held_keys"] == 3
+
+
+def test_a_commit_lets_the_earlier_batches_go_and_keeps_its_own(tmp_path: Path) -> None:
+    with windowed(tmp_path) as broker, broker.client() as client:
+        client.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+        batch = {b: [f"{SCOPE}/{b}/0/{row}" for row in range(2)] for b in range(3)}
+        send_keys(client, "out", batch[0] + batch[1] + batch[2])
+        answer = client.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=2)
+        assert answer == {"scope": SCOPE, "committed": 2, "held_keys": 2, "released": 4}
+        send_keys(client, "out", batch[0])  # let go with a window from the commit: still known
+        assert ready(client, "out") == 6
+        time.sleep(PAST_WINDOW_S)
+        send_keys(client, "out", batch[0] + batch[2])
+        assert ready(client, "out") == 8  # batch 0's window was over; batch 2 is held
+        later = client.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
+        assert later["released"] == 0 and later["committed"] == 2  # an older commit: nothing
+        nobody = client.admin(cmd.KEY_COMMIT, scope="no-such-query", queue="out", batch=5)
+        assert nobody["released"] == 0 and nobody["committed"] is None
+
+
+def test_a_publish_s_held_key_deduplicates_after_the_window(tmp_path: Path) -> None:
+    with windowed(tmp_path) as broker, broker.client() as client:
+        client.admin(cmd.QUEUE_BIND, queue="orders", patterns=["order.*"])
+        client.admin(cmd.KEY_HOLD, scope=SCOPE, event="order.paid")
+        for _ in range(2):
+            client.publish("order.paid", b"paid", key=f"{SCOPE}/0/0/0")
+            client.publish("order.paid", b"paid", key="unheld/0/0/0")
+            time.sleep(PAST_WINDOW_S)
+        assert ready(client, "orders") == 3  # the unheld key's copy came twice
+
+
+def test_holds_and_held_keys_survive_a_kill_of_a_durable_broker(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = windowed(tmp_path, data_dir=data)
+    with first.client() as client:
+        client.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+        send_keys(client, "out", [f"{SCOPE}/4/0/{row}" for row in range(3)])
+        send_keys(client, "out", [f"{SCOPE}/5/0/{row}" for row in range(2)])
+        client.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=5)
+    first.kill()
+    time.sleep(PAST_WINDOW_S)
+    with windowed(tmp_path, data_dir=data) as second, second.client() as client:
+        [hold] = client.admin(cmd.KEY_HOLDS)["holds"]
+        assert hold["scope"] == SCOPE and hold["committed"] == 5 and hold["held_keys"] == 2
+        assert hold["batches"] == [5, 5]
+        send_keys(client, "out", [f"{SCOPE}/5/0/{row}" for row in range(2)])  # held: nothing
+        send_keys(client, "out", [f"{SCOPE}/4/0/0"])  # let go before the kill, window over
+        assert ready(client, "out") == 6
+        client.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")  # the restarted query's tasks
+        client.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=6)
+    third = windowed(tmp_path, data_dir=data)
+    with third, third.client() as client:
+        [hold] = client.admin(cmd.KEY_HOLDS)["holds"]
+        assert hold["committed"] == 6 and hold["held_keys"] == 0
+
+
+def test_limits_of_holds_and_held_keys_refuse_with_429_naming_them(tmp_path: Path) -> None:
+    toml = f"dedup_window_seconds = {WINDOW_S}\nmax_key_holds = 1\nmax_held_keys = 2\n"
+    with configured_broker(tmp_path, toml) as broker, broker.client() as client:
+        client.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+        with pytest.raises(BrokerRefused) as refused:
+            client.admin(cmd.KEY_HOLD, scope="second", queue="out")
+        assert refused.value.error.code == 429
+        assert "max_key_holds is 1" in refused.value.error.reason
+        send_keys(client, "out", [f"{SCOPE}/0/0/0", f"{SCOPE}/0/0/1"])
+        with pytest.raises(BrokerRefused) as refused:
+            send_keys(client, "out", [f"{SCOPE}/0/0/2"])
+        assert refused.value.error.code == 429
+        assert "max_held_keys is 2" in refused.value.error.reason
+        send_keys(client, "out", ["unheld/0/0/0"])  # a key no hold keeps: the window's
+        client.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
+        send_keys(client, "out", [f"{SCOPE}/1/0/0"])  # room again
+        stats = client.stats()["key_holds"]
+        assert stats["refused"] == {"max_key_holds": 1, "max_held_keys": 1}
+        assert ready(client, "out") == 4
+
+
+PERMISSIONS = """
+[keys.writer]
+send = ["out.#"]
+
+[keys.ops]
+admin = true
+"""
+
+
+def test_a_writer_needs_send_on_the_queue_its_quota_counts_and_release_needs_admin(
+    tmp_path: Path,
+) -> None:
+    keys = generate_keys(tmp_path / "keys", ["broker", "writer", "ops"], ["writer", "ops"])
+    permissions = tmp_path / "permissions.toml"
+    permissions.write_text(PERMISSIONS)
+    config = tmp_path / "broker.toml"
+    config.write_text(f"dedup_window_seconds = {WINDOW_S}\nquota_held_keys = 1\n")
+    broker = curve_broker(
+        tmp_path, keys, "--permissions", str(permissions), "--config", str(config), as_key="ops"
+    )
+    with broker, broker.client() as ops:
+        from phpmq.client import curve_keys
+
+        writer_keys = curve_keys(keys / "writer.key_secret", keys / "broker.key")
+        with Client(broker.address, curve=writer_keys) as writer:
+            with pytest.raises(BrokerRefused) as refused:
+                writer.admin(cmd.KEY_HOLD, scope=SCOPE, queue="elsewhere")
+            assert refused.value.error.code == 403
+            assert "no send right on 'elsewhere'" in refused.value.error.reason
+            with pytest.raises(BrokerRefused) as refused:
+                writer.admin(cmd.KEY_HOLD, scope=SCOPE)  # names nothing it sends to
+            assert refused.value.error.code == 403
+            assert writer.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out.a")["made"] is True
+            send_keys(writer, "out.a", [f"{SCOPE}/0/0/0"])
+            with pytest.raises(BrokerRefused) as refused:
+                send_keys(writer, "out.a", [f"{SCOPE}/0/0/1"])
+            assert refused.value.error.code == 429
+            assert "quota_held_keys is 1" in refused.value.error.reason
+            with pytest.raises(BrokerRefused) as refused:
+                writer.admin(cmd.KEY_RELEASE, scope=SCOPE)
+            assert refused.value.error.code == 403
+            [hold] = writer.admin(cmd.KEY_HOLDS)["holds"]  # listing is open
+            assert hold["owner"] == "key 'writer'" and hold["held_keys"] == 1
+            assert ops.admin(cmd.KEY_RELEASE, scope=SCOPE) == {"scope": SCOPE, "released": 1}
+            send_keys(writer, "out.a", [f"{SCOPE}/0/0/1"])  # its quota was given back
+
+
+def test_the_cli_lists_holds_and_releases_one(tmp_path: Path) -> None:
+    with windowed(tmp_path) as broker, broker.client() as client:
+        client.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+        send_keys(client, "out", [f"{SCOPE}/0/0/0"])
+        listed = phpmq("keys", "holds", "--broker", broker.address)
+        assert listed.returncode == 0, listed.stderr
+        [row] = [line for line in listed.stdout.splitlines() if SCOPE in line]
+        cells = [cell.strip() for cell in row.split("│")]
+        assert cells[1:4] == [SCOPE, "none", "1"] and cells[4] == "0"
+        assert "1 key holds, 1 held keys" in listed.stderr
+        released = phpmq("keys", "release", SCOPE, "--yes", "--broker", broker.address)
+        assert released.returncode == 0, released.stderr
+        assert f"released key hold {SCOPE!r}: 1 key(s)" in released.stdout
+        again = phpmq("keys", "release", SCOPE, "-y", "--broker", broker.address)
+        assert again.returncode != 0
+        assert again.stderr.startswith("phpmq: ") and "Traceback" not in again.stderr
+        assert client.stats()["key_holds"]["holds"] == 0
