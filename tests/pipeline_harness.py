@@ -3,7 +3,8 @@ file, stopped after it; the broker-side checks the tests share.
 
 The `spark` fixture (tests/conftest.py) is `local_spark()`, module-scoped; the Spark tests run
 in two pytest-xdist workers (`xdist_group("spark")` and `"spark-b"`, docs/testing.md), one
-after another in each, so that at most two of their JVMs run at a time. Spark is optional:
+after another in each, so that at most two of their JVMs run at a time (the standalone cluster
+of tests/spark_cluster.py has a group of its own, `"spark-cluster"`). Spark is optional:
 a test file calls `skip_without_spark(missing)` when its pyspark imports fail, which skips it
 locally and fails it in CI (CI=true).
 """

@@ -136,12 +136,12 @@ def test_a_worker_killed_mid_batch_costs_nothing_and_commits_every_lease(
     tmp_path: Path,
     into: str,
 ) -> None:
-    """Batches of 300; the task that meets m-00450 (batch 1) hangs until its worker (Worker
+    """Batches of 300; the task that meets m-00580 (batch 1) hangs until its worker (Worker
     JVM and executor JVM) is killed with SIGKILL. A worker takes its place for the next
     test."""
     sent = send(broker, "events", 900)
     marker, out, checkpoint = tmp_path / "hung", tmp_path / "out", tmp_path / "checkpoint"
-    as_text = hang_once_at(b"m-00450", marker)
+    as_text = hang_once_at(b"m-00580", marker)
     frame = stream(spark, broker, "events", maxRecordsPerTrigger=300)
     if into == "parquet":
         rows = frame.select("id", as_text("content").alias("text"))
@@ -149,7 +149,7 @@ def test_a_worker_killed_mid_batch_costs_nothing_and_commits_every_lease(
     else:
         texts = frame.select(as_text("content").alias("content"))
         query = to_queue(texts, broker, "out", checkpoint)
-    task = wait_for(lambda: marker.exists() and marker.read_text(), "a task met m-00450", 90, 0.1)
+    task = wait_for(lambda: marker.exists() and marker.read_text(), "a task met m-00580", 90, 0.1)
     cluster.kill_worker_of(int(task))
     cluster.start_workers(1)
     finished(query)
