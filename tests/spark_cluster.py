@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,8 @@ DAEMON_START_S = 90
 #: Each worker offers this much to the executors (one executor per worker).
 WORKER_CORES, WORKER_MEMORY, EXECUTOR_MEMORY = 1, "1g", "512m"
 MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+#: Killed with the test process, even by SIGKILL (an executor exits when its worker goes).
+DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
 
 
 class SparkCluster:
@@ -97,7 +100,7 @@ class SparkCluster:
         log_path = self.directory / f"{name}.log"
         with open(log_path, "wb") as log:
             daemon = subprocess.Popen(
-                [str(self.spark_home / "bin" / "spark-class"), main_class, *args],
+                [*DIE_WITH_PARENT, str(self.spark_home / "bin" / "spark-class"), main_class, *args],
                 env=self._environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
