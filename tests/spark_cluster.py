@@ -4,8 +4,9 @@ pyspark package), and a SparkSession that runs its tasks on them.
 
 Every daemon runs in a process group of its own (its executors are its children, in the same
 group): `stop()` kills the groups, and `kill_worker_of(pid)` kills one worker and its executor
-with SIGKILL, as a machine that dies would. The master and the workers take the ports the
-system gives (`--port 0`, `--webui-port 0`); the master's address is read from its log.
+with SIGKILL, as a machine that dies would. The master and the workers take ports the system
+gives (port 0: no race with the other tests' picks); the master's address is read from its log,
+and its REST submission server is off.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from harness import wait_until
+from pipeline_harness import stop_spark
 
 #: How long a master or a worker may take to start on a loaded 2-core machine.
 DAEMON_START_S = 90
@@ -121,9 +125,7 @@ class SparkCluster:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOCAL_DIRS": str(scratch),
             "SPARK_DAEMON_MEMORY": "256m",
-            "SPARK_PUBLIC_DNS": "127.0.0.1",
-            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false",
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # no submission port
             "SPARK_MASTER_WEBUI_PORT": "0",  # any free port: no test reads the UIs
             "SPARK_WORKER_WEBUI_PORT": "0",
             "PYSPARK_PYTHON": sys.executable,  # where phpmq is installed
@@ -162,7 +164,6 @@ def cluster_session(cluster: SparkCluster, app_name: str, executors: int) -> Any
     `executors` executors (one per worker) have registered with it."""
     from pyspark.sql import SparkSession
 
-    from harness import wait_for
     from phpmq.pipeline import register
     from phpmq.pipeline.session import LOCAL_CONF
 
@@ -181,12 +182,11 @@ def cluster_session(cluster: SparkCluster, app_name: str, executors: int) -> Any
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    wait_for(
-        lambda: executor_count(spark) >= executors,
-        f"{executors} executors registered\n{cluster.log_tails()}",
-        timeout=DAEMON_START_S,
-        interval=0.2,
-    )
+    if not wait_until(lambda: executor_count(spark) >= executors, DAEMON_START_S, 0.2):
+        stop_spark(spark)
+        raise AssertionError(
+            f"no {executors} executors within {DAEMON_START_S} s\n{cluster.log_tails()}"
+        )
     return spark
 
 
