@@ -78,9 +78,11 @@ def contents(count: int) -> list[bytes]:
     return [b"m-%05d" % i for i in range(count)]
 
 
-def finished(query: Any) -> None:
+def finished(query: Any) -> list[int]:
+    """Waits for an availableNow query; the rows of each of its batches."""
     assert query.awaitTermination(QUERY_TIMEOUT_S), "the query did not finish in time"
     assert query.exception() is None, query.exception()
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
 def test_the_source_streams_into_parquet_on_the_cluster_exactly_once(
@@ -92,8 +94,7 @@ def test_the_source_streams_into_parquet_on_the_cluster_exactly_once(
     frame = stream(spark, broker, "events", maxRecordsPerTrigger=250)
     out = tmp_path / "out"
     query = to_parquet(frame, out, tmp_path / "checkpoint", availableNow=True)
-    finished(query)
-    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [250, 250, 100]
+    assert finished(query) == [250, 250, 100]
     assert_exactly_once(spark, out, sent)
     assert wait_drained(broker, "events")["leased"] == 0
 
@@ -103,7 +104,7 @@ def test_the_source_streams_into_the_sink_on_the_cluster_exactly_once(
 ) -> None:
     send(broker, "events", 600)
     frame = stream(spark, broker, "events", maxRecordsPerTrigger=250).select("content")
-    finished(to_queue(frame, broker, "results", tmp_path / "checkpoint"))
+    assert finished(to_queue(frame, broker, "results", tmp_path / "checkpoint")) == [250, 250, 100]
     assert_each_once(Counter(m.content for m in drain(broker, "results")), contents(600))
     assert wait_drained(broker, "events")["leased"] == 0
 
@@ -152,7 +153,7 @@ def test_a_worker_killed_mid_batch_costs_nothing_and_commits_every_lease(
     task = wait_for(lambda: marker.exists() and marker.read_text(), "a task met m-00580", 90, 0.1)
     cluster.kill_worker_of(int(task))
     cluster.start_workers(1)
-    finished(query)
+    assert finished(query) == [300, 300, 300]  # the lost attempt's rows counted once
     if into == "parquet":
         assert_exactly_once(spark, out, sent)
     else:
