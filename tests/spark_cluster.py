@@ -125,6 +125,7 @@ class SparkCluster:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOCAL_DIRS": str(scratch),
             "SPARK_DAEMON_MEMORY": "256m",
+            "SPARK_DAEMON_JAVA_OPTS": suite_jvm_options(),
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # no submission port
             "SPARK_MASTER_WEBUI_PORT": "0",  # any free port: no test reads the UIs
             "SPARK_WORKER_WEBUI_PORT": "0",
@@ -175,6 +176,7 @@ def cluster_session(cluster: SparkCluster, app_name: str, executors: int) -> Any
         "spark.executor.cores": str(WORKER_CORES),
         "spark.cores.max": str(WORKER_CORES * executors),
         "spark.default.parallelism": str(WORKER_CORES * executors),
+        "spark.executor.extraJavaOptions": suite_jvm_options(),
     }
     builder = SparkSession.builder.master(cluster.master_url).appName(app_name)
     for key, value in settings.items():
@@ -188,6 +190,12 @@ def cluster_session(cluster: SparkCluster, app_name: str, executors: int) -> Any
             f"no {executors} executors within {DAEMON_START_S} s\n{cluster.log_tails()}"
         )
     return spark
+
+
+def suite_jvm_options() -> str:
+    """The JVM options the suite gives its Spark drivers (SPARK_SUBMIT_OPTS, tests/conftest.py),
+    for the cluster's daemons and executors too."""
+    return os.environ.get("SPARK_SUBMIT_OPTS", "")
 
 
 def executor_count(spark: Any) -> int:
