@@ -41,8 +41,8 @@ try:
 except ModuleNotFoundError as missing:
     skip_without_spark(missing)
 
-# A master, two workers, two executors and a driver: five JVMs, never beside another cluster.
-# The timeout covers the module's first test, which starts the cluster (about 45 s here).
+# A master, two workers, two executors and a driver: six JVMs, never beside another cluster.
+# The timeout covers the module's first test, which starts the cluster (15 to 35 s here).
 pytestmark = [pytest.mark.xdist_group("spark-cluster"), pytest.mark.timeout(240)]
 
 WORKERS = 2
