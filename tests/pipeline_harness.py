@@ -3,7 +3,8 @@ file, stopped after it; the broker-side checks the tests share.
 
 The `spark` fixture (tests/conftest.py) is `local_spark()`, module-scoped; the Spark tests run
 in two pytest-xdist workers (`xdist_group("spark")` and `"spark-b"`, docs/testing.md), one
-after another in each, so that at most two of their JVMs run at a time. Spark is optional:
+after another in each, so that at most two of their JVMs run at a time (the standalone cluster
+of tests/spark_cluster.py has a group of its own, `"spark-cluster"`). Spark is optional:
 a test file calls `skip_without_spark(missing)` when its pyspark imports fail, which skips it
 locally and fails it in CI (CI=true).
 """
@@ -14,13 +15,17 @@ import importlib.util
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from harness import BrokerProcess
+from harness import BrokerProcess, read_until
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 IN_CI = os.environ.get("CI") == "true"
 #: The modules `pip install .[spark]` brings (and their own dependencies).
@@ -113,3 +118,53 @@ def drain(broker: BrokerProcess, queue: str) -> list[Any]:
             message.ack()
             messages.append(message)
     return messages
+
+
+def send(broker: BrokerProcess, queue: str, count: int, size: int = 0, **extra: Any) -> list[str]:
+    """Send `count` messages `m-00000`... (padded to `size` bytes); returns their IDs."""
+    ids = []
+    with broker.client() as client:
+        for i in range(count):
+            content = (b"m-%05d" % i).ljust(size, b".")
+            ids.append(client.send(queue, content, confirm=True, **extra))
+    return ids
+
+
+def stream(spark: SparkSession, broker: BrokerProcess, queue: str, **options: Any) -> DataFrame:
+    """A phpmq stream of `queue`. Its brokerTimeout is 20 s unless given: a source runner
+    still waiting for a broker its test has stopped would otherwise hold Spark's stop for
+    the default 5 minutes, past the test timeout."""
+    options.setdefault("brokerTimeout", "20s")
+    reader = spark.readStream.format("phpmq").option("broker", broker.address)
+    return reader.option("queue", queue).options(**{k: str(v) for k, v in options.items()}).load()
+
+
+def to_parquet(frame: DataFrame, out: Path, checkpoint: Path, **trigger: Any) -> Any:
+    writer = frame.writeStream.format("parquet").option("path", str(out))
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
+
+
+def output_ids(spark: SparkSession, out: Path) -> Counter[str]:
+    return Counter(row.id for row in spark.read.parquet(str(out)).select("id").collect())
+
+
+def assert_exactly_once(spark: SparkSession, out: Path, sent: list[str]) -> None:
+    """The Parquet table at `out` holds each of the `sent` message IDs once, and nothing else."""
+    assert_each_once(output_ids(spark, out), sent)
+
+
+def assert_each_once(arrived: Counter[Any], sent: Iterable[Hashable]) -> None:
+    doubled = {i: n for i, n in arrived.items() if n > 1}
+    assert not doubled, f"{len(doubled)} messages written twice"
+    expected = set(sent)
+    assert set(arrived) == expected, f"{len(expected - set(arrived))} messages missing"
+
+
+def wait_drained(broker: BrokerProcess, queue: str, timeout: float = 15) -> dict[str, Any]:
+    """The queue's stats once nothing is ready or leased (the listener acks asynchronously)."""
+    return read_until(
+        lambda: queue_stats(broker, queue),
+        lambda stats: (stats["ready"], stats.get("leased", 0)) == (0, 0),
+        timeout,
+        0.1,
+    )

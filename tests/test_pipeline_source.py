@@ -15,21 +15,30 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import REPO, BrokerProcess, curve_broker, generate_keys, read_until
+from harness import REPO, BrokerProcess, curve_broker, generate_keys
 
 IN_CI = os.environ.get("CI") == "true"
 try:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
 
     from phpmq.client import BrokerRefused
-    from pipeline_harness import QUERY_TIMEOUT_S, queue_stats, run_available_now
+    from pipeline_harness import (
+        QUERY_TIMEOUT_S,
+        assert_exactly_once,
+        output_ids,
+        queue_stats,
+        run_available_now,
+        send,
+        stream,
+        to_parquet,
+        wait_drained,
+    )
 except ModuleNotFoundError as missing:
     if (missing.name or "").split(".")[0] not in {"pyspark", "pyarrow", "pandas", "numpy"}:
         raise
@@ -81,51 +90,6 @@ def require_leases(broker: BrokerProcess) -> None:
             if IN_CI:
                 pytest.fail(f"the broker has no leases: {refused}", pytrace=False)
             pytest.skip(f"this broker has no leases yet: {refused}")
-
-
-def send(broker: BrokerProcess, queue: str, count: int, size: int = 0, **extra: Any) -> list[str]:
-    """Send `count` messages `m-00000`... (padded to `size` bytes); returns their IDs."""
-    ids = []
-    with broker.client() as client:
-        for i in range(count):
-            content = (b"m-%05d" % i).ljust(size, b".")
-            ids.append(client.send(queue, content, confirm=True, **extra))
-    return ids
-
-
-def stream(spark: SparkSession, broker: BrokerProcess, queue: str, **options: Any) -> DataFrame:
-    """A phpmq stream of `queue`. Its brokerTimeout is 20 s unless given: a source runner
-    still waiting for a broker its test has stopped would otherwise hold Spark's stop for
-    the default 5 minutes, past the test timeout."""
-    options.setdefault("brokerTimeout", "20s")
-    reader = spark.readStream.format("phpmq").option("broker", broker.address)
-    return reader.option("queue", queue).options(**{k: str(v) for k, v in options.items()}).load()
-
-
-def to_parquet(frame: DataFrame, out: Path, checkpoint: Path, **trigger: Any) -> Any:
-    writer = frame.writeStream.format("parquet").option("path", str(out))
-    return writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
-
-
-def output_ids(spark: SparkSession, out: Path) -> Counter[str]:
-    return Counter(row.id for row in spark.read.parquet(str(out)).select("id").collect())
-
-
-def assert_exactly_once(spark: SparkSession, out: Path, sent: list[str]) -> None:
-    arrived = output_ids(spark, out)
-    doubled = {i: n for i, n in arrived.items() if n > 1}
-    assert not doubled, f"{len(doubled)} messages written twice"
-    assert set(arrived) == set(sent), f"{len(set(sent) - set(arrived))} messages missing"
-
-
-def wait_drained(broker: BrokerProcess, queue: str, timeout: float = 15) -> dict[str, Any]:
-    """The queue's stats once nothing is ready or leased (the listener acks asynchronously)."""
-    return read_until(
-        lambda: queue_stats(broker, queue),
-        lambda stats: (stats["ready"], stats.get("leased", 0)) == (0, 0),
-        timeout,
-        0.1,
-    )
 
 
 # --------------------------------------------------------------------------- plain runs
