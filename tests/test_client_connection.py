@@ -311,17 +311,22 @@ def test_sending_anything_postpones_the_heartbeat() -> None:
     assert connection.keepalive(now=0.375) == HEARTBEAT
 
 
-def test_the_broker_is_not_lost_before_the_greeting_went_out() -> None:
+def test_silence_counts_from_the_greeting_or_from_the_start_if_nothing_takes_it() -> None:
     connection = Connection(heartbeat_ms=250, liveness=2)
     connection.start(now=0.0)
-    assert not connection.broker_lost(now=60.0)
     assert connection.next_deadline() == 0.0  # the greeting is due
-    # The socket took it only now: the broker's silence counts from here.
-    greeting = connection.keepalive(now=60.0)
+    assert not connection.broker_lost(now=0.5)
+    # Nothing took the greeting (nobody listens at the address) for interval x liveness.
+    assert connection.broker_lost(now=0.625)
+    assert connection.lost_why(now=0.625) == "nothing at the address took the greeting for 0.6s"
+    connection.start(now=60.0)
+    # The socket took it only a little later: the broker's silence counts from there.
+    greeting = connection.keepalive(now=60.25)
     assert greeting is not None
-    connection.sent(greeting, now=60.0)
-    assert not connection.broker_lost(now=60.5)
-    assert connection.broker_lost(now=60.625)
+    connection.sent(greeting, now=60.25)
+    assert not connection.broker_lost(now=60.75)
+    assert connection.broker_lost(now=60.875)
+    assert connection.lost_why(now=60.875) == "no word from the broker for 0.6s"
 
 
 def test_without_heartbeats_nothing_is_due_and_the_broker_is_never_lost() -> None:

@@ -485,7 +485,7 @@ class AsyncClient(
                 await self._reconnect()
             return
         if connection.broker_lost(now):
-            self._lost(f"no word from the broker for {connection.silence(now):.1f}s", now)
+            self._lost(connection.lost_why(now), now)
             return
         frame = connection.keepalive(now)
         if frame is not None and not backend.sending(self._send_lock):

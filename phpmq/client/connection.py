@@ -590,8 +590,18 @@ class Connection:
         return now - self._liveness.last_heard
 
     def broker_lost(self, now: float) -> bool:
-        """The broker was silent for interval x liveness since the greeting went out."""
-        return self._liveness.lost(now, self.greeted)
+        """The broker was silent for interval x liveness since the greeting went out; or the
+        greeting, free to go, found nothing to take it for that long since the transport
+        started (nobody listens at the address: a dead host, a leader hint that is out of
+        date). Not while a refusal's back-off holds the greeting."""
+        return self._liveness.lost(now, self.greeted or self._greeting.may_go(now))
+
+    def lost_why(self, now: float) -> str:
+        """Why `broker_lost` said so, for the event and the log."""
+        silence = self.silence(now)
+        if self.greeted:
+            return f"no word from the broker for {silence:.1f}s"
+        return f"nothing at the address took the greeting for {silence:.1f}s"
 
     def keepalive(self, now: float) -> bytes | None:
         """The frame liveness asks to send now, or None: the greeting, owed as soon as

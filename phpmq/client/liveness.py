@@ -5,7 +5,8 @@ The client asks for a heartbeat interval and a liveness in HELLO; until the brok
 they count as the broker will clamp them, and afterwards as it agreed. A broker silent for
 interval x liveness is lost; a client that sent nothing for an interval heartbeats. The times
 are the driver's monotonic seconds, handed in as `now`; a `Connection` owns one of these and
-says whether its greeting went out (the broker's silence counts only from HELLO).
+says whether its silence counts: from HELLO, or from the transport's start when nothing takes
+the greeting (nobody listens at the address).
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ class Liveness:
             self.interval = heartbeat_ms / 1000
             self.timeout = self.interval * liveness
 
-    def lost(self, now: float, greeted: bool) -> bool:
-        """The broker was silent for interval x liveness since the greeting went out."""
-        return self.interval > 0 and greeted and now - self.last_heard > self.timeout
+    def lost(self, now: float, counting: bool) -> bool:
+        """The broker was silent for interval x liveness while `counting` (since the greeting
+        went out, or since the transport started if the greeting cannot go out)."""
+        return self.interval > 0 and counting and now - self.last_heard > self.timeout
 
     def heartbeat_due(self, now: float) -> bool:
         """Nothing was sent for an interval (with heartbeats on)."""
