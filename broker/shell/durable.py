@@ -17,7 +17,7 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 
 from .checkpoints import Checkpointer
@@ -289,7 +289,7 @@ class DurableStore:
 
     # ------------------------------------------------------------------ writing
 
-    def commit(self, operations: Iterable[tuple], copy_first: bool = False) -> None:
+    def commit(self, operations: Sequence[tuple], copy_first: bool = False) -> None:
         """Apply a turn's operations in one transaction and fsync it; with `copy_first`,
         after copying the WAL into the database (so that this write starts it over).
 

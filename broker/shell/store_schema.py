@@ -4,7 +4,7 @@ back at start (broker/durable.py opens and writes the store)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import msgspec
 
@@ -200,14 +200,23 @@ def _runs(operations: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:
         yield kind, rows  # type: ignore[misc]
 
 
-def write(db: sqlite3.Connection, operations: Iterable[tuple]) -> None:
-    """Apply the journal's operations inside the open transaction of `db`."""
-    for kind, rows in _runs(operations):
+def write(db: sqlite3.Connection, operations: Sequence[tuple]) -> None:
+    """Apply the journal's operations inside the open transaction of `db`.
+
+    A keyed send journals PUT, KEY, PUT, KEY, ...: runs of one, a statement each. The keys
+    go last instead, in one executemany, in their own order: no other operation reads the
+    keys table, and UNKEY only deletes keys whose window ended, which a key written in the
+    same transaction never has."""
+    keys = [operation[1:] for operation in operations if operation[0] == KEY]
+    others = (operation for operation in operations if operation[0] != KEY) if keys else operations
+    for kind, rows in _runs(others):
         if kind in (DEAD, DELETE_QUEUE):
             for row in rows:
                 _apply(db, (kind, *row))
         else:
             db.executemany(STATEMENTS[kind], rows)
+    if keys:
+        db.executemany(STATEMENTS[KEY], keys)
 
 
 def _apply(db: sqlite3.Connection, operation: tuple) -> None:
