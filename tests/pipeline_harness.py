@@ -11,10 +11,13 @@ locally and fails it in CI (CI=true).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import subprocess
+import threading
+import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
@@ -32,6 +35,8 @@ IN_CI = os.environ.get("CI") == "true"
 SPARK_EXTRA = {"pyspark", "pyarrow", "pandas", "py4j", "numpy"}
 #: Any one streaming query must finish within this many seconds.
 QUERY_TIMEOUT_S = 120
+#: How long a session's stop may take before its JVM is killed.
+STOP_TIMEOUT_S = 30
 
 
 def skip_without_spark(missing: ModuleNotFoundError) -> NoReturn:
@@ -61,11 +66,36 @@ def local_spark() -> Iterator[Any]:
 
 def stop_spark(session: Any) -> None:
     """Stop the session's queries, the session and its JVM (so that it takes no CPU or memory
-    from the tests that run later)."""
+    from the tests that run later). A stop that hangs (SparkContext.stop() waiting on a
+    Python worker or a query stuck on a broker that is gone) is given STOP_TIMEOUT_S, then the
+    JVM is killed; either way pyspark forgets the session, so the next test file of this
+    worker starts a new one instead of calling into a dead or half-stopped JVM."""
+    stopper = threading.Thread(target=_stop_session, args=(session,), daemon=True)
+    stopper.start()
+    stopper.join(STOP_TIMEOUT_S)
+    hung = stopper.is_alive()
+    _stop_gateway(kill_first=hung)
+    _forget_session()
+    if hung:
+        warnings.warn(f"Spark's stop hung for {STOP_TIMEOUT_S} s: its JVM was killed", stacklevel=2)
+
+
+def _stop_session(session: Any) -> None:
     for query in session.streams.active:
         query.stop()
     session.stop()
-    _stop_gateway()
+
+
+def _forget_session() -> None:
+    """pyspark's memory of the session and its JVM, as a clean stop leaves it."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    SparkContext._active_spark_context = None
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
 
 
 def spark_missing() -> str | None:
@@ -80,22 +110,27 @@ def spark_missing() -> str | None:
     return None
 
 
-def _stop_gateway() -> None:
+def _stop_gateway(kill_first: bool = False) -> None:
+    """Shut the gateway down and end its JVM (`kill_first`: a JVM that hung is killed before
+    the gateway is asked anything)."""
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
-    if gateway is not None:
+    if gateway is None:
+        return
+    process = getattr(gateway, "proc", None)
+    if kill_first and process is not None:
+        process.kill()
+        process.wait(15)
+    with contextlib.suppress(Exception):  # a killed JVM's gateway has nothing to shut down
         gateway.shutdown()
-        process = getattr(gateway, "proc", None)
-        if process is not None:  # the JVM outlives the gateway unless told to go
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(15)
-        SparkContext._gateway = None
-        SparkContext._jvm = None
+    if process is not None and process.poll() is None:  # the JVM outlives the gateway
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(15)
 
 
 def run_available_now(frame: Any, checkpoint: Path, sink: Callable[[Any], Any]) -> Any:

@@ -329,6 +329,23 @@ def test_silence_counts_from_the_greeting_or_from_the_start_if_nothing_takes_it(
     assert connection.lost_why(now=60.875) == "no word from the broker for 0.6s"
 
 
+def test_a_refusals_back_off_is_not_silence_that_loses_the_broker() -> None:
+    """While a refused HELLO waits out its back-off the broker is not lost; once the greeting
+    may go again and nothing takes it, the silence counts from then."""
+    connection = Connection(heartbeat_ms=250, liveness=2)  # lost after 0.5 s of silence
+    connection.start(now=0.0)
+    connection.sent(connection.frame(b""), 0.0)
+    now = 0.0
+    for _ in range(3):  # back-offs of 0.25, 0.5 and 1 s
+        [event] = connection.receive(p.encode(HELLO_REFUSED), now)
+        assert isinstance(event, HelloRefused) and event.retry_in is not None
+        assert not connection.broker_lost(now + event.retry_in - 0.01)
+        now += event.retry_in
+        assert not connection.broker_lost(now + 0.5)  # counted from the back-off's end
+        connection.sent(connection.frame(b""), now)
+    assert connection.greeted and connection.broker_lost(now + 0.6)
+
+
 def test_without_heartbeats_nothing_is_due_and_the_broker_is_never_lost() -> None:
     connection = greeted(now=0.0, heartbeat_ms=0)
     assert connection.heartbeat_interval == 0

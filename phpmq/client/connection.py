@@ -594,7 +594,12 @@ class Connection:
         greeting, free to go, found nothing to take it for that long since the transport
         started (nobody listens at the address: a dead host, a leader hint that is out of
         date). Not while a refusal's back-off holds the greeting."""
-        return self._liveness.lost(now, self.greeted or self._greeting.may_go(now))
+        heard = self._liveness.last_heard
+        if self.greeted:
+            return self._liveness.lost(now, heard)
+        if not self._greeting.may_go(now):
+            return False
+        return self._liveness.lost(now, max(heard, self._greeting.refusals.retry_at))
 
     def lost_why(self, now: float) -> str:
         """Why `broker_lost` said so, for the event and the log."""

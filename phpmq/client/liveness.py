@@ -44,10 +44,10 @@ class Liveness:
             self.interval = heartbeat_ms / 1000
             self.timeout = self.interval * liveness
 
-    def lost(self, now: float, counting: bool) -> bool:
-        """The broker was silent for interval x liveness while `counting` (since the greeting
-        went out, or since the transport started if the greeting cannot go out)."""
-        return self.interval > 0 and counting and now - self.last_heard > self.timeout
+    def lost(self, now: float, since: float | None) -> bool:
+        """The broker was silent for interval x liveness counted from `since` (None: its
+        silence does not count now)."""
+        return self.interval > 0 and since is not None and now - since > self.timeout
 
     def heartbeat_due(self, now: float) -> bool:
         """Nothing was sent for an interval (with heartbeats on)."""
