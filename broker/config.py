@@ -191,6 +191,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     raft_preferred: str = ""
     #: ...and the node (its cluster file name) holding each replica, by its Raft address.
     replica_nodes: dict[str, str] = {}
+    #: ...and how it stands in its group (docs/cluster.md "Membership"): "" a member,
+    #: "joining" added to a running group (while its log is new, it stands for no election
+    #: before it has heard its leader), "leaving" no longer held here (it hands over, and
+    #: stops once its group has removed it).
+    raft_role: str = ""
     #: Several hosts: the cluster file every node shares, and which node this host is
     #: (docs/cluster.md "Several hosts"). Its shards bind the node's address from the file.
     cluster_file: str = ""

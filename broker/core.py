@@ -205,6 +205,13 @@ class Core:
         self._handlers[Forward] = self.relayed.on_forward
         self.admin.stats.add_section("cluster", self.forwarding.stats)
 
+    def set_cluster(self, cluster: str, shard: str) -> None:
+        """A new map of this shard's cluster (docs/cluster.md "Membership"): the same shards,
+        their replicas moved. HELLO answers and forwarding use it from now on."""
+        if self.forwarding is not None:
+            self.forwarding.set_map(decode_map(cluster.encode()))
+        self._peers.set_cluster(cluster, shard)
+
     def _shard_peer_gone(self, peer: Peer) -> None:
         if peer.forwarding and self.forwarding is not None:
             self.forwarding.peer_gone(peer)

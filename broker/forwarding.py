@@ -116,6 +116,11 @@ class Forwarding:
         self.relayed = 0
         self.refused = 0
 
+    def set_map(self, cluster_map: ClusterMap) -> None:
+        """A new map of the same shards (docs/cluster.md "Membership": their replicas moved);
+        queues keep their owners."""
+        self._map = cluster_map
+
     def owner_of(self, queue: str) -> str | None:
         """The name of the shard owning `queue`, None if this one does."""
         owners = self._owners

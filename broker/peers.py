@@ -73,6 +73,10 @@ class Peers:
             else {}
         )
 
+    def set_cluster(self, cluster: str, shard: str) -> None:
+        """What HELLO answers say of the cluster from now on (a map of a new epoch)."""
+        self._cluster = {"cluster": msgspec.json.decode(cluster), "shard": shard}
+
     def get(self, peer_id: bytes, profile: PeerProfile) -> Peer:
         """The peer behind an id, known or new. A new one that was given up on earlier comes
         back speaking extensions: it gets ERRORs, not silence."""

@@ -63,6 +63,7 @@ INTERNAL = frozenset(
         "replica_endpoints",
         "raft_preferred",
         "replica_nodes",
+        "raft_role",
     }
 )
 

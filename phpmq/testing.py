@@ -300,13 +300,16 @@ class LocalCluster:
         replicas: int = 3,
         link_secret: str = "phpmq-local-cluster",
         flags: tuple[str, ...] = ("--grace-seconds", "1"),
+        spare: int = 0,
     ) -> None:
+        """`spare`: nodes that may join later (`join`), on the next loopback addresses."""
         from .broker.shell.cluster_file import read_cluster_file
         from .broker.shell.shards import shard_address
 
         self.directory = Path(directory)
         self.names = [chr(ord("a") + index) for index in range(nodes)]
-        self.port = _free_on_hosts(nodes, nodes)
+        self._spare = [chr(ord("a") + index) for index in range(nodes, nodes + spare)]
+        self.port = _free_on_hosts(nodes + spare, nodes + spare)
         self.file = self.directory / "cluster.toml"
         lines = [f"replicas = {replicas}", f"raft_port_offset = {RAFT_PORT_OFFSET}"]
         for name in self.names:
@@ -321,7 +324,39 @@ class LocalCluster:
 
     def address(self, node: str) -> str:
         """Where node `node` answers: its first shard's home replica."""
-        return f"tcp://127.0.0.{self.names.index(node) + 1}:{self.port}"
+        return f"tcp://127.0.0.{(self.names + self._spare).index(node) + 1}:{self.port}"
+
+    def join(self, node: str) -> BrokerProcess:
+        """`phpmq cluster join` of a spare node (docs/cluster.md "Membership"): the file
+        gets it, the node starts, and every other node reads the file again (SIGHUP)."""
+        from .broker.shell.cluster_file import read_cluster_file
+
+        self._spare.remove(node)
+        self.names.append(node)
+        cluster = read_cluster_file(str(self.file)).with_node_joined(node, self.address(node))
+        self._rewrite(cluster)
+        broker = self.start(node)
+        self.reload()
+        return broker
+
+    def leave(self, node: str) -> None:
+        """`phpmq cluster leave`: the file marks the node as left, every node reads it again."""
+        from .broker.shell.cluster_file import read_cluster_file
+
+        self._rewrite(read_cluster_file(str(self.file)).with_node_left(node))
+        self.reload()
+
+    def reload(self) -> None:
+        """SIGHUP to every running node's supervisor: it reads the cluster file again."""
+        for broker in self.nodes.values():
+            if broker.process.poll() is None:
+                broker.process.send_signal(signal.SIGHUP)
+
+    def _rewrite(self, cluster: Any) -> None:
+        from .broker.shell.shards import shard_address
+
+        self.file.write_text(cluster.to_toml())
+        self.replica_sets = cluster.replica_sets(shard_address)
 
     def start(self, node: str, cluster_file: Path | None = None) -> BrokerProcess:
         """Start node `node` (with another cluster file than the cluster's, if given)."""

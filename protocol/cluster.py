@@ -65,16 +65,19 @@ def _owner(shards: tuple[Shard, ...], queue: str) -> Shard:
     return max(shards, key=lambda shard: (score(shard.name, queue), _reverse(shard.name)))
 
 
-def replica_nodes(shard_name: str, home: str, nodes: Sequence[str], count: int) -> tuple[str, ...]:
+def replica_nodes(
+    shard_name: str, home: str | None, nodes: Sequence[str], count: int
+) -> tuple[str, ...]:
     """The nodes that hold a shard's replicas (docs/cluster.md "Replicated queues"): its home
     node first, then the `count - 1` other nodes with the highest rendezvous score for the
     shard's name (the same hash as a queue's owner, ties to the smaller name). Never two
-    on one node; adding a node moves a replica only to the new node.
+    on one node; adding a node moves a replica only to the new node. A shard whose home node
+    has left the cluster (`home` None) is held by the `count` nodes with the highest score.
 
     Raises:
         ValueError: `count` is not between 1 and the number of nodes, or `home` is not one.
     """
-    if home not in nodes:
+    if home is not None and home not in nodes:
         raise ValueError(f"the home node {home!r} is not among the nodes")
     if not 1 <= count <= len(nodes):
         raise ValueError(f"{count} replicas need 1 to {len(nodes)} nodes")
@@ -83,6 +86,8 @@ def replica_nodes(shard_name: str, home: str, nodes: Sequence[str], count: int) 
         key=lambda node: (score(node, shard_name), _reverse(node)),
         reverse=True,
     )
+    if home is None:
+        return tuple(others[:count])
     return (home, *others[: count - 1])
 
 

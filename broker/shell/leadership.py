@@ -36,6 +36,11 @@ class ReplicaAdmin:
         self._endpoints = config.replica_endpoints
         self._nodes = config.replica_nodes
 
+    def set_replicas(self, endpoints: dict[str, str], nodes: dict[str, str]) -> None:
+        """The shard's replicas after a change of membership (docs/cluster.md "Membership")."""
+        self._endpoints = endpoints
+        self._nodes = nodes
+
     def register(self, admin: Admin) -> None:
         admin.stats.add_section("replication", self.stats)
         admin.add_command(cmd.REPLICA_LEAD, self.lead)

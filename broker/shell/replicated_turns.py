@@ -155,6 +155,11 @@ class ReplicatedTurns:
             self.hand_backs += 1
             self._group.hand_to(preferred)
 
+    def set_replicas(self, endpoints: dict[str, str], preferred: str) -> None:
+        """The shard's replicas after a change of membership (docs/cluster.md "Membership")."""
+        self._endpoints = endpoints
+        self._preferred = preferred
+
     def keep_leading(self) -> None:
         """Leadership was moved here by hand (`replica-lead`, broker/shell/leadership.py): no
         hand-back to the preferred replica while this replica leads."""

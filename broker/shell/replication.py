@@ -62,6 +62,15 @@ COMPACT_AFTER_S = 600
 ROOM_CHECK_S = 0.1
 ROOM_WAIT_S = 1.0
 MIB = 1 << 20
+#: Membership (docs/cluster.md "Membership"): a replica that must not stand for election
+#: (a new one that has not heard its leader yet, or one leaving) waits this long instead;
+#: a leaving replica that has heard no leader this long has been removed from its group.
+NEVER_S = 10.0**9
+REMOVED_AFTER_S = 5.0
+#: A member counts as caught up within this many entries of the commit index; a change of
+#: membership that got no answer this long is given up (and tried again).
+CAUGHT_UP_ENTRIES = 100
+CHANGE_TIMEOUT_S = 10.0
 
 
 class NoRoom(Exception):
@@ -208,6 +217,7 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
 
         def on_message(node: Any, message: Any) -> None:
             if isinstance(message, dict) and message.get("type") == "append_entries":
+                self._syncObj.heard_leader_at = time.monotonic()
                 message = self._mended(message)
             callback(node, message)
 
@@ -233,7 +243,6 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
 
 _batch_encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(list[list[Any]])
-
 
 
 _FAILURES = {
@@ -262,6 +271,8 @@ class _StoreMachine(SyncObj):  # type: ignore[misc]
         self._store = store
         self._on_broken = on_broken
         self.broken = False
+        #: When a leader's AppendEntries last came (_RaftTransport sets it).
+        self.heard_leader_at = 0.0
         #: The Raft log, once pysyncobj made it (what _RaftTransport reads).
         self.journals: list[Any] = []
         with _synced_journals(no_room, self_address, self.journals):
@@ -294,13 +305,21 @@ class ReplicaGroup:
         others: list[str],
         secret: str,
         min_free_bytes: int = 0,
+        role: str = "",
     ) -> None:
         """`min_free_bytes`: the floor of free space under which the log takes no entry
-        and the replica stops (it waits for room before it joins again: `wait_for_room`)."""
+        and the replica stops (it waits for room before it joins again: `wait_for_room`).
+        `role` (BrokerConfig.raft_role): "joining" or "leaving" hold back its elections."""
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.address = address
         self.others = list(others)
+        fresh = not (self.directory / RAFT_LOG_NAME).exists()
+        #: Stands for no election until it has heard a leader (a new replica of a running
+        #: group: its own election would depose the leader that is adding it).
+        self._waiting_for_leader = role == "joining" and fresh
+        self._leaving = role == "leaving"
+        holding_back = self._waiting_for_leader or self._leaving
         _discard_cache(self.directory)
         self.store = DurableStore(self.directory, synchronous="OFF")
         self._events: deque[Event] = deque()
@@ -330,6 +349,7 @@ class ReplicaGroup:
             onStateChanged=self._on_state_changed,
             dynamicMembershipChange=True,
         )
+        self._conf = conf
         self._floor = min_free_bytes
         self._room_checked = 0.0
         self._room_problem: str | None = None
@@ -344,6 +364,17 @@ class ReplicaGroup:
         #: A replica to hand leadership to, done on the Raft thread (pysyncobj's calls are
         #: not thread-safe but for submitting commands).
         self._hand_to: str | None = None
+        #: The other replicas the group should have (set by the loop: `set_members`); the
+        #: leader adds and removes one at a time until it has them.
+        self._wanted: frozenset[str] = frozenset(self.others)
+        self._change_started: float | None = None
+        self._transfer_tried = 0.0
+        self._leader_seen = time.monotonic()
+        #: Set once a leaving replica's group has removed it: the process stops.
+        self.removed = False
+        self.membership_changes = 0
+        if holding_back:
+            self._stand_for_election(False)
         self._raft.addOnTickCallback(self._on_tick)
 
     # ------------------------------------------------------------------ the loop's side
@@ -376,10 +407,110 @@ class ReplicaGroup:
         by pysyncobj unless it has every entry). This replica then steps down."""
         self._hand_to = address
 
+    def set_members(self, others: list[str], leaving: bool) -> None:
+        """The other replicas this shard's group should have (docs/cluster.md
+        "Membership"); `leaving`: this replica is not one of them. Its leader makes it so."""
+        self._wanted = frozenset(others)
+        if leaving and not self._leaving:
+            self._leaving = True
+            self._stand_for_election(False)
+
+    def _stand_for_election(self, may: bool) -> None:
+        """Whether this replica may start elections. pysyncobj takes its timeouts from its
+        settings each time it draws one, and checks them only when it starts (so they are
+        changed here, after), and keeps its first deadline privately (pushed off too)."""
+        conf = self._conf
+        if may:
+            conf.raftMinTimeout, conf.raftMaxTimeout = RAFT_MIN_TIMEOUT_S, RAFT_MAX_TIMEOUT_S
+            return
+        conf.raftMinTimeout, conf.raftMaxTimeout = NEVER_S, 2 * NEVER_S
+        if hasattr(self._raft, "_SyncObj__raftElectionDeadline"):
+            self._raft._SyncObj__raftElectionDeadline = time.monotonic() + NEVER_S
+
     def _on_tick(self) -> None:
         address, self._hand_to = self._hand_to, None
         if address is not None:
             self._raft.transferLeadership(address)
+        now = time.monotonic()
+        heard = self._raft.heard_leader_at
+        if heard > self._leader_seen:
+            self._leader_seen = heard
+            if self._waiting_for_leader:
+                self._waiting_for_leader = False
+                log.info("replica %s heard its leader: it may stand for election", self.address)
+                if not self._leaving:
+                    self._stand_for_election(True)
+        if self._raft._isLeader():
+            self._leader_seen = now
+            self._change_membership(now)
+        elif self._leaving and not self.removed and now - self._leader_seen > REMOVED_AFTER_S:
+            log.info(
+                "replica %s was removed from its group (no leader heard for %.0f s)",
+                self.address,
+                now - self._leader_seen,
+            )
+            self.removed = True
+            self._push(Broken("removed from its group"))
+
+    def _change_membership(self, now: float) -> None:
+        """On the leader: one change at a time toward the wanted members. New members
+        first, and none removed before every wanted one has caught up; a leaving leader
+        then hands leadership to one of them, which removes it."""
+        if self._change_started is not None:
+            if now - self._change_started < CHANGE_TIMEOUT_S:
+                return
+            log.warning("replica %s: a membership change got no answer: trying again", self.address)
+            self._change_started = None
+        wanted = self._wanted
+        current = {node.id for node in self._raft.otherNodes}
+        missing = sorted(wanted - current)
+        if missing:
+            self._start_change("add", missing[0], now)
+            return
+        status = self._raft.getStatus()
+        commit = status.get("commit_idx") or 0
+        behind = [
+            node
+            for node in wanted
+            if status.get(f"partner_node_status_server_{node}") != 2
+            or (status.get(f"match_idx_server_{node}") or 0) < commit - CAUGHT_UP_ENTRIES
+        ]
+        if behind:
+            return
+        extra = sorted(current - wanted)
+        if extra:
+            self._start_change("remove", extra[0], now)
+        elif self._leaving and wanted and now - self._transfer_tried >= 1.0:
+            self._transfer_tried = now
+            self._raft.transferLeadership(None)
+
+    def _start_change(self, kind: str, node: str, now: float) -> None:
+        log.info(
+            "replica %s: %s %s %s its group",
+            self.address,
+            "adding" if kind == "add" else "removing",
+            node,
+            "to" if kind == "add" else "from",
+        )
+        self._change_started = now
+        change = self._raft.addNodeToCluster if kind == "add" else self._raft.removeNodeFromCluster
+        change(node, callback=lambda _, error: self._changed(kind, node, error))
+
+    def _changed(self, kind: str, node: str, error: int) -> None:
+        self._change_started = None
+        if error == FAIL_REASON.SUCCESS:
+            self.membership_changes += 1
+            log.info(
+                "replica %s: %s %s", self.address, "added" if kind == "add" else "removed", node
+            )
+        else:
+            log.warning(
+                "replica %s: %s %s failed: %s",
+                self.address,
+                kind,
+                node,
+                _FAILURES.get(error, f"pysyncobj error {error}"),
+            )
 
     def is_leader(self) -> bool:
         return bool(self._raft._isLeader())
@@ -403,8 +534,10 @@ class ReplicaGroup:
                     "connected": raw.get(f"partner_node_status_server_{node}") == 2,
                     "match_index": raw.get(f"match_idx_server_{node}"),
                 }
-                for node in self.others
+                for node in sorted(node.id for node in self._raft.otherNodes)
             },
+            "membership_changes": self.membership_changes,
+            **({"leaving": True} if self._leaving else {}),
         }
 
     def close(self) -> None:

@@ -7,17 +7,21 @@ peer one frame holding everything the core has for it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
+import queue
 import signal
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import msgspec
 import zmq
 
 from ...protocol import admin_commands as cmd
+from ...protocol.cluster import decode_map
 from ..clock import Clock, SystemClock
 from ..config import BrokerConfig
 from ..core import Core, Turn
@@ -32,6 +36,8 @@ from .transports import RouterTransport, TcpEndpoint
 from .transports.links import Links
 
 if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
     from .metrics import MetricsExporter
     from .replication import ReplicaGroup
 
@@ -66,6 +72,10 @@ class BrokerServer:
         #: The signal that asked for the first stop (None: none did).
         self.stopped_by: int | None = None
         self._reload_requested = False
+        #: Where a replica's supervisor puts its new settings after a change of membership
+        #: (docs/cluster.md "Membership"), looked at once a second.
+        self.control: Queue | None = None
+        self._control_checked = 0.0
         self._context = zmq.Context()
         try:
             self.security = Security(config)
@@ -113,7 +123,8 @@ class BrokerServer:
         if self.replicated is not None:
             # A follower until elected: its store follows the leader's, loaded once elected.
             self.core.set_standby(self._standby_reason(), None)
-            ReplicaAdmin(replica, self.replicated, config).register(self.core.admin)
+            self._replica_admin = ReplicaAdmin(replica, self.replicated, config)
+            self._replica_admin.register(self.core.admin)
             store = replica.store
             self.core.admin.stats.add_section(
                 "storage", lambda: {"mode": "replicated", **store.stats()}
@@ -304,6 +315,40 @@ class BrokerServer:
         """Read the client keys and permissions again (SIGHUP), at the next turn."""
         self._reload_requested = True
 
+    def _take_new_settings(self) -> None:
+        """A replica's new settings from its supervisor, if any (at most once a second)."""
+        assert self.control is not None
+        now = time.monotonic()
+        if now < self._control_checked + 1.0:
+            return
+        self._control_checked = now
+        settings = None
+        with contextlib.suppress(queue.Empty, OSError, EOFError):
+            while True:
+                settings = self.control.get_nowait()
+        if settings is not None:
+            self.apply_membership(settings)
+
+    def apply_membership(self, config: BrokerConfig) -> None:
+        """A replica's settings after a change of membership (docs/cluster.md "Membership"):
+        the new map and its shard's replicas; its leader adds and removes them."""
+        if self.replicated is None:
+            return
+        log.info(
+            "the cluster map's epoch %s: shard %s has the replicas %s%s",
+            msgspec.json.decode(config.cluster).get("epoch"),
+            config.shard,
+            ", ".join(sorted(config.replica_nodes.get(raft, raft) for raft in config.raft_peers)),
+            "; this one leaves" if config.raft_role == "leaving" else "",
+        )
+        self.config = config
+        self.core.set_cluster(config.cluster, config.shard)
+        if self.links is not None:
+            self.links.set_map(decode_map(config.cluster.encode()))
+        self.replicated.set_replicas(config.replica_endpoints, config.raft_preferred)
+        self._replica_admin.set_replicas(config.replica_endpoints, config.replica_nodes)
+        self._replica.set_members(config.raft_peers, leaving=config.raft_role == "leaving")
+
     # ------------------------------------------------------------------ loop
 
     def endpoints(self) -> dict[str, str]:
@@ -364,6 +409,8 @@ class BrokerServer:
                 if self._reload_requested:
                     self._reload_requested = False
                     self.security.reload(self.core)
+                if self.control is not None:
+                    self._take_new_settings()
                 self._turn(poller)
         finally:
             self._report_losses()

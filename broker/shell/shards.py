@@ -27,6 +27,7 @@ import os
 import queue
 import re
 import secrets
+import shutil
 import signal
 import socket
 import threading
@@ -40,9 +41,12 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from ...protocol.cluster import ClusterMap, Shard, encode_map
-from ..config import BrokerConfig, metrics_address, metrics_bind_text
-from .cluster_file import ClusterFile, read_cluster_file
+from ...protocol.cluster import ClusterMap, Shard, decode_map, encode_map
+from ..config import BrokerConfig
+from . import membership
+from .cluster_file import read_cluster_file
+from .membership import replica_configs
+from .shard_addresses import advertised, shard_address, shard_metrics_bind
 
 if TYPE_CHECKING:
     from .replication import ReplicaGroup
@@ -69,44 +73,6 @@ def started_pids(log_text: str) -> dict[str, int]:
     return {name: int(pid) for name, pid in _STARTED.findall(log_text)}
 
 
-def shard_address(bind: str, index: int) -> str:
-    """The endpoint shard `index` binds: the --bind address with its port + index.
-
-    Raises:
-        ValueError: not a tcp://host:port address.
-    """
-    parts = urlsplit(bind)
-    if parts.scheme == "tcp" and parts.netloc.endswith(":*"):
-        # Every shard is told the whole map before any binds, so no shard can take a port
-        # the system picks: the ports are fixed here.
-        raise ValueError(
-            f"--shards needs a fixed port in --bind (shard i binds port + i), not {bind!r}"
-        )
-    if parts.scheme != "tcp" or parts.port is None:
-        raise ValueError(f"--shards needs a tcp://host:port --bind address, not {bind!r}")
-    host = parts.hostname or ""
-    return f"tcp://{host}:{parts.port + index}"
-
-
-def shard_metrics_bind(bind: str, index: int) -> str:
-    """Where shard `index` serves /metrics: the --metrics-bind port + index ("": off).
-
-    Raises:
-        ValueError: the port + index is past 65535.
-    """
-    if not bind:
-        return ""
-    return metrics_bind_text(*metrics_address(bind, index))
-
-
-def advertised(address: str) -> str:
-    """The address clients connect to: a wildcard host becomes this host's name."""
-    parts = urlsplit(address)
-    if parts.hostname in ("*", "0.0.0.0", "::", ""):
-        return f"tcp://{socket.gethostname()}:{parts.port}"
-    return address
-
-
 def cluster_map(config: BrokerConfig, node: str = "local") -> ClusterMap:
     shards = tuple(
         Shard(f"{node}/{index}", advertised(shard_address(config.bind, index)))
@@ -125,6 +91,11 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
     if config.cluster_file:
         cluster = read_cluster_file(config.cluster_file)
         node = cluster.node(config.node)
+        if node.left:
+            raise ValueError(
+                f"node {node.name} has left the cluster (left = true in {config.cluster_file}):"
+                " it holds no replica"
+            )
         if not config.curve_secret and not config.link_secret:
             raise ValueError(
                 "a cluster file needs CURVE (--curve-secret) or a link secret (link_secret in"
@@ -163,72 +134,16 @@ def shard_configs(config: BrokerConfig) -> list[BrokerConfig]:
     ]
 
 
-def replica_configs(config: BrokerConfig, cluster: ClusterFile) -> list[BrokerConfig]:
-    """A replicated cluster's processes on this node: one per replica it holds
-    (docs/cluster.md "Replicated queues"), each with its own endpoint, store and Raft port.
-
-    Raises:
-        ValueError: no --data-dir (a replica's Raft log must be on disk).
-    """
-    if not config.data_dir:
-        raise ValueError("a cluster with replicas > 1 needs --data-dir (the replicas' logs)")
-    sets = cluster.replica_sets(shard_address)
-    # Clients and links reach a shard at its home replica's endpoint (docs/cluster.md).
-    mapping = ClusterMap(
-        cluster.epoch,
-        tuple(
-            Shard(
-                name,
-                advertised(replicas[0].address),
-                tuple(advertised(replica.address) for replica in replicas),
-            )
-            for name, replicas in sets.items()
-        ),
-    )
-    encoded = encode_map(mapping).decode()
-    held = [
-        (replica, replicas)
-        for replicas in sets.values()
-        for replica in replicas
-        if replica.node == config.node
-    ]
-    held.sort(key=lambda pair: int(urlsplit(pair[0].address).port or 0))
-    memory = config.max_memory_bytes // len(held)
-    return [
-        msgspec.structs.replace(
-            config,
-            max_memory=memory,
-            bind=replica.address,
-            data_dir=str(Path(config.data_dir) / f"replica-{replica.shard.replace('/', '-')}"),
-            tcp_bind=config.tcp_bind if index == 0 else "",
-            metrics_bind=shard_metrics_bind(config.metrics_bind, index),
-            shards=1,
-            cluster=encoded,
-            shard=replica.shard,
-            cluster_file="",
-            node="",
-            raft_bind=replica.raft,
-            raft_peers=[other.raft for other in replicas if other is not replica],
-            replica_endpoints={other.raft: advertised(other.address) for other in replicas},
-            raft_preferred=replicas[0].raft,
-            replica_nodes={other.raft: other.node for other in replicas},
-            link_secret=config.link_secret or _secret_from_curve(config.curve_secret),
-        )
-        for index, (replica, replicas) in enumerate(held)
-    ]
-
-
-def _secret_from_curve(curve_secret: str) -> str:
-    """Without a link secret, the replicas authenticate their Raft traffic with one made from
-    the cluster's shared CURVE secret key file."""
-    return hashlib.blake2b(Path(curve_secret).read_bytes(), person=b"phpmq-raft").hexdigest()
-
-
 #: A replica that stopped leading exits with this, and is started again at once as a follower.
 STEPPED_DOWN = 75
+#: A replica that left its group (docs/cluster.md "Membership") exits with this: its
+#: supervisor forgets it and deletes its store.
+LEFT = 76
 
 
-def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
+def run_shard(
+    config: BrokerConfig, ready: Queue | None = None, control: Queue | None = None
+) -> None:
     """A shard process: one whole broker until SIGTERM; once it serves it puts
     (its name, its endpoints) into `ready`. A replica of a replicated shard first waits,
     as a follower, until its group elects it leader."""
@@ -251,6 +166,7 @@ def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
             replica.close()
         raise SystemExit(1) from None
     server.install_signal_handlers()
+    server.control = control
     _on_parent_gone(server.request_stop)
     try:
         if ready is None:
@@ -263,6 +179,8 @@ def run_shard(config: BrokerConfig, ready: Queue | None = None) -> None:
     finally:
         if replica is not None:
             replica.close()
+    if replica is not None and replica.removed:
+        raise SystemExit(LEFT)
     if server.stepped_down:
         raise SystemExit(STEPPED_DOWN)
 
@@ -282,9 +200,17 @@ def _join_group(config: BrokerConfig) -> ReplicaGroup | None:
         signal.signal(signum, lambda *_: stop.set())
     if not wait_for_room(directory, floor, stop.is_set):
         return None
-    digest = hashlib.blake2b(config.cluster.encode(), digest_size=16).hexdigest()
+    # The shards, not the whole map: a change of membership (a new epoch, replicas moved)
+    # keeps the groups talking while the nodes take it one after the other.
+    shards = [shard.name for shard in decode_map(config.cluster.encode()).shards]
+    digest = hashlib.blake2b(" ".join(shards).encode(), digest_size=16).hexdigest()
     return ReplicaGroup(
-        directory, config.raft_bind, config.raft_peers, f"{config.link_secret}/{digest}", floor
+        directory,
+        config.raft_bind,
+        config.raft_peers,
+        f"{config.link_secret}/{digest}",
+        floor,
+        config.raft_role,
     )
 
 
@@ -327,10 +253,20 @@ def address_in_use(address: str) -> bool:
 class _Slot:
     """One shard: its settings, its process, and when it may be started again."""
 
-    __slots__ = ("config", "delay", "endpoints", "process", "restart_at", "started_at")
+    __slots__ = (
+        "config",
+        "control",
+        "delay",
+        "endpoints",
+        "process",
+        "restart_at",
+        "started_at",
+    )
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, control: Queue) -> None:
         self.config = config
+        #: Its new settings after a change of membership (docs/cluster.md "Membership").
+        self.control = control
         self.process: BaseProcess | None = None
         #: Where its latest start listens (BrokerServer.endpoints); empty until it serves.
         self.endpoints: dict[str, str] = {}
@@ -350,10 +286,14 @@ class ShardSupervisor:
 
         Raises ValueError for a bad --bind address, cluster file or node name."""
         self._grace = config.grace_seconds
-        self._slots = [_Slot(shard) for shard in shard_configs(config)]
+        self._config = config
         self._context = multiprocessing.get_context("spawn")
+        self._slots = [_Slot(shard, self._context.Queue()) for shard in shard_configs(config)]
         self._stopping = False
         self._on_ready = on_ready
+        self._reload_requested = False
+        #: The cluster file marks this node as left: it stops once its replicas have.
+        self._node_left = False
         #: (shard name, endpoints) from each shard once it serves.
         self._ready: Queue = self._context.Queue()
         #: The signal that asked for the first stop.
@@ -391,15 +331,52 @@ class ShardSupervisor:
             self._start(slot)
         while not self._stopping:
             self._take_ready_reports(POLL_S)
-            for slot in self._slots:
+            if self._reload_requested:
+                self._reload_requested = False
+                self._reload_cluster()
+            for slot in list(self._slots):
                 self._watch(slot)
         return self._stop_all()
+
+    def _reload_cluster(self) -> None:
+        """Take a changed cluster file: start the replicas this node holds now, tell the
+        running ones their shard's new replicas, and those no longer held here to leave."""
+        if not self._config.cluster_file:
+            return
+        if self._slots and not any(slot.config.raft_bind for slot in self._slots):
+            log.info("without replicas, a changed cluster file takes effect at a restart")
+            return
+        try:
+            cluster = read_cluster_file(self._config.cluster_file)
+            change = membership.plan(self._config, cluster, [s.config for s in self._slots])
+        except ValueError as exc:
+            log.error("the cluster file is not taken: %s", exc)
+            return
+        self._node_left = cluster.node(self._config.node).left
+        by_shard = {slot.config.shard: slot for slot in self._slots}
+        for config in change.settings:
+            slot = by_shard.get(config.shard)
+            if slot is None:
+                slot = _Slot(config, self._context.Queue())
+                self._slots.append(slot)
+                self._start(slot)
+                continue
+            slot.config = config
+            slot.control.put(config)
+        log.info(
+            "cluster file of epoch %d taken: %d replicas here, %d of them new, %d leaving",
+            cluster.epoch,
+            len(self._slots),
+            change.started,
+            change.leaving,
+        )
 
     def endpoints(self) -> dict[str, Any]:
         """Shard 0's endpoints (the address users give) and, under `shards`, every shard's
         with its name and process id."""
         shards = [{"shard": slot.config.shard, **slot.endpoints} for slot in self._slots]
-        first = {key: value for key, value in self._slots[0].endpoints.items() if key != "pid"}
+        held = self._slots[0].endpoints if self._slots else {}
+        first = {key: value for key, value in held.items() if key != "pid"}
         return {**first, "shards": shards}
 
     def _take_ready_reports(self, wait: float) -> None:
@@ -409,8 +386,9 @@ class ShardSupervisor:
         try:
             while True:
                 name, endpoints = self._ready.get(timeout=0 if reported else wait)
-                by_name[name].endpoints = endpoints
-                reported = True
+                if name in by_name:  # (not a replica that left meanwhile)
+                    by_name[name].endpoints = endpoints
+                    reported = True
         except queue.Empty:
             pass
         if reported and self._on_ready is not None and all(s.endpoints for s in self._slots):
@@ -426,7 +404,9 @@ class ShardSupervisor:
         self._stopping = True
 
     def _pass_on(self, signum: int, _frame: object) -> None:
-        """SIGHUP: every shard reads its keys and permissions again."""
+        """SIGHUP: every shard reads its keys and permissions again; a replicated cluster's
+        node reads its cluster file again (docs/cluster.md "Membership")."""
+        self._reload_requested = True
         for slot in self._slots:
             if slot.process is not None and slot.process.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
@@ -435,7 +415,7 @@ class ShardSupervisor:
     def _start(self, slot: _Slot) -> None:
         process = self._context.Process(
             target=run_shard,
-            args=(slot.config, self._ready),
+            args=(slot.config, self._ready, slot.control),
             name=slot.config.shard,
             daemon=False,
         )
@@ -455,6 +435,9 @@ class ShardSupervisor:
             ran = now - slot.started_at
             slot.process = None
             slot.endpoints = {}
+            if process.exitcode == LEFT:
+                self._forget(slot)
+                return
             if process.exitcode == STEPPED_DOWN:
                 # Not a crash: a replica that stopped leading (or must rebuild its store)
                 # rejoins its group as a follower at once.
@@ -476,6 +459,15 @@ class ShardSupervisor:
             return
         if now >= slot.restart_at:
             self._start(slot)
+
+    def _forget(self, slot: _Slot) -> None:
+        """A replica that left its group: its store goes, and a node left with none stops."""
+        self._slots.remove(slot)
+        shutil.rmtree(slot.config.data_dir, ignore_errors=True)
+        log.info("replica %s left its group: its store is deleted", slot.config.shard)
+        if not self._slots and self._node_left:
+            log.info("this node holds no replica any more: it has left the cluster; stopping")
+            self._stopping = True
 
     def _stop_all(self) -> int:
         running = [slot.process for slot in self._slots if slot.process is not None]

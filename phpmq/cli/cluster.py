@@ -1,9 +1,11 @@
 """`phpmq cluster`: a cluster's replicas (docs/cluster.md "Replicated queues"): what each
-says of itself, and moving a shard's leadership to another node."""
+says of itself, moving a shard's leadership to another node, and its members (nodes joining
+and leaving: the cluster file changed, docs/cluster.md "Membership")."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,6 +14,7 @@ from .replicas import quiet_clients, replication_of, shard_rows, staying_client
 from .shared import broker_option, fail, timeout_option, with_client
 
 if TYPE_CHECKING:
+    from ..broker.shell.cluster_file import ClusterFile
     from ..client import Client
     from ..protocol.cluster import ClusterMap, Shard
 
@@ -165,3 +168,122 @@ def _leads(client: Client, node: str, timeout: float) -> bool:
     """Whether the replica leads; if so it is told to keep leading."""
     figures = client.replication(timeout) or {}
     return figures.get("role") == "leader" and client.move_leadership(node, timeout)["leads"]
+
+
+FILE_OPTION = click.option(
+    "--file",
+    "path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    envvar="PHPMQ_CLUSTER_FILE",
+    help="The cluster file to change (env PHPMQ_CLUSTER_FILE). Every node needs the new one.",
+)
+
+
+@cluster.command()
+@FILE_OPTION
+@click.argument("node")
+@click.option("--address", required=True, help="Where the new node listens: tcp://HOST:PORT.")
+def join(path: str, node: str, address: str) -> None:
+    """Add NODE to a running replicated cluster: the file gets it (with no shards of its own:
+    it holds replicas of the others') and a new epoch. Shows which replicas move; then copy
+    the file to every node, start NODE, and send SIGHUP to every other node's broker."""
+    before = _read(path)
+    _check_address(address)
+    after = _changed(lambda: before.with_node_joined(node, address))
+    _write(path, after)
+    _show_moves(before, after, f"node {node} joins: epoch {before.epoch} -> {after.epoch}")
+    click.echo(
+        f"next: copy {path} to every node; start node {node} (phpmq broker --cluster-file"
+        f" {path} --node {node} --data-dir DIR); send SIGHUP to every other node's broker"
+        " (kill -HUP PID); phpmq cluster status shows its replicas catch up."
+    )
+
+
+@cluster.command()
+@FILE_OPTION
+@click.argument("node")
+def leave(path: str, node: str) -> None:
+    """Take NODE out of a running replicated cluster: the file marks it `left = true` (its
+    shards stay, held by the other nodes) and gets a new epoch. Shows which replicas move;
+    then copy the file to every node and send SIGHUP to every node's broker, NODE's too:
+    NODE's broker hands its replicas over and exits once its groups have removed it."""
+    before = _read(path)
+    after = _changed(lambda: before.with_node_left(node))
+    _write(path, after)
+    _show_moves(before, after, f"node {node} leaves: epoch {before.epoch} -> {after.epoch}")
+    click.echo(
+        f"next: copy {path} to every node and send SIGHUP to every node's broker (node {node}'s"
+        " too: it stops once its replicas are handed over); phpmq cluster status shows the"
+        " others catch up."
+    )
+
+
+def _read(path: str) -> ClusterFile:
+    from ..broker.shell.cluster_file import read_cluster_file
+
+    try:
+        return read_cluster_file(path)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _changed(change: Callable[[], ClusterFile]) -> ClusterFile:
+    from ..broker.shell.cluster_file import cluster_problem
+
+    try:
+        after = change()
+    except ValueError as exc:
+        fail(str(exc))
+    problem = cluster_problem(after)
+    if problem is not None:
+        fail(problem)
+    return after
+
+
+def _check_address(address: str) -> None:
+    from ..broker.shell.shard_addresses import shard_address
+
+    try:
+        shard_address(address, 0)
+    except ValueError:
+        fail(f"--address needs tcp://HOST:PORT, not {address!r}")
+
+
+def _write(path: str, cluster_file: ClusterFile) -> None:
+    """The new file in place of the old at once (written beside it, then renamed)."""
+    import os
+
+    temporary = f"{path}.new"
+    try:
+        with open(temporary, "w") as out:
+            out.write(cluster_file.to_toml())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc}")
+
+
+def _show_moves(before: ClusterFile, after: ClusterFile, title: str) -> None:
+    """Each shard's nodes before and after: what moves."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..broker.shell.shard_addresses import shard_address
+
+    old, new = before.replica_sets(shard_address), after.replica_sets(shard_address)
+    console = Console()
+    if not console.is_terminal:
+        console.width = UNBOUNDED_WIDTH
+    shown = Table(title=title)
+    for heading in ("shard", "nodes before", "nodes after", "change"):
+        shown.add_column(heading)
+    for shard, replicas in new.items():
+        was = [replica.node for replica in old[shard]]
+        now = [replica.node for replica in replicas]
+        added = [node for node in now if node not in was]
+        removed = [node for node in was if node not in now]
+        change = " ".join([*(f"+{node}" for node in added), *(f"-{node}" for node in removed)])
+        shown.add_row(shard, " ".join(was), " ".join(now), change or "-")
+    console.print(shown)

@@ -111,6 +111,8 @@ class Links:
             if shard.name != config.shard or (shard.replicas and len(shard.replicas) > 1)
         }
         self._by_socket: dict[zmq.Socket, _Link] = {}
+        #: Other epochs of the map that links answered with, each logged once.
+        self._epochs_seen: set[int] = set()
         self.interval = LINK_HEARTBEAT_MS / 1000
         #: Set when sockets were replaced: the server polls the new ones.
         self.sockets_changed = True
@@ -244,7 +246,7 @@ class Links:
                 theirs = msgspec.convert(theirs, ClusterMap)
             except (msgspec.ValidationError, ValueError):
                 theirs = None
-        if theirs != self._map or answer.options.get("shard") != link.shard.name:
+        if not _same_shards(theirs, self._map) or answer.options.get("shard") != link.shard.name:
             why = (
                 f"shard at {link.targets[link.target]} answers as {answer.options.get('shard')!r}"
                 f" with another cluster map (epoch {getattr(theirs, 'epoch', None)}, ours"
@@ -256,6 +258,16 @@ class Links:
             self._forwarding.link_down(link.shard.name, why)
             return
         link.disagrees = ""
+        assert theirs is not None
+        if theirs.epoch != self._map.epoch and theirs.epoch not in self._epochs_seen:
+            self._epochs_seen.add(theirs.epoch)
+            log.warning(
+                "shard %s has the cluster map of epoch %d, this replica %d: the nodes read"
+                " different cluster files (a membership change not yet taken everywhere?)",
+                link.shard.name,
+                theirs.epoch,
+                self._map.epoch,
+            )
         if "standby" in answer.options:
             self._follow(link, answer.options.get("leader"), now)
             return
@@ -278,6 +290,25 @@ class Links:
             link.shard.name, f"no leader of shard {link.shard.name} is known yet"
         )
         link.retry_at = now + FOLLOWER_RETRY_S
+
+    def set_map(self, cluster_map: ClusterMap) -> None:
+        """A new map of the same shards (docs/cluster.md "Membership"): a link whose replica
+        is gone from its shard goes to another."""
+        self._map = cluster_map
+        self._epochs_seen.clear()
+        now = time.monotonic()
+        for shard in cluster_map.shards:
+            link = self._links.get(shard.name)
+            if link is None:
+                continue
+            targets = _Link(shard, self._config.bind).targets
+            current = link.targets[link.target] if link.targets else None
+            link.shard, link.targets = shard, targets
+            if current in targets:
+                link.target = targets.index(current)
+            elif targets:
+                link.target = 0
+                self._connect(link, now)
 
     def retire(self, name: str) -> None:
         """No more link to shard `name` (this replica leads it now)."""
@@ -332,3 +363,14 @@ class Links:
             }
             for name, link in self._links.items()
         }
+
+
+def _same_shards(theirs: ClusterMap | None, ours: ClusterMap) -> bool:
+    """Whether two maps agree on the shards (so on every queue's owner). In a replicated
+    cluster a change of membership moves replicas, never shards, and nodes take it one after
+    the other (docs/cluster.md "Membership"); without replicas the maps must be equal."""
+    if theirs is None:
+        return False
+    if not any(shard.replicas for shard in ours.shards):
+        return theirs == ours
+    return [shard.name for shard in theirs.shards] == [shard.name for shard in ours.shards]
