@@ -196,6 +196,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: before it has heard its leader), "leaving" no longer held here (it hands over, and
     #: stops once its group has removed it).
     raft_role: str = ""
+    #: ...and where every node of the cluster file holds (or would hold) a replica of this
+    #: shard: a joining replica's group may be led from any of them (a leaving node's too).
+    raft_candidates: list[str] = []
     #: Several hosts: the cluster file every node shares, and which node this host is
     #: (docs/cluster.md "Several hosts"). Its shards bind the node's address from the file.
     cluster_file: str = ""

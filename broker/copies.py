@@ -52,6 +52,7 @@ class Context(Protocol):
         count: int = 1,
     ) -> None: ...
 
+
 #: What a copy peer's reference begins with (a publisher's own id follows).
 COPY_REF = b"\xfe"
 #: A copy not confirmed in this long fails its publish (503).

@@ -64,6 +64,7 @@ INTERNAL = frozenset(
         "raft_preferred",
         "replica_nodes",
         "raft_role",
+        "raft_candidates",
     }
 )
 

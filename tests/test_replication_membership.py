@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from harness import wait_for
+from harness import phpmq, wait_for
 from replicated_cluster import Producer, ReplicatedCluster, drain
 
 pytestmark = [pytest.mark.xdist_group("replication"), pytest.mark.timeout(300)]
@@ -92,6 +93,16 @@ def test_a_node_joins_under_load_and_another_leaves_and_nothing_is_lost(tmp_path
                 lambda: len(load.producer.confirmed) >= before_leave + 30,
                 "sends confirmed after the leave",
                 30,
+            )
+            status = phpmq("cluster", "status", "--json", "--broker", cluster.address("b"))
+            rows = msgspec.json.decode(status.stdout)["replicas"]
+            assert {row["node"] for row in rows} == {"b", "c", "d"}, rows
+            assert all(row["role"] in ("leader", "follower") for row in rows), rows
+            stale = cluster.file.read_text().replace("epoch = 3", "epoch = 2")
+            cluster.file.write_text(stale.replace("left = true\n", ""))
+            cluster.reload()
+            wait_for(
+                lambda: "is older than the one this node runs" in cluster.log("b"), "b to refuse"
             )
         finally:
             load.stop()

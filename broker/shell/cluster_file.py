@@ -104,22 +104,27 @@ class ClusterFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
             shard: replica_nodes(shard, None if home.left else home.name, live, self.replicas)
             for shard, home in homes.items()
         }
-        sets: dict[str, list[Replica]] = {shard: [] for shard in homes}
-        for node in self.live_nodes():
-            others = [shard for shard, home in homes.items() if home is not node]
-            for shard, held_by in placed.items():
-                if node.name not in held_by:
-                    continue
-                index = (
-                    int(shard.split("/")[1])
-                    if homes[shard] is node
-                    else node.shards + others.index(shard)
-                )
-                address = shard_address(node.address, index)
-                sets[shard].append(Replica(shard, node.name, address, self._raft(address)))
-        for shard, replicas in sets.items():
-            replicas.sort(key=lambda replica: placed[shard].index(replica.node))
-        return sets
+        return {
+            shard: [
+                self.replica_on(self.node(name), shard, shard_address) for name in placed[shard]
+            ]
+            for shard in homes
+        }
+
+    def replica_on(
+        self, node: Node, shard: str, shard_address: Callable[[str, int], str]
+    ) -> Replica:
+        """Where `node` holds (or would hold) a replica of `shard`: its own shards at its
+        port + their index, another node's at its port + its shard count + that shard's
+        place among the other nodes' shards in the file."""
+        home, index = shard.split("/")
+        if home == node.name:
+            slot = int(index)
+        else:
+            others = [name for name in self.shard_names() if name.split("/")[0] != node.name]
+            slot = node.shards + others.index(shard)
+        address = shard_address(node.address, slot)
+        return Replica(shard, node.name, address, self._raft(address))
 
     def with_node_joined(self, name: str, address: str) -> ClusterFile:
         """This cluster with node `name` added (docs/cluster.md "Membership"), next epoch.

@@ -79,6 +79,11 @@ def replica_config(
     index = (urlsplit(replica.address).port or 0) - (
         urlsplit(cluster.node(config.node).address).port or 0
     )
+    candidates = [
+        cluster.replica_on(node, replica.shard, shard_address)
+        for node in cluster.nodes
+        if node.name != replica.node
+    ]
     return msgspec.structs.replace(
         config,
         max_memory=config.max_memory_bytes // held,
@@ -93,10 +98,14 @@ def replica_config(
         node="",
         raft_bind=replica.raft,
         raft_peers=[other.raft for other in replicas if other is not replica],
-        replica_endpoints={other.raft: advertised(other.address) for other in replicas},
+        # Every node's, so that a leader on a node that is leaving is found too.
+        replica_endpoints={
+            other.raft: advertised(other.address) for other in [*candidates, *replicas]
+        },
         raft_preferred=replicas[0].raft,
         replica_nodes={other.raft: other.node for other in replicas},
         raft_role=role,
+        raft_candidates=[candidate.raft for candidate in candidates],
         link_secret=config.link_secret or _secret_from_curve(config.curve_secret),
     )
 

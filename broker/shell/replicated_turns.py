@@ -207,7 +207,7 @@ class ReplicatedTurns:
             return
         self.lost = why
         if not self.leading:
-            log.warning("this replica stops (%s); it starts again as a follower", why)
+            log.warning("this replica stops (%s)", why)
             return
         held = sum(len(output) for _, output in self._in_flight) + len(self._output)
         log.warning(

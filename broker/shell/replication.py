@@ -19,6 +19,7 @@ there. The broker's loop only submits batches (`submit`) and takes what happened
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -45,6 +46,8 @@ log = logging.getLogger("phpmq.replication")
 
 RAFT_LOG_NAME = "raft.log"
 SNAPSHOT_NAME = "raft.snapshot"
+#: The group's other members as this replica last knew them (see ReplicaGroup.__init__).
+MEMBERS_NAME = "raft.members"
 
 #: Raft's timing (docs/cluster.md "Timeouts"): a follower that hears nothing from its leader
 #: for a random time in [MIN, MAX] starts an election; the leader sends entries (or an empty
@@ -216,6 +219,7 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
             return
 
         def on_message(node: Any, message: Any) -> None:
+            self._syncObj.heard_group_at = time.monotonic()
             if isinstance(message, dict) and message.get("type") == "append_entries":
                 self._syncObj.heard_leader_at = time.monotonic()
                 message = self._mended(message)
@@ -271,8 +275,10 @@ class _StoreMachine(SyncObj):  # type: ignore[misc]
         self._store = store
         self._on_broken = on_broken
         self.broken = False
-        #: When a leader's AppendEntries last came (_RaftTransport sets it).
+        #: When a leader's AppendEntries, and any message of the group, last came
+        #: (_RaftTransport sets them).
         self.heard_leader_at = 0.0
+        self.heard_group_at = 0.0
         #: The Raft log, once pysyncobj made it (what _RaftTransport reads).
         self.journals: list[Any] = []
         with _synced_journals(no_room, self_address, self.journals):
@@ -306,15 +312,29 @@ class ReplicaGroup:
         secret: str,
         min_free_bytes: int = 0,
         role: str = "",
+        candidates: list[str] | None = None,
     ) -> None:
         """`min_free_bytes`: the floor of free space under which the log takes no entry
         and the replica stops (it waits for room before it joins again: `wait_for_room`).
-        `role` (BrokerConfig.raft_role): "joining" or "leaving" hold back its elections."""
+        `role` (BrokerConfig.raft_role): "joining" or "leaving" hold back its elections;
+        `candidates`: every replica that may lead the group (BrokerConfig.raft_candidates)."""
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.address = address
-        self.others = list(others)
         fresh = not (self.directory / RAFT_LOG_NAME).exists()
+        #: The members the group should have (the cluster file's), and the ones this log
+        #: started from. pysyncobj keeps a group's first members out of its log (they are
+        #: what each replica is started with) and replays only the changes: a replica whose
+        #: group changed since its log began must start from the members it last knew, or it
+        #: would count a majority of the wrong group.
+        self._wanted = frozenset(others)
+        known = None if fresh else _read_members(self.directory / MEMBERS_NAME)
+        self.others = list(others) if known is None else known
+        if fresh and role == "joining" and candidates:
+            # It knows not its group's members yet: the snapshot its leader sends names
+            # them. Until then it takes its leader's connection from any node's replica.
+            self.others = sorted(set(candidates) - {address})
+        self._members_written: frozenset[str] | None = None
         #: Stands for no election until it has heard a leader (a new replica of a running
         #: group: its own election would depose the leader that is adding it).
         self._waiting_for_leader = role == "joining" and fresh
@@ -364,12 +384,10 @@ class ReplicaGroup:
         #: A replica to hand leadership to, done on the Raft thread (pysyncobj's calls are
         #: not thread-safe but for submitting commands).
         self._hand_to: str | None = None
-        #: The other replicas the group should have (set by the loop: `set_members`); the
-        #: leader adds and removes one at a time until it has them.
-        self._wanted: frozenset[str] = frozenset(self.others)
         self._change_started: float | None = None
+        self._compaction_forced = False
         self._transfer_tried = 0.0
-        self._leader_seen = time.monotonic()
+        self._leader_seen = self._group_seen = time.monotonic()
         #: Set once a leaving replica's group has removed it: the process stops.
         self.removed = False
         self.membership_changes = 0
@@ -411,9 +429,9 @@ class ReplicaGroup:
         """The other replicas this shard's group should have (docs/cluster.md
         "Membership"); `leaving`: this replica is not one of them. Its leader makes it so."""
         self._wanted = frozenset(others)
-        if leaving and not self._leaving:
-            self._leaving = True
-            self._stand_for_election(False)
+        if leaving != self._leaving:
+            self._leaving = leaving
+            self._stand_for_election(not leaving and not self._waiting_for_leader)
 
     def _stand_for_election(self, may: bool) -> None:
         """Whether this replica may start elections. pysyncobj takes its timeouts from its
@@ -432,22 +450,32 @@ class ReplicaGroup:
         if address is not None:
             self._raft.transferLeadership(address)
         now = time.monotonic()
+        members = frozenset(node.id for node in self._raft.otherNodes)
+        if members != self._members_written:
+            _write_members(self.directory / MEMBERS_NAME, members)
+            self._members_written = members
+        self._group_seen = max(self._group_seen, self._raft.heard_group_at)
         heard = self._raft.heard_leader_at
         if heard > self._leader_seen:
             self._leader_seen = heard
-            if self._waiting_for_leader:
+            if self._waiting_for_leader and (self.directory / SNAPSHOT_NAME).exists():
                 self._waiting_for_leader = False
-                log.info("replica %s heard its leader: it may stand for election", self.address)
+                log.info(
+                    "replica %s has its leader's snapshot: it may stand for election",
+                    self.address,
+                )
                 if not self._leaving:
                     self._stand_for_election(True)
         if self._raft._isLeader():
-            self._leader_seen = now
+            self._group_seen = now
             self._change_membership(now)
-        elif self._leaving and not self.removed and now - self._leader_seen > REMOVED_AFTER_S:
+        elif self._leaving and not self.removed and now - self._group_seen > REMOVED_AFTER_S:
+            # A member hears its leader, or, without one, the candidates asking for its vote
+            # (a leaving replica asks for none): silence is its group having removed it.
             log.info(
-                "replica %s was removed from its group (no leader heard for %.0f s)",
+                "replica %s was removed from its group (nothing heard from it for %.0f s)",
                 self.address,
-                now - self._leader_seen,
+                now - self._group_seen,
             )
             self.removed = True
             self._push(Broken("removed from its group"))
@@ -465,7 +493,8 @@ class ReplicaGroup:
         current = {node.id for node in self._raft.otherNodes}
         missing = sorted(wanted - current)
         if missing:
-            self._start_change("add", missing[0], now)
+            if self._has_snapshot():
+                self._start_change("add", missing[0], now)
             return
         status = self._raft.getStatus()
         commit = status.get("commit_idx") or 0
@@ -483,6 +512,18 @@ class ReplicaGroup:
         elif self._leaving and wanted and now - self._transfer_tried >= 1.0:
             self._transfer_tried = now
             self._raft.transferLeadership(None)
+
+    def _has_snapshot(self) -> bool:
+        """Whether a new member would get a snapshot, which names the group's members (the
+        log's first entries do not), before the log: once the log was compacted. If it was
+        not, it is compacted now (done on the Raft thread, by the next tick)."""
+        if (self.directory / SNAPSHOT_NAME).exists():
+            return True
+        if not self._compaction_forced:
+            log.info("replica %s: a snapshot first, for the new member to start from", self.address)
+            self._compaction_forced = True
+            self._raft.forceLogCompaction()
+        return False
 
     def _start_change(self, kind: str, node: str, now: float) -> None:
         log.info(
@@ -636,3 +677,24 @@ def _discard_cache(directory: Path) -> None:
     for name in os.listdir(directory):
         if name.startswith("phpmq.sqlite3"):
             (directory / name).unlink()
+
+
+def _read_members(path: Path) -> list[str] | None:
+    try:
+        members = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        return None
+    return members
+
+
+def _write_members(path: Path, members: frozenset[str]) -> None:
+    """Written beside, synced and renamed: the file is the old list or the new one."""
+    temporary = path.with_suffix(".new")
+    with open(temporary, "w") as out:
+        out.write(json.dumps(sorted(members)))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+    _fsync(str(path))

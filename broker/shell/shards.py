@@ -211,6 +211,7 @@ def _join_group(config: BrokerConfig) -> ReplicaGroup | None:
         f"{config.link_secret}/{digest}",
         floor,
         config.raft_role,
+        config.raft_candidates,
     )
 
 
@@ -436,7 +437,7 @@ class ShardSupervisor:
             slot.process = None
             slot.endpoints = {}
             if process.exitcode == LEFT:
-                self._forget(slot)
+                self._forget(slot, now)
                 return
             if process.exitcode == STEPPED_DOWN:
                 # Not a crash: a replica that stopped leading (or must rebuild its store)
@@ -460,10 +461,18 @@ class ShardSupervisor:
         if now >= slot.restart_at:
             self._start(slot)
 
-    def _forget(self, slot: _Slot) -> None:
-        """A replica that left its group: its store goes, and a node left with none stops."""
-        self._slots.remove(slot)
+    def _forget(self, slot: _Slot, now: float) -> None:
+        """A replica that left its group: its store goes, and a node left with none stops.
+        One held here again meanwhile (a later change) starts over, as a new replica."""
         shutil.rmtree(slot.config.data_dir, ignore_errors=True)
+        if slot.config.raft_role != "leaving":
+            log.info(
+                "replica %s left its group but is wanted again: it joins anew", slot.config.shard
+            )
+            slot.config = msgspec.structs.replace(slot.config, raft_role="joining")
+            slot.restart_at = now
+            return
+        self._slots.remove(slot)
         log.info("replica %s left its group: its store is deleted", slot.config.shard)
         if not self._slots and self._node_left:
             log.info("this node holds no replica any more: it has left the cluster; stopping")
