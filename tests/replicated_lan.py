@@ -9,7 +9,8 @@ tests of issue #30: nodes a, b, c each in a namespace of their own, every shard 
         cluster.partition("b")     # b's cable pulled
         cluster.heal("b")
 
-The nodes are the LAN's first three namespaces, the clients its fourth. Each node is
+The nodes are the LAN's first three namespaces (then `spare` ones that may join later:
+`join`, `leave`), the clients its last. Each node is
 `phpmq broker --cluster-file F --node NAME`, a supervisor of its three replica processes;
 its ready file names their pids. Roles are asked by a probe process in the clients'
 namespace (the test's own namespace reaches none of the nodes).
@@ -43,14 +44,15 @@ class LanCluster:
     """Three replicated nodes and a client namespace; `directory` holds the cluster file,
     each node's data (NODE/), log (NODE.log) and ready file (NODE.ready)."""
 
-    def __init__(self, net: lan.Lan, directory: Path) -> None:
+    def __init__(self, net: lan.Lan, directory: Path, spare: tuple[str, ...] = ()) -> None:
         self.net = net
         self.directory = directory
-        self.hosts = dict(zip(NODE_NAMES, net.nodes[:3], strict=True))
-        self.client = net.nodes[3]
+        names = (*NODE_NAMES, *spare)
+        self.hosts = dict(zip(names, net.nodes[: len(names)], strict=True))
+        self.client = net.nodes[len(names)]
         self.file = directory / "cluster.toml"
         lines = ["replicas = 3", f"raft_port_offset = {RAFT_PORT_OFFSET}"]
-        for name in self.hosts:
+        for name in NODE_NAMES:
             lines += ["[[nodes]]", f'name = "{name}"', f'address = "{self.endpoint(name)}"']
         self.file.write_text("\n".join(lines) + "\n")
         #: Each shard's replicas (cluster_file.Replica), its home's first.
@@ -65,8 +67,10 @@ class LanCluster:
 
     @property
     def endpoints(self) -> str:
-        """Every node's first endpoint, as a client takes them (comma-separated)."""
-        return ",".join(self.endpoint(node) for node in NODE_NAMES)
+        """Every node's first endpoint, as a client takes them (comma-separated): the nodes
+        of the cluster file now, those that left aside."""
+        live = read_cluster_file(str(self.file)).live_nodes()
+        return ",".join(self.endpoint(node.name) for node in live)
 
     def queue_of(self, shard: str) -> str:
         """The first queue name (q0, q1, ...) that `shard` owns."""
@@ -124,6 +128,28 @@ class LanCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
         self.supervisors[node].wait(10)
+
+    def join(self, node: str) -> None:
+        """`phpmq cluster join` of a spare node: the file gets it, it starts, and the other
+        nodes read the file again (SIGHUP)."""
+        cluster = read_cluster_file(str(self.file)).with_node_joined(node, self.endpoint(node))
+        self._rewrite(cluster)
+        self.start(node)
+        self.reload(exclude=node)
+
+    def leave(self, node: str) -> None:
+        """`phpmq cluster leave`: the file marks the node left; every node reads it again."""
+        self._rewrite(read_cluster_file(str(self.file)).with_node_left(node))
+        self.reload()
+
+    def reload(self, exclude: str = "") -> None:
+        for name, supervisor in self.supervisors.items():
+            if name != exclude and supervisor.poll() is None:
+                supervisor.send_signal(signal.SIGHUP)
+
+    def _rewrite(self, cluster: Any) -> None:
+        self.file.write_text(cluster.to_toml())
+        self.replica_sets = cluster.replica_sets(shard_address)
 
     def partition(self, node: str) -> None:
         self.net.link_down(self.hosts[node])

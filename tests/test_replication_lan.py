@@ -346,3 +346,74 @@ def stored_messages(store: Path) -> int | None:
             return int(db.execute("SELECT count(*) FROM messages").fetchone()[0])
     except sqlite3.Error:
         return None
+
+
+def test_a_node_joins_and_another_leaves_under_load_and_nothing_is_lost(
+    lan_capable: None, tmp_path: Path
+) -> None:
+    """Membership on a LAN (docs/cluster.md "Membership"): with the workload running, node d
+    joins (every shard it now holds catches up from a snapshot), then node a leaves (its
+    replicas hand over, its broker exits 0); nothing confirmed is lost, and every shard's
+    new replicas end up holding the same messages."""
+    with (
+        lan.lan(5, prefix="pmem") as net,
+        LanCluster(net, tmp_path, spare=("d",)) as cluster,
+    ):
+        cluster.wait_for_leaders()
+        queues = {shard: cluster.queue_of(shard) for shard in sorted(cluster.replica_sets)}
+        events = tmp_path / "events.jsonl"
+        events.touch()
+        workload = cluster.agent(
+            cluster.client,
+            "workload",
+            str(events),
+            cluster.endpoints,
+            *queues.values(),
+            stdin=subprocess.PIPE,
+        )
+        nemesis = Nemesis(cluster, queues, events)
+        try:
+            nemesis.recovered(since=0.0)
+            joined_at = time.monotonic()
+            cluster.join("d")
+            held = [
+                r for replicas in cluster.replica_sets.values() for r in replicas if r.node == "d"
+            ]
+            wait_for(
+                lambda: cluster.log("d").count("has its leader's snapshot") >= len(held),
+                f"d's {len(held)} replicas to catch up",
+                timeout=RECOVERY_S,
+                interval=0.5,
+            )
+            took = time.monotonic() - joined_at
+            print(f"d joined: its {len(held)} replicas caught up {took:.1f} s after the join")
+            nemesis.recovered(joined_at)
+            left_at = time.monotonic()
+            cluster.leave("a")
+            wait_for(
+                lambda: cluster.supervisors["a"].poll() is not None,
+                "node a's broker to hand over and exit",
+                timeout=RECOVERY_S,
+                interval=0.5,
+            )
+            print(f"a left: its broker exited {time.monotonic() - left_at:.1f} s after the change")
+            nemesis.recovered(left_at)
+        finally:
+            assert workload.stdin is not None
+            workload.stdin.close()
+            status = workload.wait(30)
+        assert status == 0, "the workload's clients crashed (their error is above)"
+        assert cluster.supervisors["a"].returncode == 0
+        wait_for(
+            lambda: replicas_agree(cluster),
+            "every shard's new replicas to hold the same messages and keys",
+            timeout=RECOVERY_S,
+            interval=0.5,
+        )
+        history = drain_until_complete(cluster, events, list(queues.values()))
+    print(
+        f"{len(history.confirmed)} sends confirmed, {len(history.delivered)} deliveries"
+        f" ({history.duplicates()} duplicates), {history.errors} client errors retried"
+    )
+    assert not history.lost(), f"confirmed and never delivered: {sorted(history.lost())}"
+    assert not history.never_sent(), f"delivered, never sent: {history.never_sent()[:20]}"
