@@ -194,15 +194,7 @@ def test_nothing_confirmed_is_lost_under_a_nemesis(lan_capable: None, tmp_path: 
         shards = sorted(cluster.replica_sets)
         queues = {shard: cluster.queue_of(shard) for shard in shards}
         events = tmp_path / "events.jsonl"
-        events.touch()
-        workload = cluster.agent(
-            cluster.client,
-            "workload",
-            str(events),
-            cluster.endpoints,
-            *queues.values(),
-            stdin=subprocess.PIPE,
-        )
+        workload = start_workload(cluster, events, queues)
         nemesis = Nemesis(cluster, queues, events)
         try:
             nemesis.recovered(since=0.0)  # the clients are up
@@ -212,9 +204,7 @@ def test_nothing_confirmed_is_lost_under_a_nemesis(lan_capable: None, tmp_path: 
                 print(f"cycle {cycle}: {fault.__name__} of {shard}", flush=True)
                 fault(nemesis, shard, cycle)
         finally:
-            assert workload.stdin is not None
-            workload.stdin.close()
-            status = workload.wait(30)
+            status = stop_workload(workload)
         assert status == 0, "the workload's clients crashed (their error is above)"
         wait_for(
             lambda: replicas_agree(cluster),
@@ -230,6 +220,26 @@ def test_nothing_confirmed_is_lost_under_a_nemesis(lan_capable: None, tmp_path: 
     )
     assert not history.lost(), f"confirmed and never delivered: {sorted(history.lost())}"
     assert not history.never_sent(), f"delivered, never sent: {history.never_sent()[:20]}"
+
+
+def start_workload(cluster: LanCluster, events: Path, queues: dict[str, str]) -> subprocess.Popen:
+    """The clients (tests/replicated_lan_agent.py `workload`), writing to `events`."""
+    events.touch()
+    return cluster.agent(
+        cluster.client,
+        "workload",
+        str(events),
+        cluster.endpoints,
+        *queues.values(),
+        stdin=subprocess.PIPE,
+    )
+
+
+def stop_workload(workload: subprocess.Popen) -> int:
+    """Stop the clients; their exit status."""
+    assert workload.stdin is not None
+    workload.stdin.close()
+    return workload.wait(30)
 
 
 def drain_until_complete(cluster: LanCluster, events: Path, queues: list[str]) -> History:
@@ -362,15 +372,7 @@ def test_a_node_joins_and_another_leaves_under_load_and_nothing_is_lost(
         cluster.wait_for_leaders()
         queues = {shard: cluster.queue_of(shard) for shard in sorted(cluster.replica_sets)}
         events = tmp_path / "events.jsonl"
-        events.touch()
-        workload = cluster.agent(
-            cluster.client,
-            "workload",
-            str(events),
-            cluster.endpoints,
-            *queues.values(),
-            stdin=subprocess.PIPE,
-        )
+        workload = start_workload(cluster, events, queues)
         nemesis = Nemesis(cluster, queues, events)
         try:
             nemesis.recovered(since=0.0)
@@ -399,9 +401,7 @@ def test_a_node_joins_and_another_leaves_under_load_and_nothing_is_lost(
             print(f"a left: its broker exited {time.monotonic() - left_at:.1f} s after the change")
             nemesis.recovered(left_at)
         finally:
-            assert workload.stdin is not None
-            workload.stdin.close()
-            status = workload.wait(30)
+            status = stop_workload(workload)
         assert status == 0, "the workload's clients crashed (their error is above)"
         assert cluster.supervisors["a"].returncode == 0
         wait_for(
