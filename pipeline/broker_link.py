@@ -5,7 +5,10 @@ admin commands (`lease`, `lease-read`, `lease-commit`, `stats`, `queue-peek`, `d
 every one of them may be repeated (leases are named, commits idempotent). So while the broker
 does not answer, a call is repeated on a fresh connection (a late answer on the old one could
 be taken for the next call's), with a log line every few seconds, until `brokerTimeout`; then
-it fails with a clear error. A refusal (other than 503, a shard cut off) fails at once.
+it fails with a clear error. A call whose frame no socket took (NotTaken: nothing reached a
+broker) or that was refused with 503 (a shard between leaders, or cut off) is repeated on the
+same connection, which goes on to a replicated shard's next replica by itself. Any other
+refusal fails at once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import time
 from typing import Any
 
-from ..client import BrokerRefused, Client, ClientError
+from ..client import BrokerRefused, Client, ClientError, NotTaken
 from .options import CurveFiles
 
 log = logging.getLogger("phpmq.pipeline")
@@ -68,9 +71,14 @@ class BrokerLink:
                 if refusal.error.code not in RETRIED_CODES:
                     raise
                 problem: ClientError = refusal
+            except NotTaken as exc:
+                # Nothing reached the broker, so no late answer can come: the same client asks
+                # again, from the next replica of a replicated shard whose leader died (a
+                # new client would start from the first, the dead one, again).
+                problem = exc
             except ClientError as exc:
                 problem = exc
-            self.close()
+                self.close()
             now = time.monotonic()
             waited = now - started
             if waited >= self._timeout_s:
@@ -126,9 +134,9 @@ class BrokerLink:
         home = self.client().broker_info.get("shard")
         for shard in mapping.shards:
             if shard.name != home:
-                other = BrokerLink(
-                    shard.address, self._name, int(self._timeout_s * 1000), self._curve
-                )
+                # Every replica of a replicated shard: its home's node may be the one down.
+                where = ",".join(shard.replicas) if shard.replicas else shard.address
+                other = BrokerLink(where, self._name, int(self._timeout_s * 1000), self._curve)
                 try:
                     queues.update(other.every("stats", "queues"))
                 finally:

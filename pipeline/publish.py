@@ -24,11 +24,12 @@ so a row with a key or headers costs what a plain one does.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..client import BrokerRefused, Client, ClientError, Unconfirmed
+from ..client import BrokerRefused, Client, ClientError, NotTaken, Unconfirmed
 from ..protocol import DEFAULT_MAX_CONTENT_BYTES, Error
 from ..protocol import admin_commands as cmd
 from .options import CurveFiles
@@ -42,6 +43,14 @@ QUOTED_REFUSALS = 3
 UNCONFIRMED_BYTES = 16 * 1024 * 1024
 MAX_UNCONFIRMED = 5_000
 MIN_UNCONFIRMED = 16
+#: A replicated shard between leaders (docs/cluster.md "Failover") refuses with these (or
+#: its dead leader answers nothing): a keyed run is sent again for this long (a failover
+#: takes 2-5 s).
+FAILOVER_CODES = frozenset({503})
+FAILOVER_S = 30.0
+FAILOVER_PAUSE_S = 0.5
+#: One wait for the answer that proves a sink's connection, before it asks again.
+HELLO_ATTEMPT_S = 5.0
 
 
 class PublishError(RuntimeError):
@@ -172,30 +181,56 @@ class ConfirmingPublisher:
         self._held_at[target] = None
 
     def publish(self, run: Run) -> None:
+        """Send the run until all of it is confirmed. A failover (a replicated shard between
+        leaders answers 503, or its dead leader nothing) is ridden through for up to
+        FAILOVER_S: the run is sent again with the same keys, so the rows already queued
+        count once."""
         self._hold_at((run.is_event, run.target))
         first = run.first_row
         keys = [f"{self.key_prefix}/{first + i}" for i in range(len(run.contents))]
-        unconfirmed = _unconfirmed(run.contents)
-        client = self._client
-        try:
-            if run.is_event:
-                client.publish_many(
-                    run.target, run.contents, run.ttl, keys=keys, headers=run.headers,
-                    message_keys=run.message_keys, max_unconfirmed=unconfirmed,
-                )  # fmt: skip
-            else:
-                client.send_many(
-                    run.target, run.contents, run.ttl, confirm=True, keys=keys,
-                    headers=run.headers, message_keys=run.message_keys,
-                    max_unconfirmed=unconfirmed,
-                )  # fmt: skip
-        except Unconfirmed as exc:
-            if exc.errors:
-                raise _refused(len(exc.errors), list(exc.errors.values())) from None
-            raise  # no answer: the task fails and its retry sends the same keys
-        except BrokerRefused as exc:
-            raise _refused(1, [exc.error]) from None
+        deadline = time.monotonic() + FAILOVER_S
+        while True:
+            try:
+                self._send(run, keys)
+                break
+            except ClientError as exc:
+                if not self._may_send_again(exc) or time.monotonic() >= deadline:
+                    raise self._failure(exc) from None
+            time.sleep(FAILOVER_PAUSE_S)
         self._published += len(run.contents)
+
+    def _send(self, run: Run, keys: list[str]) -> None:
+        unconfirmed = _unconfirmed(run.contents)
+        if run.is_event:
+            self._client.publish_many(
+                run.target, run.contents, run.ttl, keys=keys, headers=run.headers,
+                message_keys=run.message_keys, max_unconfirmed=unconfirmed,
+            )  # fmt: skip
+        else:
+            self._client.send_many(
+                run.target, run.contents, run.ttl, confirm=True, keys=keys,
+                headers=run.headers, message_keys=run.message_keys,
+                max_unconfirmed=unconfirmed,
+            )  # fmt: skip
+
+    def _may_send_again(self, failure: ClientError) -> bool:
+        """Whether a failure may be a failover's (a refusal 503, or no answer: the leader
+        died, its socket takes nothing), and sending again cannot queue a row twice."""
+        if not self._deduplicated and self._hold_scope is None:
+            return False
+        if isinstance(failure, Unconfirmed):  # (a Paused is one too, and a BrokerRefused)
+            return all(error.code in FAILOVER_CODES for error in failure.errors.values())
+        if isinstance(failure, BrokerRefused):
+            return failure.error.code in FAILOVER_CODES
+        return isinstance(failure, NotTaken)
+
+    @staticmethod
+    def _failure(failure: ClientError) -> ClientError:
+        if isinstance(failure, Unconfirmed) and failure.errors:
+            return _refused(len(failure.errors), list(failure.errors.values()))
+        if isinstance(failure, BrokerRefused):
+            return _refused(1, [failure.error])
+        return failure  # no answer: the task fails and its retry sends the same keys
 
     def finish(self) -> Receipt:
         held_at = tuple(self._held_at)
@@ -241,12 +276,20 @@ def _answered_client(address: str, name: str, curve: CurveFiles | None) -> Clien
     """
     keys = curve.keys() if curve is not None else None
     client = Client(address, name=f"{name} pid {os.getpid()}", role="spark-sink", curve=keys)
-    try:
-        client.admin(cmd.STATS, timeout=BARRIER_TIMEOUT_S, limit=0)  # reads the HELLO answer
-    except ClientError:
-        client.close()
-        raise
-    return client
+    deadline = time.monotonic() + BARRIER_TIMEOUT_S
+    while True:
+        try:
+            # Its answer follows the HELLO answer's. Asked again after a while without one
+            # (any answer will do): a follower whose leader just died lost its forward.
+            client.admin(cmd.STATS, timeout=HELLO_ATTEMPT_S, limit=0)
+            return client
+        except BrokerRefused:
+            client.close()
+            raise
+        except ClientError:  # no answer, or a dead replica first: the client goes on
+            if time.monotonic() >= deadline:
+                client.close()
+                raise
 
 
 def open_publisher(

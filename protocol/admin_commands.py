@@ -33,6 +33,12 @@ REPLICA_LEAD = "replica-lead"
 #: (broker/shell/leadership.py), the core knows none of them.
 REPLICA = (REPLICA_LEAD,)
 
+#: Commands that change nothing: a client whose connection was replaced while it waited
+#: for the answer (it followed a new leader, or failed over) asks again on the new one.
+READ_ONLY = frozenset(
+    {STATS, REPORT, DLQ_LIST, QUEUE_PEEK, QUEUE_BINDINGS, SCHEDULE_LIST, LEASES, KEY_HOLDS}
+)
+
 #: Every command, in the order `stats`' error message lists them.
 ALL = (
     STATS,

@@ -434,6 +434,7 @@ class AsyncClient(
     def _connect(self) -> backend.Dealer:
         """A fresh socket whose first frame will be HELLO and a consume per subscription."""
         dealer = backend.Dealer(self.address, self.send_timeout, self.curve)
+        self._sndtimeo = self.send_timeout  # what the socket has
         self._connection.start(time.monotonic())
         return dealer
 
@@ -452,10 +453,14 @@ class AsyncClient(
             frame = connection.frame(payload)
             if not frame:  # a greeting-only send whose greeting went out meanwhile
                 return
+            timeout = self._send_timeout_now()
+            if timeout != self._sndtimeo:
+                self._dealer.socket.sndtimeo = int(timeout * 1000)
+                self._sndtimeo = timeout
             try:
                 await self._dealer.socket.send(frame)
             except zmq.Again:
-                refusal = not_taken(self.address, self.send_timeout)
+                refusal = not_taken(self.address, timeout)
                 self._untaken(str(refusal))
                 raise refusal from None
             connection.sent(frame, time.monotonic(), messages, tags)

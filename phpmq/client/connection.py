@@ -138,6 +138,8 @@ class Connection:
         #: An ADMIN went out on this transport and its reply has not come.
         self._admin_awaited = False
         self.broker_info: dict[str, Any] = {}
+        #: The broker of this transport answered its HELLO.
+        self.hello_answered = False
         self.errors: deque[Error] = deque(maxlen=1000)
         #: Refused sends and subscriptions that answer no tag, until the caller is told.
         self.refusals = Refusals()
@@ -168,6 +170,7 @@ class Connection:
         restarted or given up on us, and owes nothing it was sent before."""
         self._answers.give_up()
         self._admin_awaited = False
+        self.hello_answered = False
         self.generation += 1
         self.requests.give_up("the connection to the broker was replaced before the reply")
         self.received.clear()
@@ -537,6 +540,7 @@ class Connection:
         if isinstance(message, Hello):
             self._greeting.refusals.accepted()
             self.broker_info = message.options
+            self.hello_answered = True
             self._adopt_terms(message.options)
             return BrokerGreeted(message.options)
         if isinstance(message, Kbai):

@@ -10,7 +10,7 @@ from typing import Any
 import zmq
 
 from .curve import Curve
-from .errors import ClientError
+from .errors import ClientError, NotTaken
 
 #: Frames the socket queues for the broker before a send blocks (then times out).
 SEND_HWM = 10_000
@@ -78,9 +78,9 @@ def dealer_socket(
     return sock
 
 
-def not_taken(address: str, send_timeout: float) -> ClientError:
+def not_taken(address: str, send_timeout: float) -> NotTaken:
     """What a send raises when the socket did not take its frame within `send_timeout`."""
-    return ClientError(
+    return NotTaken(
         f"could not hand the message to the broker at {address} within {send_timeout:g}s:"
         " it is not running, not reachable, or not keeping up"
     )

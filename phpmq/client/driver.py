@@ -47,6 +47,10 @@ log = logging.getLogger("phpmq.client")
 #: that a pool of clients does not reconnect in lockstep.
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 5.0
+#: How long a socket whose broker has not answered yet may take a frame, at most, while the
+#: client has somewhere else to go (another endpoint given, another replica): a dead
+#: endpoint (a replica's host down) then costs this, not the whole send_timeout.
+FIRST_CONTACT_S = 1.0
 #: How long a replaced socket may still deliver what was handed to it.
 RECONNECT_LINGER_S = 30.0
 #: ERRORs refusing these message types are kept for the caller (refusals.py), not only logged.
@@ -369,6 +373,13 @@ class Driver:
                 f" {event.error.reason}; asking again up to {JOIN_ATTEMPTS - 1} times, then"
                 " every call raises JoinRefused",
             )
+
+    def _send_timeout_now(self) -> float:
+        """The wait for the socket to take a frame now: send_timeout, or FIRST_CONTACT_S
+        before this transport's broker answered, if there is somewhere else to go."""
+        if len(self._addresses) > 1 and not self._connection.hello_answered:
+            return min(self.send_timeout, FIRST_CONTACT_S)
+        return self.send_timeout
 
     def _untaken(self, why: str) -> None:
         """The socket took nothing within send_timeout, or the broker was silent through a

@@ -9,6 +9,12 @@ class ClientError(Exception):
     """Raised when the client cannot do what was asked (send timed out, broker refused...)."""
 
 
+class NotTaken(ClientError):
+    """Raised when the socket did not take a frame within `send_timeout`: nothing of it
+    reached the broker (none running there, not reachable, or not keeping up). A client
+    with somewhere else to go (another endpoint given, another replica) goes there next."""
+
+
 class PartialSend(ClientError):
     """Raised by send_many when some frames were handed to the socket and then one was not:
     `sent` messages (the first ones) went out, the rest did not."""

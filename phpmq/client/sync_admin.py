@@ -34,6 +34,7 @@ class SyncAdmin:
         with self._lock:
             self._read_available()
             self._send_frame(connection.admin(command, options))
+            sent_on = self._reconnected
             while not connection.admin_replies:
                 wait = deadline - time.monotonic()
                 if wait <= 0:
@@ -42,6 +43,10 @@ class SyncAdmin:
                         " (is it running?)"
                     )
                 self._news_within(wait)
+                if self._reconnected != sent_on and command in cmd.READ_ONLY:
+                    # Asked on a socket given up on (a dead leader's): ask the new one.
+                    sent_on = self._reconnected
+                    self._send_frame(connection.admin(command, options))
             result = connection.admin_replies.popleft().options
         return self._admin_result(result)
 
