@@ -358,8 +358,11 @@ class LocalCluster:
         self.file.write_text(cluster.to_toml())
         self.replica_sets = cluster.replica_sets(shard_address)
 
-    def start(self, node: str, cluster_file: Path | None = None) -> BrokerProcess:
-        """Start node `node` (with another cluster file than the cluster's, if given)."""
+    def start(
+        self, node: str, cluster_file: Path | None = None, env: dict[str, str] | None = None
+    ) -> BrokerProcess:
+        """Start node `node` (with another cluster file than the cluster's, if given, and
+        more environment variables)."""
         broker = self.nodes[node] = BrokerProcess(
             "--cluster-file",
             str(cluster_file or self.file),
@@ -370,7 +373,7 @@ class LocalCluster:
             data_dir=self.directory / node,
             log_path=self.directory / f"{node}.log",
             start_timeout=60,
-            env=self._env,
+            env={**self._env, **(env or {})},
         )
         return broker
 

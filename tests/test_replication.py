@@ -283,3 +283,54 @@ def test_a_node_started_from_a_file_that_disagrees_joins_no_group(tmp_path: Path
                 assert (cluster.replication(replica) or {}).get("applied_index", 0) <= 2
     finally:
         cluster.stop()
+
+
+#: A wall clock that steps (tests/clock_step/sitecustomize.py).
+CLOCK_STEP = Path(__file__).with_name("clock_step")
+
+
+def test_a_wall_clock_step_moves_no_leader_and_loses_nothing(tmp_path: Path) -> None:
+    """Node a's wall clock steps an hour forward, then two back (its monotonic clock left
+    alone, as NTP stepping the clock leaves it): each of a's replicas logs each step, no
+    leader changes (Raft's timers are monotonic), and every confirmed message is delivered."""
+    offset = tmp_path / "clock-offset"
+    offset.write_text("0\n")
+    faked = {
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(CLOCK_STEP), os.environ.get("PYTHONPATH")])
+        ),
+        "PHPMQ_TEST_CLOCK_OFFSET_FILE": str(offset),
+    }
+    cluster = replicated_cluster(tmp_path)
+    try:
+        cluster.start("a", env=faked)
+        cluster.start("b")
+        cluster.start("c")
+        leaders = cluster.wait_for_leaders(at_home=True)
+        time.sleep(1.0)  # a replica that handed leadership home comes back as a follower
+        terms = {shard: (cluster.replication(r) or {}).get("term") for shard, r in leaders.items()}
+        queues = [cluster.queue_of(shard) for shard in sorted(leaders)]
+        producer = Producer(cluster.address("b"))
+        for step, text in enumerate(("3600", "-3600"), 1):
+            for i in range(30):
+                assert producer.send(queues[i % 3], f"step{step}-{i}", time.monotonic() + 10)
+            offset.write_text(text + "\n")
+            wait_for(
+                lambda step=step: cluster.log("a").count("the wall clock stepped") >= 3 * step,
+                f"each of a's replicas to log step {step}",
+                timeout=20,
+            )
+        for i in range(30):
+            assert producer.send(queues[i % 3], f"after-{i}", time.monotonic() + 10)
+        log = cluster.log("a")
+        assert "the wall clock stepped +3600" in log and "the wall clock stepped -7200" in log
+        now = {shard: cluster.leader(shard) for shard in leaders}
+        assert now == leaders, "a leader changed"
+        assert all(
+            (cluster.replication(r) or {}).get("term") == terms[shard] for shard, r in now.items()
+        ), "a term changed: an election ran"
+        got = drain(cluster.address("b"), queues, expect=len(producer.confirmed))
+        missing = set(producer.confirmed) - {content.decode() for content in got}
+        assert not missing, sorted(missing)
+    finally:
+        cluster.stop()

@@ -26,6 +26,7 @@ from ..clock import Clock, SystemClock
 from ..config import BrokerConfig
 from ..core import Core, Turn
 from ..journal import Journal, NullJournal
+from .clock_watch import ClockWatch
 from .durable import DurableStore, StorageError
 from .keeper import StoreKeeper
 from .leadership import ReplicaAdmin
@@ -160,6 +161,7 @@ class BrokerServer:
         #: Whether the last turn left frames unread (its budget ran out).
         self._input_pending = False
         self._loop = LoopStats()
+        self._clock_watch = ClockWatch()
         self._reclaim_failing = False
         self.core.admin.stats.add_section("server", self.stats)
         if self.links is not None:
@@ -411,6 +413,7 @@ class BrokerServer:
                     self.security.reload(self.core)
                 if self.control is not None:
                     self._take_new_settings()
+                self._clock_watch.look()
                 self._turn(poller)
         finally:
             self._report_losses()
@@ -634,6 +637,8 @@ class BrokerServer:
             "backlog_bytes": sum(b.bytes for b in self._backlog.values()),
             "backlog_frames_dropped": loop.backlog_frames_dropped,
             "peers_unreadable": loop.peers_unreadable,
+            "wall_clock_steps": self._clock_watch.steps,
+            "last_wall_clock_step_s": round(self._clock_watch.last_step_s, 3),
         }
 
     def _report_losses(self) -> None:
