@@ -14,6 +14,7 @@ import zmq
 from test_bridges import Bridge, bound
 from test_pool import FAST, PoolProcess
 
+from phpmq import Client, ClientError
 from replicated_cluster import Producer, replicated_cluster
 
 pytestmark = [pytest.mark.xdist_group("replication"), pytest.mark.timeout(240)]
@@ -105,3 +106,44 @@ def test_a_push_out_bridge_goes_on_pushing_after_its_shards_leader_dies(tmp_path
         finally:
             bridge.stop()
             pull.close()
+
+
+def test_requests_are_answered_again_soon_after_their_shards_leader_dies(tmp_path: Path) -> None:
+    """A worker pool answers requests on a queue of shard b/0 (docs/client.md "Requests and
+    replies") through node a; node b, the home of b/0's leader, dies with kill -9. A request
+    in flight then may time out or be lost (its caller asks again); the requests after the
+    failover are answered, each with its own reply."""
+    with replicated_cluster(tmp_path) as cluster:
+        leaders = cluster.wait_for_leaders(at_home=True)
+        queue = cluster.queue_of("b/0")
+        pool = PoolProcess(
+            tmp_path,
+            _Entry(cluster.address("a"), cluster.log("b")),  # type: ignore[arg-type]
+            "answer",
+            "-q", queue, "-p", "2", *FAST,
+        )  # fmt: skip
+        try:
+            with Client(cluster.address("a"), confirm_timeout=2) as client:
+                for i in range(20):
+                    assert (
+                        client.request(queue, f"before-{i}", timeout=10) == f"BEFORE-{i}".encode()
+                    )
+                cluster.kill_node(leaders["b/0"].node)
+                killed_at = time.monotonic()
+                answered, failed = [], 0
+                while len(answered) < 20 and time.monotonic() < killed_at + 60:
+                    content = f"after-{len(answered)}"
+                    try:
+                        reply = client.request(queue, content, timeout=2)
+                    except ClientError:  # timed out, lost, or refused between leaders
+                        failed += 1
+                        continue
+                    assert reply == content.upper().encode()
+                    answered.append(time.monotonic() - killed_at)
+            assert len(answered) == 20, f"{len(answered)} answered in 60 s after the kill"
+            print(
+                f"the first request answered {answered[0]:.1f} s after the kill"
+                f" ({failed} asked again); 20 answered within {answered[-1]:.1f} s"
+            )
+        finally:
+            pool.stop()
