@@ -66,8 +66,8 @@ ROOM_CHECK_S = 0.1
 ROOM_WAIT_S = 1.0
 MIB = 1 << 20
 #: Membership (docs/cluster.md "Membership"): a replica that must not stand for election
-#: (a new one that has not heard its leader yet, or one leaving) waits this long instead;
-#: a leaving replica that has heard no leader this long has been removed from its group.
+#: (a new one without its leader's snapshot yet, or one leaving) waits this long instead;
+#: a leaving replica that has heard nothing from its group this long has been removed.
 NEVER_S = 10.0**9
 REMOVED_AFTER_S = 5.0
 #: A member counts as caught up within this many entries of the commit index; a change of
@@ -321,23 +321,24 @@ class ReplicaGroup:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.address = address
-        fresh = not (self.directory / RAFT_LOG_NAME).exists()
         #: The members the group should have (the cluster file's), and the ones this log
         #: started from. pysyncobj keeps a group's first members out of its log (they are
         #: what each replica is started with) and replays only the changes: a replica whose
         #: group changed since its log began must start from the members it last knew, or it
         #: would count a majority of the wrong group.
         self._wanted = frozenset(others)
-        known = None if fresh else _read_members(self.directory / MEMBERS_NAME)
+        known = _read_members(self.directory / MEMBERS_NAME)
         self.others = list(others) if known is None else known
-        if fresh and role == "joining" and candidates:
-            # It knows not its group's members yet: the snapshot its leader sends names
-            # them. Until then it takes its leader's connection from any node's replica.
+        #: A new replica of a running group stands for no election until it has its
+        #: leader's snapshot, which names the group's members (its own election would depose
+        #: the leader that is adding it). Until then it takes its leader's connection from
+        #: any node's replica, and writes down no members (it knows none yet).
+        self._waiting_for_leader = (
+            role == "joining" and known is None and not (self.directory / SNAPSHOT_NAME).exists()
+        )
+        if self._waiting_for_leader and candidates:
             self.others = sorted(set(candidates) - {address})
         self._members_written: frozenset[str] | None = None
-        #: Stands for no election until it has heard a leader (a new replica of a running
-        #: group: its own election would depose the leader that is adding it).
-        self._waiting_for_leader = role == "joining" and fresh
         self._leaving = role == "leaving"
         holding_back = self._waiting_for_leader or self._leaving
         _discard_cache(self.directory)
@@ -451,7 +452,7 @@ class ReplicaGroup:
             self._raft.transferLeadership(address)
         now = time.monotonic()
         members = frozenset(node.id for node in self._raft.otherNodes)
-        if members != self._members_written:
+        if members != self._members_written and not self._waiting_for_leader:
             _write_members(self.directory / MEMBERS_NAME, members)
             self._members_written = members
         self._group_seen = max(self._group_seen, self._raft.heard_group_at)
