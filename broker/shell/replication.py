@@ -516,10 +516,14 @@ class ReplicaGroup:
 
     def _has_snapshot(self) -> bool:
         """Whether a new member would get a snapshot, which names the group's members (the
-        log's first entries do not), before the log: once the log was compacted. If it was
-        not, it is compacted now (done on the Raft thread, by the next tick)."""
-        if (self.directory / SNAPSHOT_NAME).exists():
-            return True
+        log's first entries do not), before the log: once the log was compacted, the
+        snapshot written and the entries before it gone (a member added before that would
+        get the log from its first entry). If it was not, it is compacted now (on the Raft
+        thread, over the next ticks)."""
+        journal = self._raft.journals[0] if self._raft.journals else None
+        first = journal[0][1] if journal is not None and len(journal) else 0
+        if first > 1 and (self.directory / SNAPSHOT_NAME).exists():
+            return True  # written, and the log's entries before it deleted
         if not self._compaction_forced:
             log.info("replica %s: a snapshot first, for the new member to start from", self.address)
             self._compaction_forced = True
