@@ -21,7 +21,7 @@ try:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
-    from phpmq import Client
+    from phpmq import Client, NotTaken
 except ModuleNotFoundError as missing:
     skip_without_spark(missing)
 
@@ -113,7 +113,9 @@ def test_the_sink_writes_each_row_once_through_a_failover(
         write()  # the job again: its keys make the rows already queued count once
         contents: Counter[bytes] = Counter()
         with Client(cluster.address(entry)) as client:
-            client.subscribe(queue, 1_000)
+            # The shard's home replica may be the dead one: the client raises NotTaken after
+            # a second there, and goes on to the next replica when asked again.
+            wait_for(lambda: _subscribed(client, queue), "a live replica to subscribe at", 30)
             while (message := client.receive(timeout=5)) is not None:
                 contents[message.content] += 1
                 message.ack()
@@ -126,3 +128,11 @@ def _last_line(failure: BaseException) -> str:
     """The Python worker's own error, out of the JVM's report around it."""
     lines = [line for line in str(failure).splitlines() if line.startswith(("phpmq", "pipeline"))]
     return lines[-1].strip() if lines else str(failure)[-600:]
+
+
+def _subscribed(client: Client, queue: str) -> bool:
+    try:
+        client.subscribe(queue, 1_000)
+    except NotTaken:
+        return False
+    return True
