@@ -74,6 +74,8 @@ REMOVED_AFTER_S = 5.0
 #: membership that got no answer this long is given up (and tried again).
 CAUGHT_UP_ENTRIES = 100
 CHANGE_TIMEOUT_S = 10.0
+#: A refused change is tried again after this.
+CHANGE_RETRY_S = 1.0
 
 
 class NoRoom(Exception):
@@ -544,6 +546,8 @@ class ReplicaGroup:
 
     def _changed(self, kind: str, node: str, error: int) -> None:
         self._change_started = None
+        if error != FAIL_REASON.SUCCESS:  # (refused at once while a change is uncommitted)
+            self._change_started = time.monotonic() - CHANGE_TIMEOUT_S + CHANGE_RETRY_S
         if error == FAIL_REASON.SUCCESS:
             self.membership_changes += 1
             log.info(
