@@ -139,6 +139,11 @@ STEPPED_DOWN = 75
 #: A replica that left its group (docs/cluster.md "Membership") exits with this: its
 #: supervisor forgets it and deletes its store.
 LEFT = 76
+#: What a shard process runs, imported once by multiprocessing's fork server (started by the
+#: supervisor before any thread or ZeroMQ context exists): each shard, and each restart of
+#: one, is a fork of it instead of a new interpreter importing the broker again (about
+#: 0.3 s of CPU, and the time a restarted replica takes to come back).
+SHARD_MODULES = ["phpmq.broker.shell.server", "phpmq.broker.shell.replication"]
 
 
 def run_shard(
@@ -288,7 +293,8 @@ class ShardSupervisor:
         Raises ValueError for a bad --bind address, cluster file or node name."""
         self._grace = config.grace_seconds
         self._config = config
-        self._context = multiprocessing.get_context("spawn")
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(SHARD_MODULES)
         self._slots = [_Slot(shard, self._context.Queue()) for shard in shard_configs(config)]
         self._stopping = False
         self._on_ready = on_ready

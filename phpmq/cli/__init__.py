@@ -10,44 +10,56 @@ broker and the worker pool after their graceful stop). docs/cli.md lists every c
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Any
 
 import click
+from click.exceptions import NoSuchCommand
 
 from .. import __version__
-from . import (
-    bench,
-    bridge,
-    broker,
-    cluster,
-    dlq,
-    events,
-    keys,
-    messages,
-    pipeline,
-    queue,
-    requests,
-    schedule,
-    stats,
-    top,
-    web,
-    workers,
-)
 from .environment import warn_unknown_variables
 from .shared import EXIT_INTERRUPTED, usage_line
 
 __all__ = ["main"]
+
+#: Each command: the module of this package that defines it, and its name there. A command's
+#: module is imported only when the command runs (or help lists it): `phpmq broker`, which
+#: tests and supervisors start hundreds of times, loads no bridge, web or Spark code.
+COMMANDS = {
+    "broker": ("broker", "broker"),
+    "send": ("messages", "send"),
+    "consume": ("messages", "consume"),
+    "request": ("requests", "request"),
+    "publish": ("events", "publish"),
+    "subscribe": ("events", "subscribe"),
+    "bind": ("events", "bind"),
+    "unbind": ("events", "unbind"),
+    "rebind": ("events", "rebind"),
+    "stats": ("stats", "stats"),
+    "top": ("top", "top"),
+    "dlq": ("dlq", "dlq"),
+    "queue": ("queue", "queue"),
+    "cluster": ("cluster", "cluster"),
+    "schedule": ("schedule", "schedule"),
+    "bridge": ("bridge", "bridge"),
+    "workers": ("workers", "workers"),
+    "bench": ("bench", "bench"),
+    "pipeline": ("pipeline", "pipeline"),
+    "keys": ("keys", "keys"),
+    "web": ("web", "web"),
+}
 
 #: What click raises for a group called without a command (click 8.2 and later).
 NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class InterruptibleGroup(click.Group):
-    """Ctrl-C ends any command with status 130 and no traceback (click's own handling
-    prints "Aborted!" and exits 1, which a script cannot tell from a failure), and a usage
-    error is one line, `phpmq: ...`, exit 2 (click's own is three: Usage, Try, Error)."""
+    """The commands of COMMANDS, each imported when first asked for. Ctrl-C ends any command
+    with status 130 and no traceback (click's own handling prints "Aborted!" and exits 1,
+    which a script cannot tell from a failure), and a usage error is one line, `phpmq: ...`,
+    exit 2 (click's own is three: Usage, Try, Error)."""
 
     def main(self, *args: Any, **options: Any) -> Any:
         options["standalone_mode"] = False
@@ -63,6 +75,25 @@ class InterruptibleGroup(click.Group):
             click.echo("phpmq: aborted", err=True)
             sys.exit(1)
         sys.exit(status if isinstance(status, int) else 0)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        module = importlib.import_module(f"{__name__}.{where[0]}")
+        command: click.Command = getattr(module, where[1])
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except NoSuchCommand as exc:  # click suggests from the commands it holds: none yet
+            raise NoSuchCommand(exc.command_name, possibilities=list(COMMANDS), ctx=ctx) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         warn_unknown_variables(os.environ)
@@ -88,24 +119,3 @@ def main() -> None:
     """
 
 
-main.add_command(broker.broker)
-main.add_command(messages.send)
-main.add_command(messages.consume)
-main.add_command(requests.request)
-main.add_command(events.publish)
-main.add_command(events.subscribe)
-main.add_command(events.bind)
-main.add_command(events.unbind)
-main.add_command(events.rebind)
-main.add_command(stats.stats)
-main.add_command(top.top)
-main.add_command(dlq.dlq)
-main.add_command(queue.queue)
-main.add_command(cluster.cluster)
-main.add_command(schedule.schedule)
-main.add_command(bridge.bridge)
-main.add_command(workers.workers)
-main.add_command(bench.bench)
-main.add_command(pipeline.pipeline)
-main.add_command(keys.keys)
-main.add_command(web.web)
