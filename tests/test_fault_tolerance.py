@@ -39,8 +39,10 @@ pytestmark = pytest.mark.xdist_group("timing")
 
 PEER_SCRIPT = Path(__file__).resolve().parent / "peer_process.py"
 #: The liveness settings the tests' clients agree on with the broker.
-HEARTBEAT_MS = 100
-LIVENESS = 3
+#: A holder's heartbeats may lag a few hundred milliseconds when the suite's other workers
+#: load the 2 cores (at 100 ms x 3 the live holder was once given up before its kill).
+HEARTBEAT_MS = 250
+LIVENESS = 4
 #: Slack on top of interval x liveness + one interval, for a loaded 2-core CI box.
 TOLERANCE_S = 1.5
 #: How soon a dead peer's messages must be with someone else.

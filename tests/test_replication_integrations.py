@@ -17,7 +17,7 @@ from test_pool import FAST, PoolProcess
 from phpmq import Client, ClientError
 from replicated_cluster import Producer, replicated_cluster
 
-pytestmark = [pytest.mark.xdist_group("replication"), pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.xdist_group("replication-b"), pytest.mark.timeout(240)]
 
 
 class _Entry:

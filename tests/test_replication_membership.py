@@ -16,7 +16,7 @@ import pytest
 from harness import phpmq, wait_for
 from replicated_cluster import Producer, ReplicatedCluster, drain
 
-pytestmark = [pytest.mark.xdist_group("replication"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("replication-b"), pytest.mark.timeout(300)]
 
 
 class Load:

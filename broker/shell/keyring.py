@@ -5,7 +5,7 @@ that a malformed file stops the broker with the file and the line named.
 
 Allowed clients come from a directory (every `NAME.key` in it: the key's name is NAME) or a
 file with one `NAME PUBLIC-KEY` per line (a line starting with `#` is a comment). No crypto
-happens here: libzmq does it, and the ZAP handler (broker/transports/auth.py) asks this ring.
+happens here: libzmq does it, and the ZAP handler (broker/shell/transports/zap.py) asks this ring.
 """
 
 from __future__ import annotations

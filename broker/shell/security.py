@@ -7,7 +7,7 @@ endpoint open to the network without CURVE. The core only ever sees names and ri
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -16,7 +16,10 @@ from ..core import Core
 from ..guard import LINK_KEY_NAME
 from ..permissions import Permissions, PermissionsError, load_permissions
 from .keyring import KeyFileError, KeyPair, read_allowed, read_key_pair
-from .transports.auth import HandshakeWatch, KeyRingAuthenticator
+from .transports.auth import HandshakeWatch
+
+if TYPE_CHECKING:
+    from .transports.zap import KeyRingAuthenticator
 
 log = logging.getLogger("phpmq.broker")
 
@@ -67,6 +70,8 @@ class Security:
         """Start the ZAP handler: before the ROUTER binds, or libzmq would let anyone in."""
         if self.keys is None:
             return
+        from .transports.zap import KeyRingAuthenticator  # asyncio: only with CURVE
+
         self._authenticator = KeyRingAuthenticator(context, self._ring(self.allowed))
         self._authenticator.start()
 

@@ -10,7 +10,6 @@ broker and the worker pool after their graceful stop). docs/cli.md lists every c
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from typing import Any
@@ -83,7 +82,8 @@ class InterruptibleGroup(click.Group):
         where = COMMANDS.get(cmd_name)
         if where is None:
             return None
-        module = importlib.import_module(f"{__name__}.{where[0]}")
+        # the builtin, which `python -X importtime` reports (importlib.import_module is not)
+        module = __import__(f"{__name__}.{where[0]}", fromlist=[where[1]])
         command: click.Command = getattr(module, where[1])
         return command
 
