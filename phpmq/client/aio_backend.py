@@ -24,30 +24,14 @@ from .errors import ClientError
 log = logging.getLogger("phpmq.client")
 
 
-class NoLock:
-    """`AsyncClient._lock`: locks nothing. The blocking client's lock keeps its threads from
-    interleaving on the socket; the asyncio client's tasks may run many calls at once, and a
-    lock held while one of them waits for the broker would queue all the others. Blocks that
-    await nothing take it with a plain `with`, which costs less."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-def client_locks() -> tuple[NoLock, asyncio.Lock]:
-    """The client's `_lock` (a call's own, here none) and `_send_lock`: one sender at a time,
-    so the greeting goes first on a new socket and a reconnect gives up exactly the tags that
-    went out on the old one."""
-    return NoLock(), asyncio.Lock()
+def client_locks() -> tuple[contextlib.nullcontext[None], asyncio.Lock]:
+    """The client's `_lock` and `_send_lock`. `_lock` locks nothing: the blocking client's
+    lock keeps its threads from interleaving on the socket, but the asyncio client's tasks may
+    run many calls at once, and a lock held while one of them waits for the broker would queue
+    all the others (blocks that await nothing take it with a plain `with`, which costs less).
+    `_send_lock` lets one sender at a time, so the greeting goes first on a new socket and a
+    reconnect gives up exactly the tags that went out on the old one."""
+    return contextlib.nullcontext(), asyncio.Lock()
 
 
 def sending(send_lock: asyncio.Lock) -> bool:
