@@ -85,6 +85,22 @@ def test_admin_commands_about_a_queue_go_to_its_owner(three_shards: str) -> None
     assert_held_at_owners(three_shards, owned, ready=0)
 
 
+def test_a_schedule_with_a_queue_is_kept_by_the_queues_owner(three_shards: str) -> None:
+    queues = QUEUES[:9]
+    with Client(three_shards) as client:
+        for queue in queues:
+            client.schedule(f"every-{queue}", queue, b"tick", every=3600, nohaste=True)
+        owned = owners(client, queues)
+        assert {s["name"] for s in client.schedules()} == {f"every-{q}" for q in queues}
+        for index in range(3):
+            with Client(shard_address(three_shards, index)) as shard:
+                kept = shard.admin("schedule-list")["schedules"]
+            mine = {q for q, owner in owned.items() if owner == f"local/{index}"}
+            assert {s["queue"] for s in kept} == mine, f"shard {index}"
+        assert client.unschedule(f"every-{queues[0]}")
+        assert not client.unschedule(f"every-{queues[0]}")
+
+
 def test_one_receive_loop_gets_every_queue_once_and_acks_settle(three_shards: str) -> None:
     queues = QUEUES[:8]
     with Client(shard_address(three_shards, 1)) as producer:

@@ -48,10 +48,9 @@ class SyncSchedules:
         options = schedule_options(
             name, queue, content, event, every, cron, tz, nohaste, catch_up, ttl, headers
         )
-        owner = None
-        if queue is not None and self._routing is not None:  # type: ignore[attr-defined]
-            owner = self._link_for(queue)  # type: ignore[attr-defined]
-        return (owner or self).admin(cmd.SCHEDULE_ADD, **options)  # type: ignore[attr-defined]
+        # A schedule with a queue goes to its owning shard, as `admin` sends every command
+        # with a `queue` option.
+        return self.admin(cmd.SCHEDULE_ADD, **options)  # type: ignore[attr-defined]
 
     def unschedule(self, name: str) -> bool:
         """Remove the schedule `name`: it stops at once. False if there was none (on a
