@@ -15,6 +15,7 @@ from driven import Connect
 import phpmq.protocol as p
 from harness import BrokerProcess, configured_broker
 from phpmq.client import InvalidArgument, Unconfirmed
+from phpmq.client.batches import BATCH_MESSAGES, messages_per_frame
 from phpmq.client.connection import Connection
 
 
@@ -141,3 +142,10 @@ def test_publish_batches_pack_one_event_with_per_message_packets() -> None:
     ]
     with pytest.raises(InvalidArgument):
         connection.publish_batches("a.*", [b"x"])
+
+
+def test_confirmed_frames_hold_no_more_than_may_be_out_unconfirmed() -> None:
+    assert messages_per_frame(False, 3) == BATCH_MESSAGES
+    assert messages_per_frame(True, 3) == 3
+    assert messages_per_frame(True, 0) == 1
+    assert messages_per_frame(True, 10 * BATCH_MESSAGES) == BATCH_MESSAGES

@@ -117,7 +117,7 @@ class AsyncClient(
         )
         self._lock, self._send_lock = backend.client_locks()
         self._dealer = self._connect()
-        self._init_requests()
+        self._in_flight = backend.InFlight(self)  # requests (aio_requests.py)
         self._init_background()
 
     # ------------------------------------------------------------------ producing
@@ -172,10 +172,8 @@ class AsyncClient(
                 message_key=message_key,
             )
         connection = self._connection
-        if connection.refusals.sends:
-            self._tell_refused_sends()
-        if confirm and not connection.knows_limits:
-            await self._await_limits()
+        if confirm or connection.refusals.sends:  # inline: most sends need neither
+            await self._before_sends(confirm)
         tag = connection.next_tag() if confirm else None
         frame = connection.send(
             queue, content, ttl, headers, tag, key, delay_ms(delay), message_key
@@ -190,6 +188,14 @@ class AsyncClient(
                 return self._one_answer(answer)
             # Refused because the queue filled before the broker's PAUSE reached us: the
             # same send goes again once the pause is over (or Paused after send_timeout).
+
+    async def _before_sends(self, confirm: bool) -> None:
+        """Tell refusals of earlier sends first; before confirmed sends, learn the broker's
+        limits (a 413 answers no tag)."""
+        if self._connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not self._connection.knows_limits:
+            await self._await_limits()
 
     async def _wait_while_paused(self, queue: str | None) -> None:
         """Return once the broker has not paused sends to `queue` (None: to all; §6.4),
@@ -330,7 +336,8 @@ class AsyncClient(
             ClientError: the socket did not take them within `send_timeout`.
             BrokerRefused: the broker refused sends that asked for no answer.
         """
-        await self._flush_links()
+        for link in self._links():
+            await link.flush()
         async with self._lock:
             payload = self._connection.take_settles()
             if payload:
@@ -421,12 +428,12 @@ class AsyncClient(
         return self
 
     async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
-        if exc_type is None:
-            await self.close()
-            return
-        try:  # leaving with an error already: do not hide it behind a refusal
+        try:
             await self.close()
         except BrokerRefused as refused:
+            if exc_type is None:
+                raise
+            # Leaving with an error already: do not hide it behind a refusal.
             log.warning("closing %s: %s", self.address, refused)
 
     # ------------------------------------------------------------------ the socket

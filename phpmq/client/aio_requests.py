@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import aio_backend as backend
 from .connection import TRUSTED_PACKET_BYTES
 from .errors import RequestTimeout
 from .requests import Outcome, ReplyFormat, check_request, encode_request, result
@@ -22,10 +21,6 @@ SMALL_CONTENT = 64 * 1024
 
 class AsyncRequests:
     """Request/reply for the asyncio client. Every method is `AsyncClient`'s, with its lock."""
-
-    def _init_requests(self) -> None:
-        """Called once by `AsyncClient.__init__`."""
-        self._in_flight = backend.InFlight(self)
 
     @property
     def replies_dropped(self) -> int:

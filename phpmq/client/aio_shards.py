@@ -108,11 +108,7 @@ class AsyncShards:
         self._receive_turn = start = (getattr(self, "_receive_turn", -1) + 1) % len(clients)
         return clients[start:] + clients[:start]
 
-    # ------------------------------------------------------------------ flushing, closing
-
-    async def _flush_links(self) -> None:
-        for link in self._links():
-            await link.flush()
+    # ------------------------------------------------------------------ closing
 
     async def _close_links(self) -> BrokerRefused | None:
         """Close every link (each says goodbye); the first refusal they raise, if any."""

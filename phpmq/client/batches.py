@@ -32,6 +32,12 @@ _SURELY_SHORT_KEY = MAX_KEY_BYTES // 4
 Batch = tuple[bytes, int, list[int]]
 
 
+def messages_per_frame(confirm: bool, max_unconfirmed: int) -> int:
+    """How many messages send_many and publish_many pack into one frame: confirmed, no more
+    than may be out unconfirmed."""
+    return max(1, min(BATCH_MESSAGES, max_unconfirmed)) if confirm else BATCH_MESSAGES
+
+
 def check_key(key: str) -> None:
     """Raise InvalidArgument (422) for an idempotency key the broker would refuse."""
     if not key or len(key) > _SURELY_SHORT_KEY:

@@ -117,7 +117,7 @@ class Client(
         )
         self._lock, self._send_lock = backend.client_locks()
         self._dealer = self._connect()
-        self._init_requests()
+        self._in_flight = backend.InFlight(self)  # requests (sync_requests.py)
         self._init_background()
 
     # ------------------------------------------------------------------ producing
@@ -172,10 +172,8 @@ class Client(
                 message_key=message_key,
             )
         connection = self._connection
-        if connection.refusals.sends:
-            self._tell_refused_sends()
-        if confirm and not connection.knows_limits:
-            self._await_limits()
+        if confirm or connection.refusals.sends:  # inline: most sends need neither
+            self._before_sends(confirm)
         tag = connection.next_tag() if confirm else None
         frame = connection.send(
             queue, content, ttl, headers, tag, key, delay_ms(delay), message_key
@@ -190,6 +188,14 @@ class Client(
                 return self._one_answer(answer)
             # Refused because the queue filled before the broker's PAUSE reached us: the
             # same send goes again once the pause is over (or Paused after send_timeout).
+
+    def _before_sends(self, confirm: bool) -> None:
+        """Tell refusals of earlier sends first; before confirmed sends, learn the broker's
+        limits (a 413 answers no tag)."""
+        if self._connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not self._connection.knows_limits:
+            self._await_limits()
 
     def _wait_while_paused(self, queue: str | None) -> None:
         """Return once the broker has not paused sends to `queue` (None: to all; §6.4),
@@ -330,7 +336,8 @@ class Client(
             ClientError: the socket did not take them within `send_timeout`.
             BrokerRefused: the broker refused sends that asked for no answer.
         """
-        self._flush_links()
+        for link in self._links():
+            link.flush()
         with self._lock:
             payload = self._connection.take_settles()
             if payload:
@@ -421,12 +428,12 @@ class Client(
         return self
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        try:  # leaving with an error already: do not hide it behind a refusal
+        try:
             self.close()
         except BrokerRefused as refused:
+            if exc_type is None:
+                raise
+            # Leaving with an error already: do not hide it behind a refusal.
             log.warning("closing %s: %s", self.address, refused)
 
     # ------------------------------------------------------------------ the socket

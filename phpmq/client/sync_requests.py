@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import sync_backend as backend
 from .connection import TRUSTED_PACKET_BYTES
 from .errors import RequestTimeout
 from .requests import Outcome, ReplyFormat, check_request, encode_request, result
@@ -22,10 +21,6 @@ SMALL_CONTENT = 64 * 1024
 
 class SyncRequests:
     """Request/reply for the blocking client. Every method is `Client`'s, with its lock."""
-
-    def _init_requests(self) -> None:
-        """Called once by `Client.__init__`."""
-        self._in_flight = backend.InFlight(self)
 
     @property
     def replies_dropped(self) -> int:

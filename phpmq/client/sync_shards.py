@@ -108,11 +108,7 @@ class SyncShards:
         self._receive_turn = start = (getattr(self, "_receive_turn", -1) + 1) % len(clients)
         return clients[start:] + clients[:start]
 
-    # ------------------------------------------------------------------ flushing, closing
-
-    def _flush_links(self) -> None:
-        for link in self._links():
-            link.flush()
+    # ------------------------------------------------------------------ closing
 
     def _close_links(self) -> BrokerRefused | None:
         """Close every link (each says goodbye); the first refusal they raise, if any."""
