@@ -252,7 +252,17 @@ def test_routing_compares_shards_by_name_and_adopts_only_newer_epochs() -> None:
     routing.heard(cluster_options(2, ["local/0"]), from_home=False)  # older: ignored
     [move] = routing.take_moves()
     assert (move.queue, move.new.name, move.subscription.bind) == (moved, "local/2", ("order.*",))
+    again = {"window": 10, "bind": ("order.*",), "delete_when_unused": None}
+    assert move.subscribe_options() == again
     assert not routing.moves_due and routing.take_moves() == []
+
+
+def test_a_merged_receive_starts_one_connection_further_each_time() -> None:
+    routing: ShardRouting[str] = ShardRouting()
+    assert [routing.in_turn("home") for _ in range(2)] == [["home"], ["home"]]
+    routing.links.update({"local/1": "one", "local/2": "two"})
+    turns = [routing.in_turn("home") for _ in range(3)]
+    assert turns == [["one", "two", "home"], ["two", "home", "one"], ["home", "one", "two"]]
 
 
 def test_a_single_shard_map_routes_nothing() -> None:

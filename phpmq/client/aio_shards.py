@@ -73,14 +73,7 @@ class AsyncShards:
             except ClientError as exc:
                 log.warning("moving %r from shard %s: %s", move.queue, move.old, exc)
         new = self._client_at(move.new.name) or self._new_link(move.new)
-        subscription = move.subscription
-        await inspect.unwrap(type(new).subscribe)(
-            new,
-            move.queue,
-            subscription.window,
-            bind=subscription.bind,
-            delete_when_unused=subscription.delete_when_unused,
-        )
+        await inspect.unwrap(type(new).subscribe)(new, move.queue, **move.subscribe_options())
 
     # ------------------------------------------------------------------ receiving
 
@@ -91,7 +84,7 @@ class AsyncShards:
         while True:
             if self._shards.moves_due:
                 await self._move_subscriptions()
-            clients = self._clients_in_turn()
+            clients = self._shards.in_turn(self)
             for client in clients:
                 message = client._take_received()
                 if message is not None:
@@ -100,13 +93,6 @@ class AsyncShards:
             await backend.news_from_any(self, clients, wait)
             if wait is not None and wait <= 0:
                 return next((m for c in clients if (m := c._take_received())), None)
-
-    def _clients_in_turn(self) -> list[Any]:
-        """Home and links, starting one further on each call, so that a busy connection
-        does not keep the others' messages waiting."""
-        clients = [self, *self._links()]
-        self._receive_turn = start = (getattr(self, "_receive_turn", -1) + 1) % len(clients)
-        return clients[start:] + clients[:start]
 
     # ------------------------------------------------------------------ closing
 
