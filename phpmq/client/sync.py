@@ -91,29 +91,22 @@ class Client(
         `address`) and the background work (backend.Background). `follow_leader=False`: stay
         at `address` when it is a follower replica (docs/client.md "Replicated shards").
         `_routed_by` is internal: the routing client this one is a link of."""
-        self._link_settings: dict[str, Any] = dict(
+        settings: dict[str, Any] = dict(
             name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
             confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
             on_event=on_event, curve=curve, admin_secret=admin_secret,
         )  # fmt: skip
+        connection = Connection(
+            name=name,
+            role=role,
+            heartbeat_ms=heartbeat_ms,
+            liveness=liveness,
+            settle=self._settle,
+            message_type=ReceivedMessage,
+            admin_secret=admin_secret_from(admin_secret),
+        )
         super().__init__(
-            address,
-            Connection(
-                name=name,
-                role=role,
-                heartbeat_ms=heartbeat_ms,
-                liveness=liveness,
-                settle=self._settle,
-                message_type=ReceivedMessage,
-                admin_secret=admin_secret_from(admin_secret),
-            ),
-            send_timeout=send_timeout,
-            close_timeout=close_timeout,
-            confirm_timeout=confirm_timeout,
-            on_event=on_event,
-            routed_by=_routed_by,
-            curve=curve,
-            follow_leader=follow_leader,
+            address, connection, settings, routed_by=_routed_by, follow_leader=follow_leader
         )
         self._lock, self._send_lock = backend.client_locks()
         self._dealer = self._connect()
