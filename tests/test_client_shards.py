@@ -265,6 +265,17 @@ def test_a_merged_receive_starts_one_connection_further_each_time() -> None:
     assert turns == [["one", "two", "home"], ["two", "home", "one"], ["home", "one", "two"]]
 
 
+def test_a_live_feeds_name_is_one_the_home_shard_owns() -> None:
+    routing: ShardRouting[object] = ShardRouting()
+    names = iter(QUEUES)
+    assert routing.home_name(lambda: next(names)) == QUEUES[0]  # not sharded: the first
+    home = "local/1" if ClusterMap_owner(2, QUEUES[0]) == "local/0" else "local/0"
+    routing.heard(cluster_options(1, ["local/0", "local/1"], home=home), from_home=True)
+    first_at_home = next(q for q in QUEUES if routing.shard_of(q) == home)
+    names = iter(QUEUES)
+    assert routing.home_name(lambda: next(names)) == first_at_home != QUEUES[0]
+
+
 def test_a_single_shard_map_routes_nothing() -> None:
     routing: ShardRouting[object] = ShardRouting()
     routing.heard(cluster_options(1, ["local/0"], home="local/0"), from_home=True)

@@ -70,7 +70,8 @@ class AsyncTopics:
         Returns its name; read it with `receive` or `consume(name, window)`."""
         if not patterns:
             raise no_patterns()
-        queue = await self._home_queue_name(live_queue_name)  # type: ignore[attr-defined]
+        shards = await self._decided_routing()  # type: ignore[attr-defined]
+        queue = live_queue_name() if shards is None else shards.home_name(live_queue_name)
         await self.subscribe(queue, window, bind=patterns, delete_when_unused=0)
         return queue
 

@@ -303,13 +303,6 @@ class Driver:
         return Paused(error, waited, ids=[None], detail=detail)
 
     @staticmethod
-    def _partly_sent(paused: Paused, sent: int) -> Paused:
-        """A Paused from a fire-and-forget send_many, with how many went out before it."""
-        return Paused(
-            paused.error, paused.waited, sent=sent, detail=f"; {sent} messages sent before it"
-        )
-
-    @staticmethod
     def _with_page(whole: dict[str, Any] | None, page: dict[str, Any], key: str) -> dict[str, Any]:
         """A paged admin answer (docs/protocol.md §9) with the entries of one more page (a
         list, or for `stats` a dict of queues) under `key`."""

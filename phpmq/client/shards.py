@@ -113,6 +113,14 @@ class ShardRouting(Generic[Link]):
         owner = self.owner(queue)
         return None if owner is None else owner.name
 
+    def home_name(self, make_name: Callable[[], str]) -> str:
+        """A name from `make_name` for a queue the home shard owns (a live feed's, so that
+        the publishes of its client reach it; docs/client.md "Sharded brokers")."""
+        name = make_name()
+        while self.elsewhere(name) is not None:
+            name = make_name()
+        return name
+
     def others(self) -> list[Shard]:
         """Every shard of the map but the home one."""
         if not self.sharded:

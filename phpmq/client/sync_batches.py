@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .batches import HeadersItem, MessageKeyItem, messages_per_frame
+from .batches import HeadersItem, MessageKeyItem, messages_per_frame, partly_sent
 from .confirms import ConfirmedSends
-from .errors import ClientError, InvalidArgument, PartialSend, Paused
+from .errors import ClientError, InvalidArgument, Paused
 from .shards import to_owner
 
 
@@ -116,10 +116,8 @@ class SyncBatchSends:
                 sent += count
         except InvalidArgument:
             raise
-        except Paused as exc:
-            raise self._partly_sent(exc, sent) from None
         except ClientError as exc:
-            raise PartialSend(str(exc), sent) from None
+            raise partly_sent(exc, sent) from None
         return sent
 
     def _send_confirmed(

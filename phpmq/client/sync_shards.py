@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from . import sync_backend as backend
@@ -44,15 +43,6 @@ class SyncShards:
             self._await_limits()
             self._routing_waited_for()
         return self._routing
-
-    def _home_queue_name(self, make_name: Callable[[], str]) -> str:
-        """A name from `make_name` for a queue the home shard owns (a live feed's, so that
-        the publishes of this client reach it; docs/client.md "Sharded brokers")."""
-        shards = self._decided_routing()
-        name = make_name()
-        while shards is not None and shards.elsewhere(name) is not None:
-            name = make_name()
-        return name
 
     def _window_at_owner(self, queue: str) -> int | None:
         """The window last asked for on `queue`, at the connection consuming it."""
