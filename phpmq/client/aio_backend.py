@@ -17,8 +17,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from .curve import Curve
-from .dealer import dealer_socket
+from . import dealer
 from .errors import ClientError
 
 log = logging.getLogger("phpmq.client")
@@ -40,14 +39,11 @@ def sending(send_lock: asyncio.Lock) -> bool:
     return send_lock.locked()
 
 
-class Dealer:
-    """The asyncio client's socket: a `zmq.asyncio` DEALER set up as dealer.py's."""
+class Dealer(dealer.Dealer):
+    """The asyncio client's socket: dealer.py's, made by zmq.asyncio (its sends and receives
+    are awaited; `poll` and `frames` are only for the blocking client's)."""
 
-    def __init__(self, address: str, send_timeout: float, curve: Curve | None = None) -> None:
-        """Raises ClientError if ZeroMQ cannot use `address`."""
-        self.socket: zmq.asyncio.Socket = dealer_socket(
-            zmq.asyncio.Context.instance(), address, send_timeout, curve
-        )
+    context = zmq.asyncio.Context
 
     def try_send(self, frame: bytes) -> bool:
         """Hand `frame` to the socket without waiting: False if it is not ready."""
@@ -56,10 +52,6 @@ class Dealer:
             sent.cancel()
             return False
         return sent.exception() is None  # zmq.Again: the socket is not ready
-
-    def close(self, linger_s: float) -> None:
-        """Close; frames handed over may still leave for `linger_s` seconds."""
-        self.socket.close(linger=int(linger_s * 1000))
 
 
 class Background:
