@@ -15,7 +15,6 @@ from typing import Any
 from . import aio_backend as backend
 from .errors import BrokerRefused, ClientError
 from .message import AsyncReceivedMessage
-from .shards import Move
 
 log = logging.getLogger("phpmq.client")
 
@@ -53,17 +52,14 @@ class AsyncShards:
         """A newer map moved some consumed queues: cancel each at its old owner and consume
         it at the new one."""
         for move in self._shards.take_moves():
-            await self._move(move)
-
-    async def _move(self, move: Move) -> None:
-        old = self._client_at(move.old)
-        if old is not None:
-            try:
-                await inspect.unwrap(type(old).cancel)(old, move.queue)
-            except ClientError as exc:
-                log.warning("moving %r from shard %s: %s", move.queue, move.old, exc)
-        new = self._client_at(move.new.name) or self._new_link(move.new)
-        await inspect.unwrap(type(new).subscribe)(new, move.queue, **move.subscribe_options())
+            old = self._client_at(move.old)
+            if old is not None:
+                try:
+                    await inspect.unwrap(type(old).cancel)(old, move.queue)
+                except ClientError as exc:
+                    log.warning("moving %r from shard %s: %s", move.queue, move.old, exc)
+            new = self._client_at(move.new.name) or self._new_link(move.new)
+            await inspect.unwrap(type(new).subscribe)(new, move.queue, **move.subscribe_options())
 
     # ------------------------------------------------------------------ receiving
 
