@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from ..protocol import Error
-from . import aio_admin, aio_batches, aio_requests, aio_schedules, aio_shards, aio_topics
+from . import aio_admin, aio_batches, aio_requests, aio_shards, aio_topics
 from . import aio_backend as backend
 from .connection import Connection
 from .curve import Curve, admin_secret_from
@@ -57,7 +57,6 @@ log = logging.getLogger("phpmq.client")
 class AsyncClient(
     aio_requests.AsyncRequests,
     aio_topics.AsyncTopics,
-    aio_schedules.AsyncSchedules,
     aio_batches.AsyncBatchSends,
     aio_shards.AsyncShards,
     aio_admin.AsyncAdmin,

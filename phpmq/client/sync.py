@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from ..protocol import Error
-from . import sync_admin, sync_batches, sync_requests, sync_schedules, sync_shards, sync_topics
+from . import sync_admin, sync_batches, sync_requests, sync_shards, sync_topics
 from . import sync_backend as backend
 from .connection import Connection
 from .curve import Curve, admin_secret_from
@@ -57,7 +57,6 @@ log = logging.getLogger("phpmq.client")
 class Client(
     sync_requests.SyncRequests,
     sync_topics.SyncTopics,
-    sync_schedules.SyncSchedules,
     sync_batches.SyncBatchSends,
     sync_shards.SyncShards,
     sync_admin.SyncAdmin,
