@@ -60,13 +60,10 @@ class AsyncAdmin:
         """A command whose answer lists its entries under `key` a page at a time (`stats`:
         `queues`; `leases`; `schedule-list`: `schedules`): every page asked for in turn, their
         entries in one answer (the other figures are the first page's)."""
-        whole = None
-        offset: int | None = 0
-        while offset is not None:
-            page = await self.admin(command, timeout, **options, offset=offset)
+        whole = await self.admin(command, timeout, **options, offset=0)
+        while whole.get("next_offset") is not None:
+            page = await self.admin(command, timeout, **options, offset=whole["next_offset"])
             whole = self._with_page(whole, page, key)
-            offset = page.get("next_offset")
-        assert whole is not None
         return whole
 
     async def stats(self, timeout: float = 5.0) -> dict[str, Any]:

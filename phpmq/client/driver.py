@@ -303,11 +303,9 @@ class Driver:
         return Paused(error, waited, ids=[None], detail=detail)
 
     @staticmethod
-    def _with_page(whole: dict[str, Any] | None, page: dict[str, Any], key: str) -> dict[str, Any]:
+    def _with_page(whole: dict[str, Any], page: dict[str, Any], key: str) -> dict[str, Any]:
         """A paged admin answer (docs/protocol.md §9) with the entries of one more page (a
-        list, or for `stats` a dict of queues) under `key`."""
-        if whole is None:
-            return page
+        list, or for `stats` a dict of queues) under `key`, and that page's `next_offset`."""
         entries = whole[key]
         if isinstance(entries, dict):
             entries.update(page[key])
