@@ -14,7 +14,8 @@ from driven import Connect
 
 import phpmq.protocol as p
 from harness import BrokerProcess, configured_broker
-from phpmq.client import InvalidArgument, Unconfirmed
+from phpmq.client import ClientError, InvalidArgument, PartialSend, Paused, Unconfirmed
+from phpmq.client.batches import BATCH_MESSAGES, messages_per_frame, partly_sent
 from phpmq.client.connection import Connection
 
 
@@ -141,3 +142,19 @@ def test_publish_batches_pack_one_event_with_per_message_packets() -> None:
     ]
     with pytest.raises(InvalidArgument):
         connection.publish_batches("a.*", [b"x"])
+
+
+def test_confirmed_frames_hold_no_more_than_may_be_out_unconfirmed() -> None:
+    assert messages_per_frame(False, 3) == BATCH_MESSAGES
+    assert messages_per_frame(True, 3) == 3
+    assert messages_per_frame(True, 0) == 1
+    assert messages_per_frame(True, 10 * BATCH_MESSAGES) == BATCH_MESSAGES
+
+
+def test_a_send_many_stopped_part_way_says_how_many_went() -> None:
+    untaken = partly_sent(ClientError("not taken"), 7)
+    assert type(untaken) is PartialSend and untaken.sent == 7
+    pause = p.Error(429, "nearly full", queue="q")
+    paused = partly_sent(Paused(pause, 1.5), 7)
+    assert isinstance(paused, Paused) and paused.sent == 7 and paused.error is pause
+    assert "7 messages sent before it" in str(paused)

@@ -12,7 +12,13 @@ import pytest
 from phpmq import protocol as p
 from phpmq.client import BrokerRefused, ClientError, InvalidArgument, ReplyError, RequestLost
 from phpmq.client.connection import Connection
-from phpmq.client.requests import Lost, check_request, encode_request, result
+from phpmq.client.requests import (
+    SMALL_REQUEST_BYTES,
+    Lost,
+    check_request,
+    encode_request,
+    result,
+)
 
 
 def reply(correlation: str | None, content: bytes = b"ok", **error: object) -> bytes:
@@ -99,6 +105,22 @@ def test_a_bad_request_is_refused_before_sending(queue: str, content: bytes, cod
     with pytest.raises(InvalidArgument) as refused:
         encode_request(queue, content, 1, None, "raw", 1, "1", 10)
     assert refused.value.code == code
+
+
+def test_a_connections_request_is_awaited_unless_the_broker_limit_refuses_it() -> None:
+    connection = Connection()
+    connection.start(0.0)
+    assert not connection.limits_wanted(b"x" * SMALL_REQUEST_BYTES)
+    assert connection.limits_wanted(b"x" * (SMALL_REQUEST_BYTES + 1))
+    connection.receive(p.encode(p.Hello({"max_content_bytes": 10})), 1.0)
+    assert not connection.limits_wanted(b"x" * (SMALL_REQUEST_BYTES + 1))
+    tag, correlation, frame = connection.request("rpc", b"hi", 1, None, "raw")
+    [send], _ = p.decode_frame(frame)
+    assert (send.tag, send.correlation) == (tag, correlation)
+    assert len(connection.requests) == 1
+    with pytest.raises(InvalidArgument) as refused:
+        connection.request("rpc", b"x" * 11, 1, None, "raw")
+    assert refused.value.code == 413 and len(connection.requests) == 1
 
 
 @pytest.mark.parametrize(("timeout", "reply_format"), [(0, "raw"), (-1, "raw"), (1, "xml")])

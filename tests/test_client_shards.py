@@ -85,6 +85,22 @@ def test_admin_commands_about_a_queue_go_to_its_owner(three_shards: str) -> None
     assert_held_at_owners(three_shards, owned, ready=0)
 
 
+def test_a_schedule_with_a_queue_is_kept_by_the_queues_owner(three_shards: str) -> None:
+    queues = QUEUES[:9]
+    with Client(three_shards) as client:
+        for queue in queues:
+            client.schedule(f"every-{queue}", queue, b"tick", every=3600, nohaste=True)
+        owned = owners(client, queues)
+        assert {s["name"] for s in client.schedules()} == {f"every-{q}" for q in queues}
+        for index in range(3):
+            with Client(shard_address(three_shards, index)) as shard:
+                kept = shard.admin("schedule-list")["schedules"]
+            mine = {q for q, owner in owned.items() if owner == f"local/{index}"}
+            assert {s["queue"] for s in kept} == mine, f"shard {index}"
+        assert client.unschedule(f"every-{queues[0]}")
+        assert not client.unschedule(f"every-{queues[0]}")
+
+
 def test_one_receive_loop_gets_every_queue_once_and_acks_settle(three_shards: str) -> None:
     queues = QUEUES[:8]
     with Client(shard_address(three_shards, 1)) as producer:
@@ -236,7 +252,28 @@ def test_routing_compares_shards_by_name_and_adopts_only_newer_epochs() -> None:
     routing.heard(cluster_options(2, ["local/0"]), from_home=False)  # older: ignored
     [move] = routing.take_moves()
     assert (move.queue, move.new.name, move.subscription.bind) == (moved, "local/2", ("order.*",))
+    again = {"window": 10, "bind": ("order.*",), "delete_when_unused": None}
+    assert move.subscribe_options() == again
     assert not routing.moves_due and routing.take_moves() == []
+
+
+def test_a_merged_receive_starts_one_connection_further_each_time() -> None:
+    routing: ShardRouting[str] = ShardRouting()
+    assert [routing.in_turn("home") for _ in range(2)] == [["home"], ["home"]]
+    routing.links.update({"local/1": "one", "local/2": "two"})
+    turns = [routing.in_turn("home") for _ in range(3)]
+    assert turns == [["one", "two", "home"], ["two", "home", "one"], ["home", "one", "two"]]
+
+
+def test_a_live_feeds_name_is_one_the_home_shard_owns() -> None:
+    routing: ShardRouting[object] = ShardRouting()
+    names = iter(QUEUES)
+    assert routing.home_name(lambda: next(names)) == QUEUES[0]  # not sharded: the first
+    home = "local/1" if ClusterMap_owner(2, QUEUES[0]) == "local/0" else "local/0"
+    routing.heard(cluster_options(1, ["local/0", "local/1"], home=home), from_home=True)
+    first_at_home = next(q for q in QUEUES if routing.shard_of(q) == home)
+    names = iter(QUEUES)
+    assert routing.home_name(lambda: next(names)) == first_at_home != QUEUES[0]
 
 
 def test_a_single_shard_map_routes_nothing() -> None:

@@ -25,7 +25,6 @@ PAIRS = {
     "aio_admin.py": "sync_admin.py",
     "aio_batches.py": "sync_batches.py",
     "aio_requests.py": "sync_requests.py",
-    "aio_schedules.py": "sync_schedules.py",
     "aio_shards.py": "sync_shards.py",
     "aio_topics.py": "sync_topics.py",
 }

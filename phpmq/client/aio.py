@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from ..protocol import Error
-from . import aio_admin, aio_batches, aio_requests, aio_schedules, aio_shards, aio_topics
+from . import aio_admin, aio_batches, aio_requests, aio_shards, aio_topics
 from . import aio_backend as backend
 from .connection import Connection
 from .curve import Curve, admin_secret_from
@@ -57,7 +57,6 @@ log = logging.getLogger("phpmq.client")
 class AsyncClient(
     aio_requests.AsyncRequests,
     aio_topics.AsyncTopics,
-    aio_schedules.AsyncSchedules,
     aio_batches.AsyncBatchSends,
     aio_shards.AsyncShards,
     aio_admin.AsyncAdmin,
@@ -91,33 +90,26 @@ class AsyncClient(
         `address`) and the background work (backend.Background). `follow_leader=False`: stay
         at `address` when it is a follower replica (docs/client.md "Replicated shards").
         `_routed_by` is internal: the routing client this one is a link of."""
-        self._link_settings: dict[str, Any] = dict(
+        settings: dict[str, Any] = dict(
             name=name, role=role, send_timeout=send_timeout, close_timeout=close_timeout,
             confirm_timeout=confirm_timeout, heartbeat_ms=heartbeat_ms, liveness=liveness,
             on_event=on_event, curve=curve, admin_secret=admin_secret,
         )  # fmt: skip
+        connection = Connection(
+            name=name,
+            role=role,
+            heartbeat_ms=heartbeat_ms,
+            liveness=liveness,
+            settle=self._settle,
+            message_type=AsyncReceivedMessage,
+            admin_secret=admin_secret_from(admin_secret),
+        )
         super().__init__(
-            address,
-            Connection(
-                name=name,
-                role=role,
-                heartbeat_ms=heartbeat_ms,
-                liveness=liveness,
-                settle=self._settle,
-                message_type=AsyncReceivedMessage,
-                admin_secret=admin_secret_from(admin_secret),
-            ),
-            send_timeout=send_timeout,
-            close_timeout=close_timeout,
-            confirm_timeout=confirm_timeout,
-            on_event=on_event,
-            routed_by=_routed_by,
-            curve=curve,
-            follow_leader=follow_leader,
+            address, connection, settings, routed_by=_routed_by, follow_leader=follow_leader
         )
         self._lock, self._send_lock = backend.client_locks()
         self._dealer = self._connect()
-        self._init_requests()
+        self._in_flight = backend.InFlight(self)  # requests (aio_requests.py)
         self._init_background()
 
     # ------------------------------------------------------------------ producing
@@ -172,10 +164,8 @@ class AsyncClient(
                 message_key=message_key,
             )
         connection = self._connection
-        if connection.refusals.sends:
-            self._tell_refused_sends()
-        if confirm and not connection.knows_limits:
-            await self._await_limits()
+        if confirm or connection.refusals.sends:  # inline: most sends need neither
+            await self._before_sends(confirm)
         tag = connection.next_tag() if confirm else None
         frame = connection.send(
             queue, content, ttl, headers, tag, key, delay_ms(delay), message_key
@@ -190,6 +180,14 @@ class AsyncClient(
                 return self._one_answer(answer)
             # Refused because the queue filled before the broker's PAUSE reached us: the
             # same send goes again once the pause is over (or Paused after send_timeout).
+
+    async def _before_sends(self, confirm: bool) -> None:
+        """Tell refusals of earlier sends first; before confirmed sends, learn the broker's
+        limits (a 413 answers no tag)."""
+        if self._connection.refusals.sends:
+            self._tell_refused_sends()
+        if confirm and not self._connection.knows_limits:
+            await self._await_limits()
 
     async def _wait_while_paused(self, queue: str | None) -> None:
         """Return once the broker has not paused sends to `queue` (None: to all; §6.4),
@@ -330,7 +328,8 @@ class AsyncClient(
             ClientError: the socket did not take them within `send_timeout`.
             BrokerRefused: the broker refused sends that asked for no answer.
         """
-        await self._flush_links()
+        for link in self._links():
+            await link.flush()
         async with self._lock:
             payload = self._connection.take_settles()
             if payload:
@@ -421,12 +420,12 @@ class AsyncClient(
         return self
 
     async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
-        if exc_type is None:
-            await self.close()
-            return
-        try:  # leaving with an error already: do not hide it behind a refusal
+        try:
             await self.close()
         except BrokerRefused as refused:
+            if exc_type is None:
+                raise
+            # Leaving with an error already: do not hide it behind a refusal.
             log.warning("closing %s: %s", self.address, refused)
 
     # ------------------------------------------------------------------ the socket

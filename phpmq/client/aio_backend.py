@@ -17,37 +17,20 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from .curve import Curve
-from .dealer import dealer_socket
+from . import dealer
 from .errors import ClientError
 
 log = logging.getLogger("phpmq.client")
 
 
-class NoLock:
-    """`AsyncClient._lock`: locks nothing. The blocking client's lock keeps its threads from
-    interleaving on the socket; the asyncio client's tasks may run many calls at once, and a
-    lock held while one of them waits for the broker would queue all the others. Blocks that
-    await nothing take it with a plain `with`, which costs less."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-def client_locks() -> tuple[NoLock, asyncio.Lock]:
-    """The client's `_lock` (a call's own, here none) and `_send_lock`: one sender at a time,
-    so the greeting goes first on a new socket and a reconnect gives up exactly the tags that
-    went out on the old one."""
-    return NoLock(), asyncio.Lock()
+def client_locks() -> tuple[contextlib.nullcontext[None], asyncio.Lock]:
+    """The client's `_lock` and `_send_lock`. `_lock` locks nothing: the blocking client's
+    lock keeps its threads from interleaving on the socket, but the asyncio client's tasks may
+    run many calls at once, and a lock held while one of them waits for the broker would queue
+    all the others (blocks that await nothing take it with a plain `with`, which costs less).
+    `_send_lock` lets one sender at a time, so the greeting goes first on a new socket and a
+    reconnect gives up exactly the tags that went out on the old one."""
+    return contextlib.nullcontext(), asyncio.Lock()
 
 
 def sending(send_lock: asyncio.Lock) -> bool:
@@ -56,14 +39,11 @@ def sending(send_lock: asyncio.Lock) -> bool:
     return send_lock.locked()
 
 
-class Dealer:
-    """The asyncio client's socket: a `zmq.asyncio` DEALER set up as dealer.py's."""
+class Dealer(dealer.Dealer):
+    """The asyncio client's socket: dealer.py's, made by zmq.asyncio (its sends and receives
+    are awaited; `poll` and `frames` are only for the blocking client's)."""
 
-    def __init__(self, address: str, send_timeout: float, curve: Curve | None = None) -> None:
-        """Raises ClientError if ZeroMQ cannot use `address`."""
-        self.socket: zmq.asyncio.Socket = dealer_socket(
-            zmq.asyncio.Context.instance(), address, send_timeout, curve
-        )
+    context = zmq.asyncio.Context
 
     def try_send(self, frame: bytes) -> bool:
         """Hand `frame` to the socket without waiting: False if it is not ready."""
@@ -72,10 +52,6 @@ class Dealer:
             sent.cancel()
             return False
         return sent.exception() is None  # zmq.Again: the socket is not ready
-
-    def close(self, linger_s: float) -> None:
-        """Close; frames handed over may still leave for `linger_s` seconds."""
-        self.socket.close(linger=int(linger_s * 1000))
 
 
 class Background:
@@ -159,12 +135,15 @@ class InFlight:
     """`AsyncClient`'s requests in flight. Each waits on its own future, which the connection's
     `notify` resolves when that request's outcome came: a reply wakes its one requester, not
     every task that waits, so many requests may be in flight at once. Requests made in the same
-    turn of the event loop leave in one frame (`_Batch`): one socket send, one broker turn."""
+    turn of the event loop leave in one frame: one socket send, one broker turn."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
         self._waiters: dict[str, asyncio.Future[None]] = {}
-        self._batch: _Batch | None = None
+        #: The (frame, tag) of each request of this turn of the loop, sent by the first of
+        #: them, and done once they went out (or with the exception that kept them from it).
+        self._batch: list[tuple[bytes, int]] | None = None
+        self._batch_sent: asyncio.Future[None] | None = None
         client._connection.requests.notify = self._outcome_came
 
     def expect(self, correlation: str) -> None:
@@ -185,43 +164,29 @@ class InFlight:
     async def send(self, frame: bytes, tag: int) -> None:
         """Hand the request's `frame` to the socket together with those of the other
         requests made in this turn of the loop: the first of them sends them all."""
-        batch = self._batch
-        if batch is not None:
-            batch.frames.append(frame)
-            batch.tags.append(tag)
-            await asyncio.shield(batch.sent)
+        if self._batch is not None:
+            self._batch.append((frame, tag))
+            await asyncio.shield(self._batch_sent)  # type: ignore[arg-type]
             return
-        batch = self._batch = _Batch(asyncio.get_running_loop().create_future())
-        batch.frames.append(frame)
-        batch.tags.append(tag)
+        batch = self._batch = [(frame, tag)]
+        sent = self._batch_sent = asyncio.get_running_loop().create_future()
         try:
             await asyncio.sleep(0)  # the other requests of this turn join the batch
             self._batch = None
-            await self._client._send_frame(b"".join(batch.frames), len(batch.tags), batch.tags)
+            frames, tags = zip(*batch, strict=True)
+            await self._client._send_frame(b"".join(frames), len(tags), tags)
         except BaseException as exc:
             if self._batch is batch:
                 self._batch = None
-            if len(batch.tags) > 1:  # the others are told; this one raises it itself
-                batch.sent.set_exception(exc if isinstance(exc, Exception) else _not_sent())
+            if len(batch) > 1:  # the others are told; this one raises it itself
+                sent.set_exception(exc if isinstance(exc, Exception) else _not_sent())
             raise
-        batch.sent.set_result(None)
+        sent.set_result(None)
 
     def _outcome_came(self, correlation: str) -> None:
         waiter = self._waiters.get(correlation)
         if waiter is not None:
             _wake(waiter)
-
-
-class _Batch:
-    """The requests of one turn of the event loop, sent as one frame by the first of them."""
-
-    __slots__ = ("frames", "sent", "tags")
-
-    def __init__(self, sent: asyncio.Future[None]) -> None:
-        self.frames: list[bytes] = []
-        self.tags: list[int] = []
-        #: Done once the frame went out (or with the exception that kept it from going).
-        self.sent = sent
 
 
 def _not_sent() -> ClientError:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .batches import BATCH_MESSAGES, HeadersItem, MessageKeyItem
+from .batches import HeadersItem, MessageKeyItem, messages_per_frame, partly_sent
 from .confirms import ConfirmedSends
-from .errors import ClientError, InvalidArgument, PartialSend, Paused
+from .errors import ClientError, InvalidArgument, Paused
 from .shards import to_owner_async
 
 
@@ -57,10 +57,10 @@ class AsyncBatchSends:
                 `send_timeout`; also a PartialSend (`sent`) and, confirmed, an Unconfirmed
                 (`ids`, `errors`), as above.
         """
-        await self._before_batches(confirm)
+        await self._before_sends(confirm)
         batches = self._connection.send_batches(
             queue, contents, ttl, keys, confirm=confirm, headers=headers,
-            message_keys=message_keys, batch_messages=_batch_messages(confirm, max_unconfirmed),
+            message_keys=message_keys, batch_messages=messages_per_frame(confirm, max_unconfirmed),
         )  # fmt: skip
         if confirm:
             sends = ConfirmedSends(max_unconfirmed, on_confirm)
@@ -93,25 +93,17 @@ class AsyncBatchSends:
             PartialSend: (no confirm) a frame was not taken; `sent` went before it.
             Paused: sends were paused and no RESUME came within `send_timeout`.
         """
-        await self._before_batches(confirm)
+        await self._before_sends(confirm)
         connection = self._connection
         batches = connection.publish_batches(
             event, contents, ttl, keys, confirm=confirm, headers=headers,
-            message_keys=message_keys, batch_messages=_batch_messages(confirm, max_unconfirmed),
+            message_keys=message_keys, batch_messages=messages_per_frame(confirm, max_unconfirmed),
         )  # fmt: skip
         if not confirm:
             return await self._send_unconfirmed(None, batches)
         sends = ConfirmedSends(max_unconfirmed, count_of=connection.publish_count)
         await self._send_confirmed(None, batches, sends)
         return sends.counts
-
-    async def _before_batches(self, confirm: bool) -> None:
-        """Tell refusals of earlier sends first; before confirmed sends, learn the broker's
-        limits (a 413 answers no tag)."""
-        if self._connection.refusals.sends:
-            self._tell_refused_sends()
-        if confirm and not self._connection.knows_limits:
-            await self._await_limits()
 
     async def _send_unconfirmed(
         self, queue: str | None, batches: Iterable[tuple[bytes, int, list[int]]]
@@ -124,10 +116,8 @@ class AsyncBatchSends:
                 sent += count
         except InvalidArgument:
             raise
-        except Paused as exc:
-            raise self._partly_sent(exc, sent) from None
         except ClientError as exc:
-            raise PartialSend(str(exc), sent) from None
+            raise partly_sent(exc, sent) from None
         return sent
 
     async def _send_confirmed(
@@ -174,8 +164,3 @@ class AsyncBatchSends:
         frame, count, tags = sends.resends()
         await self._send_frame(frame, count, tags)
         sends.resent(frame)
-
-
-def _batch_messages(confirm: bool, max_unconfirmed: int) -> int:
-    """Messages per frame: confirmed, no more than may be out unconfirmed."""
-    return max(1, min(BATCH_MESSAGES, max_unconfirmed)) if confirm else BATCH_MESSAGES

@@ -10,22 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import aio_backend as backend
-from .connection import TRUSTED_PACKET_BYTES
 from .errors import RequestTimeout
-from .requests import Outcome, ReplyFormat, check_request, encode_request, result
+from .requests import Outcome, ReplyFormat, check_request, result
 from .shards import to_owner_async
-
-#: Content up to this size goes without first waiting for the broker's limits.
-SMALL_CONTENT = 64 * 1024
 
 
 class AsyncRequests:
     """Request/reply for the asyncio client. Every method is `AsyncClient`'s, with its lock."""
-
-    def _init_requests(self) -> None:
-        """Called once by `AsyncClient.__init__`."""
-        self._in_flight = backend.InFlight(self)
 
     @property
     def replies_dropped(self) -> int:
@@ -63,18 +54,15 @@ class AsyncRequests:
         check_request(timeout, reply_format)
         deadline = time.monotonic() + timeout
         connection = self._connection
-        if not connection.knows_limits and len(content) > SMALL_CONTENT:
+        if connection.limits_wanted(content):
             await self._await_limits()
         await self._wait_while_paused(queue)
-        limit = connection.broker_info.get("max_content_bytes", TRUSTED_PACKET_BYTES)
         async with self._lock:
-            tag = connection.next_tag()
-            correlation = connection.requests.open(tag)
+            tag, correlation, frame = connection.request(
+                queue, content, timeout, headers, reply_format
+            )
             self._in_flight.expect(correlation)
             try:
-                frame = encode_request(
-                    queue, content, timeout, headers, reply_format, tag, correlation, limit
-                )
                 await self._in_flight.send(frame, tag)
             except BaseException:
                 self._end_request(correlation, tag)

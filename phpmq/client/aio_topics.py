@@ -47,20 +47,17 @@ class AsyncTopics:
             Paused: sends were paused and no RESUME came within `send_timeout`.
         """
         connection = self._connection
-        if connection.refusals.sends:
-            self._tell_refused_sends()
-        if confirm and not connection.knows_limits:
-            await self._await_limits()
+        if confirm or connection.refusals.sends:
+            await self._before_sends(confirm)
         tag = connection.next_tag() if confirm else None
         frame = connection.publish(event, content, ttl, headers, tag, key, message_key)
         paused_on: str | None = None
         while True:
             await self._wait_while_paused(paused_on)
-            async with self._lock:
-                await self._send_frame(frame, 1, () if tag is None else (tag,))
-                if tag is None:
-                    return None
-                [answer] = await self._await_answers([tag], self.confirm_timeout)
+            await self._send_frame(frame, 1, () if tag is None else (tag,))
+            if tag is None:
+                return None
+            [answer] = await self._await_answers([tag], self.confirm_timeout)
             if type(answer) is not FlowRefusal:
                 self._one_answer(answer)
                 return connection.publish_count(tag)
@@ -73,7 +70,8 @@ class AsyncTopics:
         Returns its name; read it with `receive` or `consume(name, window)`."""
         if not patterns:
             raise no_patterns()
-        queue = await self._home_queue_name(live_queue_name)  # type: ignore[attr-defined]
+        shards = await self._decided_routing()  # type: ignore[attr-defined]
+        queue = live_queue_name() if shards is None else shards.home_name(live_queue_name)
         await self.subscribe(queue, window, bind=patterns, delete_when_unused=0)
         return queue
 

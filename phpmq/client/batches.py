@@ -18,7 +18,7 @@ from ..protocol import (
     encode_send,
     key_problem,
 )
-from .errors import InvalidArgument
+from .errors import ClientError, InvalidArgument, PartialSend, Paused
 
 _headers = msgspec.json.Encoder()
 
@@ -30,6 +30,21 @@ _SURELY_SHORT_KEY = MAX_KEY_BYTES // 4
 
 #: (frame, how many messages it holds, the tags it carries)
 Batch = tuple[bytes, int, list[int]]
+
+
+def messages_per_frame(confirm: bool, max_unconfirmed: int) -> int:
+    """How many messages send_many and publish_many pack into one frame: confirmed, no more
+    than may be out unconfirmed."""
+    return max(1, min(BATCH_MESSAGES, max_unconfirmed)) if confirm else BATCH_MESSAGES
+
+
+def partly_sent(stopped_by: ClientError, sent: int) -> PartialSend:
+    """What a fire-and-forget send_many raises when `stopped_by` kept a frame from going
+    after `sent` messages went: a Paused still (with `sent`), else a PartialSend."""
+    if isinstance(stopped_by, Paused):
+        detail = f"; {sent} messages sent before it"
+        return Paused(stopped_by.error, stopped_by.waited, sent=sent, detail=detail)
+    return PartialSend(str(stopped_by), sent)
 
 
 def check_key(key: str) -> None:

@@ -81,7 +81,7 @@ from .message import ReceivedMessage, Settle, as_bytes, queue_packet
 from .outbox import Outbox
 from .pauses import Pauses
 from .refusals import Refusals
-from .requests import Requests
+from .requests import SMALL_REQUEST_BYTES, Requests, encode_request
 from .topics import Topics, check_event, encode_publish
 
 #: Largest packet the client decodes from a broker that announced a smaller limit.
@@ -270,6 +270,37 @@ class Connection:
         return encode_publish(
             event, content, ttl, headers, tag, key, self._broker_limit, as_bytes(message_key)
         )
+
+    def request(
+        self,
+        queue: str,
+        content: bytes | str,
+        timeout: float,
+        headers: dict[str, Any] | None,
+        reply_format: str,
+    ) -> tuple[int, str, bytes]:
+        """A new request (requests.py): its tag, its correlation (awaited from now on, until
+        `requests.close`) and its 001.
+
+        Raises:
+            InvalidArgument: a bad queue name, content over the broker's limit (then nothing
+                is awaited).
+        """
+        tag = self.next_tag()
+        correlation = self.requests.open(tag)
+        try:
+            frame = encode_request(
+                queue, content, timeout, headers, reply_format, tag, correlation, self._broker_limit
+            )
+        except BaseException:
+            self.requests.close(correlation, tag)
+            raise
+        return tag, correlation, frame
+
+    def limits_wanted(self, content: bytes | str) -> bool:
+        """Whether a request should wait for the broker's limits before it goes: its content
+        could be over them and they are not known yet (a 413 would answer no tag)."""
+        return not self.knows_limits and len(content) > SMALL_REQUEST_BYTES
 
     def publish_count(self, tag: int) -> int:
         """How many queues the confirmed publish tagged `tag` reached."""

@@ -1,6 +1,6 @@
 """The blocking client's socket: one DEALER connected to the broker, and the pyzmq details
 both clients rely on (send timeout, queue only to a live connection, linger on close); the
-asyncio client's twin is aio_backend.py's `Dealer`, made by `dealer_socket` too."""
+asyncio client's `Dealer` (aio_backend.py) is this one, made by zmq.asyncio."""
 
 from __future__ import annotations
 
@@ -19,33 +19,30 @@ SEND_HWM = 10_000
 class Dealer:
     """A fresh DEALER per connection: a reconnect closes this one and makes another."""
 
+    #: Whose instance makes the socket (the asyncio client's Dealer: zmq.asyncio's).
+    context: type[zmq.Context[Any]] = zmq.Context
+
     def __init__(self, address: str, send_timeout: float, curve: Curve | None = None) -> None:
         """Raises ClientError if ZeroMQ cannot use `address`. A send blocks up to
         `send_timeout` (then zmq.Again: `not_taken` says it to the caller)."""
-        self._socket: zmq.Socket[bytes] = dealer_socket(
-            zmq.Context.instance(), address, send_timeout, curve
-        )
+        #: The DEALER: the client sends on it, and polls it with others' (sync_backend.py).
+        self.socket: Any = dealer_socket(self.context.instance(), address, send_timeout, curve)
 
     def try_send(self, frame: bytes) -> bool:
         """Hand `frame` to the socket without blocking: False if it is not ready."""
         try:
-            self._socket.send(frame, zmq.NOBLOCK)
+            self.socket.send(frame, zmq.NOBLOCK)
         except zmq.Again:
             return False
         return True
 
-    @property
-    def socket(self) -> zmq.Socket[bytes]:
-        """The DEALER: the client sends on it, and polls it with others' (sync_backend.py)."""
-        return self._socket
-
     def poll(self, seconds: float) -> bool:
         """Wait up to `seconds` (at least 1 ms unless 0) for a frame to read."""
-        return bool(self._socket.poll(int(seconds * 1000) or (1 if seconds > 0 else 0)))
+        return bool(self.socket.poll(int(seconds * 1000) or (1 if seconds > 0 else 0)))
 
     def frames(self) -> Iterator[bytes]:
         """The frames that can be read without waiting."""
-        recv = self._socket.recv
+        recv = self.socket.recv
         while True:
             try:
                 yield recv(zmq.NOBLOCK)
@@ -54,7 +51,7 @@ class Dealer:
 
     def close(self, linger_s: float) -> None:
         """Close; frames handed over may still leave for `linger_s` seconds."""
-        self._socket.close(linger=int(linger_s * 1000))
+        self.socket.close(linger=int(linger_s * 1000))
 
 
 def dealer_socket(

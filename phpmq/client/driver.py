@@ -71,17 +71,15 @@ class Driver:
         self,
         address: str | None,
         connection: Connection,
+        settings: dict[str, Any],
         *,
-        send_timeout: float,
-        close_timeout: float,
-        confirm_timeout: float,
-        on_event: Callable[[str, str], None] | None,
         routed_by: Driver | None = None,
-        curve: Curve | None = None,
         follow_leader: bool = True,
     ) -> None:
-        """`routed_by`: the routing client this one is a link of, a connection to one more
-        shard (it routes nothing itself and tells that client the maps it hears).
+        """`settings`: the client's constructor arguments by name, with which each link is
+        made too (`send_timeout`, `close_timeout`, `confirm_timeout`, `on_event` and `curve`
+        are kept here). `routed_by`: the routing client this one is a link of, a connection
+        to one more shard (it routes nothing itself and tells that client the maps it hears).
         `address` may list several endpoints, separated by commas: the others are tried in
         turn when the one in use is lost (and a replicated shard's replicas join them, unless
         not `follow_leader`: then a follower replica is not left for its leader, nor a lost
@@ -90,14 +88,17 @@ class Driver:
         #: uses now.
         self._addresses = [part.strip() for part in broker_address(address).split(",")]
         self.address = self._addresses[0]
+        #: The constructor arguments a link to another shard is made with: this client's.
+        self._link_settings = settings
         #: CURVE keys (docs/security.md): given, or from PHPMQ_CURVE_SECRET/_SERVER.
+        curve: Curve | None = settings["curve"]
         self.curve = curve if curve is not None else curve_from_environment()
-        self.send_timeout = send_timeout
-        self.close_timeout = close_timeout
+        self.send_timeout: float = settings["send_timeout"]
+        self.close_timeout: float = settings["close_timeout"]
         #: How long a confirmed send waits for the broker's answer (per message for send,
         #: without progress for send_many).
-        self.confirm_timeout = confirm_timeout
-        self.on_event = on_event
+        self.confirm_timeout: float = settings["confirm_timeout"]
+        self.on_event: Callable[[str, str], None] | None = settings["on_event"]
         self.closed = False
         #: Whether a follower replica is left for its leader (and a lost one for another).
         self.follows_leader = follow_leader
@@ -302,18 +303,9 @@ class Driver:
         return Paused(error, waited, ids=[None], detail=detail)
 
     @staticmethod
-    def _partly_sent(paused: Paused, sent: int) -> Paused:
-        """A Paused from a fire-and-forget send_many, with how many went out before it."""
-        return Paused(
-            paused.error, paused.waited, sent=sent, detail=f"; {sent} messages sent before it"
-        )
-
-    @staticmethod
-    def _with_page(whole: dict[str, Any] | None, page: dict[str, Any], key: str) -> dict[str, Any]:
+    def _with_page(whole: dict[str, Any], page: dict[str, Any], key: str) -> dict[str, Any]:
         """A paged admin answer (docs/protocol.md §9) with the entries of one more page (a
-        list, or for `stats` a dict of queues) under `key`."""
-        if whole is None:
-            return page
+        list, or for `stats` a dict of queues) under `key`, and that page's `next_offset`."""
         entries = whole[key]
         if isinstance(entries, dict):
             entries.update(page[key])

@@ -25,6 +25,8 @@ from .message import queue_packet
 
 ReplyFormat = Literal["raw", "json", "msgpack"]
 REPLY_FORMATS: tuple[str, ...] = ("raw", "json", "msgpack")
+#: Content up to this size goes without first waiting for the broker's limits.
+SMALL_REQUEST_BYTES = 64 * 1024
 
 
 class Lost:

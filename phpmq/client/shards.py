@@ -54,6 +54,15 @@ class Move:
     new: Shard
     subscription: Subscription
 
+    def subscribe_options(self) -> dict[str, Any]:
+        """The arguments of `subscribe` after the queue that make it again at `new`."""
+        subscription = self.subscription
+        return {
+            "window": subscription.window,
+            "bind": subscription.bind,
+            "delete_when_unused": subscription.delete_when_unused,
+        }
+
 
 class ShardRouting(Generic[Link]):
     """The routing state of one client (the home connection and its links)."""
@@ -70,6 +79,8 @@ class ShardRouting(Generic[Link]):
         self.subscriptions: dict[str, Subscription] = {}
         #: A newer map was adopted: subscriptions may have to move.
         self.moves_due = False
+        #: Where the next merged receive starts among the connections (`in_turn`).
+        self._turn = -1
 
     def heard(self, options: dict[str, Any], *, from_home: bool) -> None:
         """A HELLO answer came on a connection: adopt its map if the epoch is newer."""
@@ -102,11 +113,26 @@ class ShardRouting(Generic[Link]):
         owner = self.owner(queue)
         return None if owner is None else owner.name
 
+    def home_name(self, make_name: Callable[[], str]) -> str:
+        """A name from `make_name` for a queue the home shard owns (a live feed's, so that
+        the publishes of its client reach it; docs/client.md "Sharded brokers")."""
+        name = make_name()
+        while self.elsewhere(name) is not None:
+            name = make_name()
+        return name
+
     def others(self) -> list[Shard]:
         """Every shard of the map but the home one."""
         if not self.sharded:
             return []
         return [s for s in self.cluster.shards if s.name != self.home]  # type: ignore[union-attr]
+
+    def in_turn(self, home: Link) -> list[Link]:
+        """`home` and the links, starting one further on each call, so that a busy
+        connection does not keep the others' messages waiting."""
+        connections = [home, *self.links.values()]
+        self._turn = start = (self._turn + 1) % len(connections)
+        return connections[start:] + connections[:start]
 
     def subscribed(
         self, queue: str, window: int, bind: Iterable[str], delete_when_unused: float | None

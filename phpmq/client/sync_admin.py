@@ -1,6 +1,7 @@
 # auto-generated from aio_admin.py by tools/unasync.py; do not edit.
-"""`Client.admin`: operator commands (docs/protocol.md §9). A mixin of `Client`
-(sync.py)."""
+"""`Client.admin`: operator commands (docs/protocol.md §9), and the schedules they
+keep (§6.7, docs/client.md "Schedules": jobs the broker runs itself; their arguments are
+checked in schedules.py). A mixin of `Client` (sync.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..protocol import ErrorCode
 from ..protocol import admin_commands as cmd
-from .errors import ClientError
+from .errors import BrokerRefused, ClientError
+from .schedules import Duration, schedule_options
 
 
 class SyncAdmin:
-    """Admin commands for the blocking client (every method is `Client`'s)."""
+    """Admin commands and schedules for the blocking client (every method is
+    `Client`'s)."""
 
     def admin(self, command: str, timeout: float = 5.0, **options: Any) -> dict[str, Any]:
         """Run an operator command (stats, dlq-list, dlq-replay, dlq-purge) on the broker.
@@ -56,13 +60,10 @@ class SyncAdmin:
         """A command whose answer lists its entries under `key` a page at a time (`stats`:
         `queues`; `leases`; `schedule-list`: `schedules`): every page asked for in turn, their
         entries in one answer (the other figures are the first page's)."""
-        whole = None
-        offset: int | None = 0
-        while offset is not None:
-            page = self.admin(command, timeout, **options, offset=offset)
+        whole = self.admin(command, timeout, **options, offset=0)
+        while whole.get("next_offset") is not None:
+            page = self.admin(command, timeout, **options, offset=whole["next_offset"])
             whole = self._with_page(whole, page, key)
-            offset = page.get("next_offset")
-        assert whole is not None
         return whole
 
     def stats(self, timeout: float = 5.0) -> dict[str, Any]:
@@ -106,3 +107,65 @@ class SyncAdmin:
         """Delete all of `queue`'s dead letters; how many."""
         reply = self.admin(cmd.DLQ_PURGE, queue=queue)
         return int(reply["purged"])
+
+    # ------------------------------------------------------------------ schedules
+
+    def schedule(
+        self,
+        name: str,
+        queue: str | None = None,
+        content: bytes | str = b"",
+        *,
+        event: str | None = None,
+        every: Duration | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        nohaste: bool = False,
+        catch_up: str = "run-once",
+        ttl: int = 0,
+        headers: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Have the broker send `content` to `queue` (or publish it as `event`) every
+        `every` seconds (at least 0.1; a float or timedelta) or on `cron` (five fields, read
+        in the IANA zone `tz`). It runs at once unless `nohaste` (then after one interval; a
+        cron schedule always waits for its first time). A schedule with the same name is
+        replaced. `catch_up` says what a durable broker does about runs missed while it was
+        down: "run-once" (one run at start) or "skip". Returns `{"name", "replaced",
+        "next_run"}` (next_run: wall-clock seconds).
+
+        Raises:
+            InvalidArgument: (nothing sent) a bad name, queue or event, interval, catch_up.
+            BrokerRefused: 422 with the reason: a bad cron expression or time zone, more
+                schedules than the broker's `max_schedules`.
+        """
+        options = schedule_options(
+            name, queue, content, event, every, cron, tz, nohaste, catch_up, ttl, headers
+        )
+        # A schedule with a queue goes to its owning shard, as `admin` sends every command
+        # with a `queue` option.
+        return self.admin(cmd.SCHEDULE_ADD, **options)
+
+    def unschedule(self, name: str) -> bool:
+        """Remove the schedule `name`: it stops at once. False if there was none (on a
+        sharded broker: on any shard)."""
+        removed = False
+        for shard in self._every_shard():
+            try:
+                shard.admin(cmd.SCHEDULE_REMOVE, name=name)
+            except BrokerRefused as exc:
+                if exc.error.code != ErrorCode.NOT_FOUND:
+                    raise
+            else:
+                removed = True
+        return removed
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule, sorted by name: `name`, `queue` or `event`, `every_ms` or `cron`
+        with `tz`, `nohaste`, `catch_up`, `next_run` and `last_run` (wall-clock seconds;
+        last_run None before the first), `runs` and `refused` (runs the queue refused).
+        On a sharded broker: those of every shard."""
+        found = []
+        for shard in self._every_shard():
+            listed = shard.admin_pages(cmd.SCHEDULE_LIST, "schedules")
+            found.extend(listed["schedules"])
+        return sorted(found, key=lambda schedule: str(schedule["name"]))

@@ -129,11 +129,10 @@ def news_from_any(routing: Any, clients: list[Any], wait: float | None) -> None:
     on any of the `clients`' sockets, read what came, and do each one's liveness duties;
     every client's lock is held meanwhile."""
     seconds = _one_slice(wait)
+    poller = zmq.Poller()
     with contextlib.ExitStack() as locks:
         for client in clients:
             locks.enter_context(client._lock)
-        poller = zmq.Poller()
-        for client in clients:
             poller.register(client._dealer.socket, zmq.POLLIN)
         timeout_ms = int(seconds * 1000) or (1 if seconds > 0 else 0)
         ready = dict(poller.poll(timeout_ms))

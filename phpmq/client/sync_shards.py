@@ -10,13 +10,11 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from . import sync_backend as backend
 from .errors import BrokerRefused, ClientError
 from .message import ReceivedMessage
-from .shards import Move
 
 log = logging.getLogger("phpmq.client")
 
@@ -45,15 +43,6 @@ class SyncShards:
             self._routing_waited_for()
         return self._routing
 
-    def _home_queue_name(self, make_name: Callable[[], str]) -> str:
-        """A name from `make_name` for a queue the home shard owns (a live feed's, so that
-        the publishes of this client reach it; docs/client.md "Sharded brokers")."""
-        shards = self._decided_routing()
-        name = make_name()
-        while shards is not None and shards.elsewhere(name) is not None:
-            name = make_name()
-        return name
-
     def _window_at_owner(self, queue: str) -> int | None:
         """The window last asked for on `queue`, at the connection consuming it."""
         link = self._link_for(queue) if self._routing is not None else None
@@ -63,24 +52,14 @@ class SyncShards:
         """A newer map moved some consumed queues: cancel each at its old owner and consume
         it at the new one."""
         for move in self._shards.take_moves():
-            self._move(move)
-
-    def _move(self, move: Move) -> None:
-        old = self._client_at(move.old)
-        if old is not None:
-            try:
-                inspect.unwrap(type(old).cancel)(old, move.queue)
-            except ClientError as exc:
-                log.warning("moving %r from shard %s: %s", move.queue, move.old, exc)
-        new = self._client_at(move.new.name) or self._new_link(move.new)
-        subscription = move.subscription
-        inspect.unwrap(type(new).subscribe)(
-            new,
-            move.queue,
-            subscription.window,
-            bind=subscription.bind,
-            delete_when_unused=subscription.delete_when_unused,
-        )
+            old = self._client_at(move.old)
+            if old is not None:
+                try:
+                    inspect.unwrap(type(old).cancel)(old, move.queue)
+                except ClientError as exc:
+                    log.warning("moving %r from shard %s: %s", move.queue, move.old, exc)
+            new = self._client_at(move.new.name) or self._new_link(move.new)
+            inspect.unwrap(type(new).subscribe)(new, move.queue, **move.subscribe_options())
 
     # ------------------------------------------------------------------ receiving
 
@@ -91,7 +70,7 @@ class SyncShards:
         while True:
             if self._shards.moves_due:
                 self._move_subscriptions()
-            clients = self._clients_in_turn()
+            clients = self._shards.in_turn(self)
             for client in clients:
                 message = client._take_received()
                 if message is not None:
@@ -101,18 +80,7 @@ class SyncShards:
             if wait is not None and wait <= 0:
                 return next((m for c in clients if (m := c._take_received())), None)
 
-    def _clients_in_turn(self) -> list[Any]:
-        """Home and links, starting one further on each call, so that a busy connection
-        does not keep the others' messages waiting."""
-        clients = [self, *self._links()]
-        self._receive_turn = start = (getattr(self, "_receive_turn", -1) + 1) % len(clients)
-        return clients[start:] + clients[:start]
-
-    # ------------------------------------------------------------------ flushing, closing
-
-    def _flush_links(self) -> None:
-        for link in self._links():
-            link.flush()
+    # ------------------------------------------------------------------ closing
 
     def _close_links(self) -> BrokerRefused | None:
         """Close every link (each says goodbye); the first refusal they raise, if any."""

@@ -47,20 +47,17 @@ class SyncTopics:
             Paused: sends were paused and no RESUME came within `send_timeout`.
         """
         connection = self._connection
-        if connection.refusals.sends:
-            self._tell_refused_sends()
-        if confirm and not connection.knows_limits:
-            self._await_limits()
+        if confirm or connection.refusals.sends:
+            self._before_sends(confirm)
         tag = connection.next_tag() if confirm else None
         frame = connection.publish(event, content, ttl, headers, tag, key, message_key)
         paused_on: str | None = None
         while True:
             self._wait_while_paused(paused_on)
-            with self._lock:
-                self._send_frame(frame, 1, () if tag is None else (tag,))
-                if tag is None:
-                    return None
-                [answer] = self._await_answers([tag], self.confirm_timeout)
+            self._send_frame(frame, 1, () if tag is None else (tag,))
+            if tag is None:
+                return None
+            [answer] = self._await_answers([tag], self.confirm_timeout)
             if type(answer) is not FlowRefusal:
                 self._one_answer(answer)
                 return connection.publish_count(tag)
@@ -73,7 +70,8 @@ class SyncTopics:
         Returns its name; read it with `receive` or `consume(name, window)`."""
         if not patterns:
             raise no_patterns()
-        queue = self._home_queue_name(live_queue_name)  # type: ignore[attr-defined]
+        shards = self._decided_routing()  # type: ignore[attr-defined]
+        queue = live_queue_name() if shards is None else shards.home_name(live_queue_name)
         self.subscribe(queue, window, bind=patterns, delete_when_unused=0)
         return queue
 
