@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # pytest-xdist workers for `make test`; tests of one xdist_group share a worker. The tests
 # mostly wait on brokers and timers: 4 workers on 2 cores take about half the time of 2.
-JOBS ?= 6
+JOBS ?= 4
 
 .PHONY: broker test lint bench
 
