@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import msgspec
+import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegralType, MapType, StringType, StructType
@@ -126,10 +127,12 @@ class SinkRows:
             if (pc.max(lengths).as_py() or 0) > limit:
                 index = pc.index(pc.greater(lengths, limit), True).as_py()
                 raise _too_large(first_row + index, name, lengths[index].as_py(), limit)
-        for index, headers in enumerate(self._headers(batch) or ()):
-            size = len(_HEADERS_JSON.encode(headers)) if headers else 0
-            if size > limit:
-                raise _too_large(first_row + index, "headers (as JSON)", size, limit)
+        if self._columns.has_headers:
+            for index in _headers_maybe_over(batch.column("headers"), limit):
+                pairs = batch.column("headers")[index].as_py()
+                size = len(_HEADERS_JSON.encode(dict(pairs))) if pairs else 0
+                if size > limit:
+                    raise _too_large(first_row + index, "headers (as JSON)", size, limit)
         for index, (is_event, name) in _first_of_each(self._targets(batch)):
             problem = event_name_problem(name) if is_event else queue_name_problem(name)
             if problem is not None:
@@ -183,12 +186,15 @@ class SinkRows:
             raise ValueError("column `ttl` holds a negative value (seconds; 0 = never expires)")
         return values
 
-    def _headers(self, batch: pa.RecordBatch) -> list[dict[str, str] | None] | None:
-        """Each row's headers (None: no `headers` column)."""
+    def _headers(self, batch: pa.RecordBatch) -> list[bytes | None] | None:
+        """Each row's headers as the JSON the client sends (None: no `headers` column); encoded
+        here once, so the client sends the bytes as they are."""
         if not self._columns.has_headers:
             return None
+        encode = _HEADERS_JSON.encode
         # A map arrives as a list of (key, value) pairs; an empty or null map sends no headers.
-        return [dict(pairs) if pairs else None for pairs in batch.column("headers").to_pylist()]
+        maps = batch.column("headers").to_pylist()
+        return [encode(dict(pairs)) if pairs else None for pairs in maps]
 
     def _message_keys(self, batch: pa.RecordBatch) -> list[bytes | None] | None:
         """Each row's message key (None: no `key` column)."""
@@ -215,3 +221,27 @@ def _option_or_column(
     if option is not None or not present:
         return [option] * batch.num_rows
     return batch.column(name).to_pylist()
+
+
+#: JSON writes a string's byte as at most 6 (`\u00XX`), and each map entry adds at most 6
+#: more (two pairs of quotes, a colon, a comma), the object 2: an upper bound of its size.
+_JSON_BYTES_PER_BYTE = 6
+_JSON_BYTES_PER_ENTRY = 6
+
+
+def _headers_maybe_over(column: pa.MapArray, limit: int) -> list[int]:
+    """The rows whose headers' JSON may be longer than `limit`, by a bound from the map's
+    string lengths (no row is encoded for it): the few it names are then encoded to know."""
+    offsets = column.offsets.to_numpy()
+    values = column.values  # the entries of every row, not only of this slice: offsets index it
+    lengths = pc.add(
+        pc.binary_length(values.field(0)), pc.fill_null(pc.binary_length(values.field(1)), 0)
+    ).to_numpy(zero_copy_only=False)
+    totals = numpy.concatenate(([0], numpy.cumsum(lengths, dtype=numpy.int64)))
+    entries = numpy.diff(offsets)
+    bounds = (
+        _JSON_BYTES_PER_BYTE * (totals[offsets[1:]] - totals[offsets[:-1]])
+        + _JSON_BYTES_PER_ENTRY * entries
+        + 2
+    )
+    return numpy.flatnonzero(bounds > limit).tolist()

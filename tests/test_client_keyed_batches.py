@@ -48,6 +48,17 @@ def test_send_many_carries_each_messages_headers_and_message_key(
     assert all(55 <= m.ttl <= 60 for m in got)
 
 
+def test_headers_given_as_json_bytes_go_as_they_are_and_a_non_object_is_refused(
+    broker: BrokerProcess, connect: Connect
+) -> None:
+    with connect(broker.address) as client:
+        client.send_many("orders", [b"a", b"b"], confirm=True, headers=[b'{"by":"spark"}', None])
+        assert [m.headers for m in consumed(client, "orders", 2)] == [{"by": "spark"}, {}]
+        with pytest.raises(InvalidArgument, match="headers given as bytes must be a JSON object"):
+            client.send_many("orders", [b"c"], headers=[b'["not", "an", "object"]'])
+    assert broker.stats()["queues"]["orders"]["ready"] == 0  # nothing of the refused call
+
+
 def test_keyed_send_many_is_idempotent_per_message(broker: BrokerProcess, connect: Connect) -> None:
     with connect(broker.address) as client:
         first = client.send_many(

@@ -130,6 +130,31 @@ def test_a_row_too_large_for_the_broker_is_named_before_anything_is_given_out(
     assert given == [0]
 
 
+def test_headers_over_the_limit_are_found_by_their_json_size_in_a_sliced_batch() -> None:
+    """The headers check bounds each row's JSON from Arrow's string lengths and encodes only
+    rows the bound does not clear: a control character (6 bytes in JSON) counts as such, and
+    a slice of a batch (Spark hands those) is measured by its own rows."""
+    schema = StructType([CONTENT, StructField("headers", MapType(StringType(), StringType()))])
+    options = SinkOptions.parse({"queue": "q"})
+    rows = SinkRows(SinkColumns.of(schema, options), options)
+    headers = pa.array(
+        [[("big", "x" * 40)], None, [("ctl", "\x01" * 8)], [("a", "b")]],
+        pa.map_(pa.string(), pa.string()),
+    )
+    batch = pa.RecordBatch.from_arrays([pa.array(["r0", "r1", "r2", "r3"]), headers],
+                                       ["content", "headers"])  # fmt: skip
+    # {"ctl":"\u0001…"}: 2 + 5 + 1 + 8 * 6 + 2 = 58 bytes, from 8 raw ones
+    with pytest.raises(RowRefused, match="its headers \\(as JSON\\) is 58 bytes") as caught:
+        rows.check(batch.slice(1), 10, 57)
+    assert caught.value.row == 11  # the slice's second row, row 11 of the task
+    rows.check(batch.slice(1), 10, 58)  # the same rows fit at their real size
+    with pytest.raises(RowRefused) as caught:
+        rows.check(batch, 0, 49)  # {"big":"xx…"}: 50 bytes
+    assert caught.value.row == 0
+    runs = list(rows.runs(batch, 0))
+    assert runs[0].headers[3] == b'{"a":"b"}' and runs[0].headers[1] is None
+
+
 def test_keyed_rows_go_out_in_one_run_and_packed_frames_not_a_send_each(
     broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:

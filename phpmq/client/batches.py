@@ -98,8 +98,9 @@ def encode_full_send(
     )
 
 
-#: Per-message headers (a JSON object, None for none) and message keys of a batch.
-HeadersItem = dict[str, Any] | None
+#: Per-message headers (a JSON object, or its compact JSON encoding as bytes; None for none)
+#: and message keys of a batch.
+HeadersItem = dict[str, Any] | bytes | None
 MessageKeyItem = bytes | str | None
 #: Encodes one 001 or 108 from its target's packet: encode_send or encode_publish.
 Encoder = Callable[..., bytes]
@@ -170,7 +171,7 @@ def _extras(
 
     def checked() -> Iterator[tuple[bytes | None, bytes | None]]:
         for header, message_key in zip(header_items, key_items, strict=False):
-            encoded = _headers.encode(header) if header else None
+            encoded = _encoded_headers(header) if header else None
             if encoded is not None and len(encoded) > max_content_bytes:
                 raise too_large(target, len(encoded), max_content_bytes, "headers (as JSON)")
             raw = message_key.encode() if isinstance(message_key, str) else message_key
@@ -180,3 +181,14 @@ def _extras(
         raise ValueError("fewer headers or message keys than messages")
 
     return checked()
+
+
+def _encoded_headers(headers: dict[str, Any] | bytes) -> bytes:
+    """HEADERS JSON: a dict encoded; bytes (a producer that encoded its JSON objects already,
+    such as the Spark sink) sent as they are, once they look like a JSON object."""
+    if headers.__class__ is not bytes:
+        return _headers.encode(headers)
+    assert isinstance(headers, bytes)
+    if headers[:1] != b"{" or headers[-1:] != b"}":
+        raise InvalidArgument("headers given as bytes must be a JSON object", repr(headers[:20]))
+    return headers

@@ -35,10 +35,10 @@ class SyncBatchSends:
     ) -> int | list[str]:
         """Send many messages to one queue, packed several to a frame. Returns the count, or
         with `confirm=True` the list of message IDs in order. `keys` (one per message) make
-        the sends idempotent, as in `send`; `headers` (one JSON object or None per message)
-        and `message_keys` (one bytes, text or None per message) go with each message as
-        `send`'s do. Without `headers` and `message_keys` nothing is done per message beyond
-        encoding it.
+        the sends idempotent, as in `send`; `headers` (one dict, its JSON object already
+        encoded as bytes and sent as given, or None per message) and `message_keys` (one
+        bytes, text or None per message) go with each message as `send`'s do. Without
+        `headers` and `message_keys` nothing is done per message beyond encoding it.
 
         With `confirm=True` the sends are pipelined: up to `max_unconfirmed` are out before
         the client waits for answers, so the broker's group commit confirms whole batches;
