@@ -70,6 +70,23 @@ def test_a_refusal_answers_the_request_with_its_tag_and_is_not_a_send_refusal() 
     assert not connection.refusals.sends  # told by request, not by the next send
 
 
+def test_a_refusal_after_its_requester_timed_out_is_dropped_not_kept_for_close() -> None:
+    """A request refused (503: its shard between leaders) after the requester gave up: the
+    requester was told by its timeout, so close() has nothing to raise for it."""
+    connection = Connection()
+    connection.start(0.0)
+    tag, correlation = opened(connection)
+    assert connection.requests.close(correlation, tag) is None  # timed out
+    connection.take_answers([tag])
+    refusal = p.Error(503, "no leader yet", queue="rpc", tag=tag, refused=p.MessageType.SEND)
+    assert connection.receive(p.encode(refusal), 2.0) == ()
+    assert not connection.refusals.sends and not connection.errors
+    assert connection.requests.dropped == 1
+    again = p.Error(503, "no leader yet", queue="rpc", tag=tag, refused=p.MessageType.SEND)
+    assert connection.receive(p.encode(again), 2.0) != ()  # once only: not a request's now
+    assert len(connection.refusals.sends) == 1
+
+
 def test_a_replaced_transport_or_a_rejoin_loses_every_awaited_request() -> None:
     connection = Connection()
     told: list[str] = []

@@ -184,7 +184,7 @@ def test_keyed_rows_go_out_in_one_run_and_packed_frames_not_a_send_each(
     [run] = list(rows.runs(batch, 100))
     assert run.first_row == 100 and len(run.contents) == 300
     assert run.message_keys is not None and run.message_keys[:2] == [None, b"k-1"]
-    assert run.headers is not None and run.headers[:2] == [None, {"n": "1"}]
+    assert run.headers is not None and run.headers[:2] == [None, b'{"n":"1"}']  # JSON once
     publisher = publish.open_publisher(broker.address, "test", "scope/0")
 
     def one_by_one(*args: object, **kwargs: object) -> None:

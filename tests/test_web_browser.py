@@ -38,6 +38,20 @@ def waiter(driver: Any) -> Any:
     )
 
 
+def until(driver: Any, check: Any) -> Any:
+    """`check(driver)`'s first true value within WAIT_S; else the test fails showing the page
+    as it was (a bare TimeoutException says nothing of what the browser saw)."""
+    from selenium.common.exceptions import TimeoutException
+
+    try:
+        return waiter(driver).until(check)
+    except TimeoutException:
+        shown = driver.execute_script("return document.body ? document.body.innerText : ''")
+        raise AssertionError(
+            f"not so within {WAIT_S} s at {driver.current_url}; the page shows:\n{shown[:2000]}"
+        ) from None
+
+
 def by_css(driver: Any, selector: str) -> Any:
     from selenium.webdriver.common.by import By
 
@@ -57,11 +71,11 @@ def ready_cell(driver: Any, queue: str) -> str:
 
 def log_in(driver: Any, url: str, name: str) -> None:
     driver.get(url + "/")
-    waiter(driver).until(lambda d: "/login" in d.current_url)
+    until(driver, lambda d: "/login" in d.current_url)
     by_css(driver, "#login-name").send_keys(name)
     by_css(driver, "#login-password").send_keys(PASSWORDS[name])
     by_css(driver, "#login").click()
-    waiter(driver).until(lambda d: "/login" not in d.current_url)
+    until(driver, lambda d: "/login" not in d.current_url)
 
 
 def test_the_queue_table_updates_live_and_every_page_shows(
@@ -75,11 +89,11 @@ def test_the_queue_table_updates_live_and_every_page_shows(
         client.schedule("tick", "ticks", b"tick", every=60, nohaste=True)
     with console(broker.address, tmp_path / "web.log") as web:
         driver.get(web.url + "/queues")
-        waiter(driver).until(lambda d: ready_cell(d, "orders") == "1")
+        until(driver, lambda d: ready_cell(d, "orders") == "1")
         driver.execute_script("window.notReloaded = true")
         with broker.client() as client:
             client.send_many("orders", [b"second", b"third"], confirm=True)
-        waiter(driver).until(lambda d: ready_cell(d, "orders") == "3")
+        until(driver, lambda d: ready_cell(d, "orders") == "3")
         assert driver.execute_script("return window.notReloaded === true"), "the page reloaded"
         screenshot(driver, shots, "queues")
         for path, name, shows in (
@@ -90,7 +104,7 @@ def test_the_queue_table_updates_live_and_every_page_shows(
             ("/peers", "peers", "phpmq-web"),
         ):
             driver.get(web.url + path)
-            waiter(driver).until(lambda d, shows=shows: shows in by_css(d, "main").text)
+            until(driver, lambda d, shows=shows: shows in by_css(d, "main").text)
             screenshot(driver, shots, name)
     assert {p.name for p in shots.iterdir()} >= {"queues.png", "overview.png", "queue.png"}
 
@@ -109,7 +123,7 @@ def test_peek_shows_markup_as_text_and_runs_nothing(
         assert contents == ["<script>alert(1)</script>", "<img src=x onerror=alert(2)>"]
         assert not all_css(driver, "main script") and not all_css(driver, "main img")
         driver.execute_script("window.notReloaded = true")
-        waiter(driver).until(lambda d: d.execute_script("return !!document.body.dataset.refreshed"))
+        until(driver, lambda d: d.execute_script("return !!document.body.dataset.refreshed"))
         assert not all_css(driver, "main script")  # nor after a live update
         with pytest.raises(NoAlertPresentException):
             driver.switch_to.alert.text  # noqa: B018
@@ -122,16 +136,16 @@ def test_purge_asks_and_then_purges(broker: BrokerProcess, driver: Any, tmp_path
     with console(broker.address, tmp_path / "web.log") as web:
         driver.get(web.url + "/queue?name=orders")
         by_css(driver, "#purge").click()
-        waiter(driver).until(lambda d: "Purge queue orders?" in by_css(d, "h1").text)
+        until(driver, lambda d: "Purge queue orders?" in by_css(d, "h1").text)
         assert "3 ready" in by_css(driver, "main").text
         screenshot(driver, tmp_path / "screenshots", "purge-question")
         assert broker.stats()["queues"]["orders"]["ready"] == 3  # asking changed nothing
         by_css(driver, "#cancel").click()
-        waiter(driver).until(lambda d: d.current_url.endswith("/queue?name=orders"))
+        until(driver, lambda d: d.current_url.endswith("/queue?name=orders"))
         assert broker.stats()["queues"]["orders"]["ready"] == 3
         by_css(driver, "#purge").click()
         by_css(driver, "#confirm").click()
-        waiter(driver).until(lambda d: "purged 3 messages from orders" in d.page_source)
+        until(driver, lambda d: "purged 3 messages from orders" in d.page_source)
         assert broker.stats()["queues"]["orders"]["ready"] == 0
         screenshot(driver, tmp_path / "screenshots", "purged")
 
@@ -140,16 +154,16 @@ def test_with_users_a_login_comes_first(broker: BrokerProcess, driver: Any, tmp_
     users = write_users(tmp_path / "users.toml")
     with console(broker.address, tmp_path / "web.log", "--users", str(users)) as web:
         driver.get(web.url + "/queues")
-        waiter(driver).until(lambda d: "/login" in d.current_url)
+        until(driver, lambda d: "/login" in d.current_url)
         screenshot(driver, tmp_path / "screenshots", "login")
         by_css(driver, "#login-name").send_keys("alice")
         by_css(driver, "#login-password").send_keys("a wrong password")
         by_css(driver, "#login").click()
-        waiter(driver).until(lambda d: "wrong name or password" in d.page_source)
+        until(driver, lambda d: "wrong name or password" in d.page_source)
         by_css(driver, "#login-name").send_keys("alice")
         by_css(driver, "#login-password").send_keys(PASSWORDS["alice"])
         by_css(driver, "#login").click()
-        waiter(driver).until(lambda d: d.current_url.endswith("/queues"))  # back where it was
+        until(driver, lambda d: d.current_url.endswith("/queues"))  # back where it was
         assert "alice" in by_css(driver, "header .user").text
 
 
@@ -162,7 +176,7 @@ def test_a_read_only_user_has_no_purge_and_the_endpoint_refuses(
     with console(broker.address, tmp_path / "web.log", "--users", str(users)) as web:
         log_in(driver, web.url, "bob")
         driver.get(web.url + "/queue?name=orders")
-        waiter(driver).until(lambda d: "keep me" in by_css(d, "main").text)
+        until(driver, lambda d: "keep me" in by_css(d, "main").text)
         assert not all_css(driver, "#purge") and not all_css(driver, "#delete")
         assert not all_css(driver, "form.send")
         screenshot(driver, tmp_path / "screenshots", "read-only")

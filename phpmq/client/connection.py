@@ -544,6 +544,8 @@ class Connection:
             if self._answers.refused(message):  # raised to the sender, not logged
                 self._pauses.refused(message)
                 return None
+            if self.requests.late_refusal(message):  # its requester timed out: told
+                return None
             self.errors.append(message)
             self.error_count += 1
             if message.refused in (MessageType.SEND, MessageType.PUBLISH):

@@ -39,13 +39,15 @@ class Lost:
 
 
 Outcome = Reply | Error | Lost
+#: Timed-out requests whose tags are remembered, to drop a refusal that comes after.
+MAX_GIVEN_UP = 1024
 _headers = msgspec.json.Encoder()
 
 
 class Requests:
     """The requests one connection has in flight, by correlation."""
 
-    __slots__ = ("_correlations", "_outcomes", "_tags", "dropped", "notify")
+    __slots__ = ("_correlations", "_given_up", "_outcomes", "_tags", "dropped", "notify")
 
     def __init__(self) -> None:
         self._correlations = itertools.count(1)
@@ -53,7 +55,11 @@ class Requests:
         self._outcomes: dict[str, Outcome | None] = {}
         #: The tag each request was sent with -> its correlation (to match a refusal).
         self._tags: dict[int, str] = {}
-        #: Replies no request awaited: late (after a timeout), repeated, or unknown.
+        #: Tags of the latest requests given up without an outcome (timed out): a refusal
+        #: of one that comes after is dropped, its requester told already.
+        self._given_up: dict[int, None] = {}
+        #: Replies (and refusals) no request awaited: late (after a timeout), repeated, or
+        #: unknown.
         self.dropped = 0
         #: Told each correlation whose outcome came (None: no one is told).
         self.notify: Callable[[str], object] | None = None
@@ -73,9 +79,25 @@ class Requests:
         return self._outcomes.get(correlation)
 
     def close(self, correlation: str, tag: int) -> Outcome | None:
-        """The requester is done waiting (answered or not): a reply after this is dropped."""
+        """The requester is done waiting (answered or not): a reply or refusal after this is
+        dropped."""
         self._tags.pop(tag, None)
-        return self._outcomes.pop(correlation, None)
+        outcome = self._outcomes.pop(correlation, None)
+        if outcome is None:
+            given_up = self._given_up
+            if len(given_up) >= MAX_GIVEN_UP:
+                del given_up[next(iter(given_up))]
+            given_up[tag] = None
+        return outcome
+
+    def late_refusal(self, error: Error) -> bool:
+        """Whether `error` refuses a request its requester gave up on (then it is dropped:
+        the requester was told, by its timeout)."""
+        if error.tag is None or error.tag not in self._given_up:
+            return False
+        del self._given_up[error.tag]
+        self.dropped += 1
+        return True
 
     def replied(self, reply: Reply) -> None:
         """A 112 REPLY came: the outcome of the request it names, else dropped."""
