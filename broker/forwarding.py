@@ -323,10 +323,17 @@ class Forwarding:
                     self._ctx.copies.on_answer(shard, answer)
             return
         if message.content:
-            key = (shard, peer_id)
-            if self._admins_out and key in self._admins_out:
-                _count_down(self._admins_out, key, _admin_answers(message.content, self._ctx))
+            if self._admins_out and (shard, peer_id) in self._admins_out:
+                self._count_admin_answers((shard, peer_id), message.content)
             self._ctx.add(peer_id, message.content)
+
+    def _count_admin_answers(self, key: tuple[str, bytes], content: bytes) -> None:
+        messages, _ = decode_frame(content, self._ctx.config.max_content_bytes)
+        left = self._admins_out[key] - sum(1 for m in messages if type(m) is AdminReply)
+        if left > 0:
+            self._admins_out[key] = left
+        else:
+            del self._admins_out[key]
 
     def _answer_lost_admins(self, owner: str, why: str) -> None:
         """The admin commands forwarded to `owner` and not answered: each gets a 503 now. A
@@ -419,15 +426,3 @@ def _flags(peer: Peer) -> int:
         | (FORWARD_CONFIRM if peer.confirm else 0)
     )
 
-
-def _admin_answers(content: bytes, ctx: Context) -> int:
-    messages, _ = decode_frame(content, ctx.config.max_content_bytes)
-    return sum(1 for answer in messages if type(answer) is AdminReply)
-
-
-def _count_down(counts: dict[tuple[str, bytes], int], key: tuple[str, bytes], by: int) -> None:
-    left = counts[key] - by
-    if left > 0:
-        counts[key] = left
-    else:
-        del counts[key]
