@@ -55,6 +55,8 @@ LOCAL_COMMANDS = frozenset((cmd.STATS,))
 MAX_REMEMBERED_OWNERS = 100_000
 #: Consumers (peer, queue) of other shards' queues remembered for a restarted owner.
 MAX_FORWARDED_WINDOWS = 100_000
+#: (owner, peer) pairs with forwarded admin commands awaiting answers that are remembered.
+MAX_ADMINS_OUT = 10_000
 
 
 class _Pending:
@@ -82,6 +84,7 @@ class _Windows:
 
 class Forwarding:
     __slots__ = (
+        "_admins_out",
         "_copy_shards",
         "_ctx",
         "_map",
@@ -90,6 +93,7 @@ class Forwarding:
         "down",
         "forwarded",
         "_reopened",
+        "admins_untracked",
         "refused",
         "relayed",
         "shard",
@@ -112,6 +116,11 @@ class Forwarding:
         self._reopened: list[tuple[Peer, Consume]] = []
         #: Publishers with a copy peer at other shards, and which.
         self._copy_shards: dict[bytes, set[str]] = {}
+        #: (owner, peer id) -> admin commands forwarded there and not answered yet: answered
+        #: here with 503 if the link to the owner is lost first (the client would wait).
+        self._admins_out: dict[tuple[str, bytes], int] = {}
+        #: Admin commands forwarded while _admins_out was full: not answered on a lost link.
+        self.admins_untracked = 0
         self.forwarded = 0
         self.relayed = 0
         self.refused = 0
@@ -196,6 +205,12 @@ class Forwarding:
             return True
         self._add(peer, owner, encode(message))
         self.forwarded += 1
+        out = self._admins_out
+        key = (owner, peer.id)
+        if key in out or len(out) < MAX_ADMINS_OUT:
+            out[key] = out.get(key, 0) + 1
+        else:
+            self.admins_untracked += 1
         return True
 
     def fan_out(self, peer: Peer, message: Publish) -> bool:
@@ -308,7 +323,33 @@ class Forwarding:
                     self._ctx.copies.on_answer(shard, answer)
             return
         if message.content:
+            if self._admins_out and (shard, peer_id) in self._admins_out:
+                self._count_admin_answers((shard, peer_id), message.content)
             self._ctx.add(peer_id, message.content)
+
+    def _count_admin_answers(self, key: tuple[str, bytes], content: bytes) -> None:
+        messages, _ = decode_frame(content, self._ctx.config.max_content_bytes)
+        left = self._admins_out[key] - sum(1 for m in messages if type(m) is AdminReply)
+        if left > 0:
+            self._admins_out[key] = left
+        else:
+            del self._admins_out[key]
+
+    def _answer_lost_admins(self, owner: str, why: str) -> None:
+        """The admin commands forwarded to `owner` and not answered: each gets a 503 now. A
+        late answer cannot follow it: a lost link's socket is replaced (transports/links.py),
+        and what the owner sends to the old one goes nowhere."""
+        lost = [key for key in self._admins_out if key[0] == owner]
+        if not lost:
+            return
+        reason = {
+            "code": int(ErrorCode.SHUTTING_DOWN),
+            "reason": f"shard {owner} was lost before it answered ({why}): the command may"
+            " or may not have run there; ask again",
+        }
+        answer = encode(AdminReply({"error": reason}))
+        for key in lost:
+            self._ctx.add(key[1], answer * self._admins_out.pop(key))
 
     def peer_gone(self, peer: Peer) -> None:
         """A peer with windows at other shards is gone: they let go of what it held; and so
@@ -327,6 +368,7 @@ class Forwarding:
 
     def link_down(self, owner: str, why: str) -> None:
         self.down[owner] = why
+        self._answer_lost_admins(owner, why)
         self._ctx.copies.shard_lost(owner, why)
 
     def link_up(self, owner: str) -> None:
@@ -350,6 +392,7 @@ class Forwarding:
         self.forget_owners()
         self.down.pop(own, None)
         self._pending.pop(own, None)
+        self._answer_lost_admins(own, "this replica leads the shard now")
         for held in list(self.windows.values()):
             mine = [queue for queue in held.consumes if self._map.owner(queue).name == own]
             for queue in mine:
@@ -368,6 +411,8 @@ class Forwarding:
             "forwarded": self.forwarded,
             "relayed": self.relayed,
             "refused_unreachable": self.refused,
+            "admins_awaiting_answers": sum(self._admins_out.values()),
+            "admins_untracked": self.admins_untracked,
             "forwarded_windows": sum(len(held.consumes) for held in self.windows.values()),
             "links_down": dict(self.down),
             "publish_copies": self._ctx.copies.stats(),
@@ -380,3 +425,4 @@ def _flags(peer: Peer) -> int:
         | (FORWARD_TTL_FORM if peer.ttl_form else 0)
         | (FORWARD_CONFIRM if peer.confirm else 0)
     )
+

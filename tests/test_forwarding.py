@@ -151,6 +151,45 @@ def test_a_killed_owner_fails_only_its_queues_and_comes_back_whole(tmp_path: Pat
         assert re.search(r"shard local/1 lost: silent", broker.log())
 
 
+def test_an_admin_command_forwarded_to_a_shard_lost_before_it_answers_gets_503(
+    tmp_path: Path,
+) -> None:
+    """A dlq-list about a queue of a frozen shard is forwarded there and never answered: once
+    the link is lost, the shard that forwarded it answers 503 (before it, the client waited
+    out its own timeout, told nothing)."""
+    address = free_ports(2)
+    with BrokerProcess(tmp_path / "broker.log", "--shards", "2", address=address) as broker:
+        remote, other = owned_by(cluster(address), "local/1", 2)
+        victim = started_pids(broker.log())["local/1"]
+        with raw_dealer(address) as sock:
+            sock.send(p.encode(p.Admin({"command": "dlq-list", "queue": remote})))
+            [answered] = recv_messages(sock)  # by the owner: the queue is not there yet
+            assert type(answered) is p.AdminReply and answered.options["error"]["code"] == 404
+            os.kill(victim, signal.SIGSTOP)
+            try:
+                asked = time.monotonic()
+                sock.send(p.encode(p.Admin({"command": "dlq-list", "queue": remote})))
+                [lost] = recv_messages(sock, 15)
+                waited = time.monotonic() - asked
+            finally:
+                os.kill(victim, signal.SIGCONT)
+            # Thawed, the owner answers the first command after all: that answer is dropped,
+            # so the next command's answer is the next the peer gets.
+            time.sleep(1)
+            wait_for(lambda: confirmed(sock, other), "the owner answers again", 15)
+            sock.send(p.encode(p.Admin({"command": "dlq-list", "queue": other})))
+            [next_answer] = recv_messages(sock)
+            assert next_answer.options.get("queue") == other, next_answer
+            assert not sock.poll(500), recv_messages(sock)
+        assert type(lost) is p.AdminReply, lost
+        error = lost.options["error"]
+        assert error["code"] == 503 and "local/1 was lost before it answered" in error["reason"]
+        assert waited < 10, waited  # the link's silence (3 s), not the client's patience
+        with Client(address, close_timeout=1) as client:
+            figures = client.admin("stats")["cluster"]
+        assert figures["admins_awaiting_answers"] == 0 and figures["admins_untracked"] == 0
+
+
 def refused_send(sock: zmq.Socket, local: str, remote: str, broker: BrokerProcess) -> p.Error:
     """Send to both queues until a send to `remote` is refused; every send to `local` must be
     confirmed meanwhile."""
