@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -25,6 +26,14 @@ log = logging.getLogger("phpmq.pipeline")
 
 #: How long the listener waits for the broker, in milliseconds (the runner waits longer).
 LISTENER_TIMEOUT_MS = 10_000
+#: After a broker failed to answer, the listener leaves it alone this long: Spark runs the
+#: listeners one event after another, so each wait would hold back every later event of
+#: every query, and its stop (which waits for them); the runner commits the leases anyway.
+UNREACHABLE_PAUSE_S = 60.0
+#: Brokers remembered as unreachable (past it, the list starts over).
+MAX_UNREACHABLE = 100
+#: broker address -> when the listener may try it again.
+_unreachable: dict[str, float] = {}
 
 
 class LeaseCommitter(StreamingQueryListener):
@@ -60,13 +69,22 @@ def commit_finished(end_offset: str | None, curve: CurveFiles | None = None) -> 
     except (ValueError, TypeError):
         return 0
     leased = offset.leased()
-    if not leased or not offset.broker:
+    broker = offset.broker
+    if not leased or not broker or _unreachable.get(broker, 0.0) > time.monotonic():
         return 0
     try:
-        with BrokerLink(offset.broker, "spark-listener", LISTENER_TIMEOUT_MS, curve) as link:
+        with BrokerLink(broker, "spark-listener", LISTENER_TIMEOUT_MS, curve) as link:
             for queue in leased:
                 link.call("lease-commit", queue=queue, lease=offset.lease_name)
     except (ClientError, SourceError) as exc:
-        log.warning("phpmq: could not commit lease %s yet: %s", offset.lease_name, exc)
+        if len(_unreachable) >= MAX_UNREACHABLE:
+            _unreachable.clear()
+        _unreachable[broker] = time.monotonic() + UNREACHABLE_PAUSE_S
+        log.warning(
+            "phpmq: could not commit lease %s yet (the query commits it when it plans its next"
+            " batch; this listener leaves %s alone for %.0f s): %s",
+            offset.lease_name, broker, UNREACHABLE_PAUSE_S, exc,
+        )  # fmt: skip
         return 0
+    _unreachable.pop(broker, None)
     return len(leased)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from harness import REPO, BrokerProcess, curve_broker, generate_keys
+from phpmq.testing import free_port
 
 IN_CI = os.environ.get("CI") == "true"
 try:
@@ -414,6 +415,30 @@ def test_a_lease_that_is_gone_fails_the_task_unless_told_to_skip(
 
 
 # --------------------------------------------------------------------------- security
+
+
+def test_the_listener_leaves_a_broker_it_could_not_reach_alone_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark runs listeners one event at a time: a broker the listener cannot reach (gone, or
+    CURVE without its keys) costs one wait, not one per batch of every query (which held back
+    the session's stop past 30 s after the CURVE test)."""
+    from phpmq.pipeline import listener
+    from phpmq.pipeline.lease_offsets import LeaseOffset, QueueShare
+
+    monkeypatch.setattr(listener, "LISTENER_TIMEOUT_MS", 300)
+    monkeypatch.setattr(listener, "_unreachable", {})
+    nowhere = f"tcp://127.0.0.1:{free_port()}"
+    offset = LeaseOffset("reader", 3, nowhere, {"in": QueueShare(messages=5)})
+    end_offset = json.dumps(offset.to_json())
+    started = time.monotonic()
+    assert listener.commit_finished(end_offset) == 0
+    first = time.monotonic() - started
+    started = time.monotonic()
+    assert listener.commit_finished(end_offset) == 0
+    again = time.monotonic() - started
+    assert first >= 0.3 and again < 0.05, (first, again)
+    assert listener._unreachable[nowhere] > time.monotonic() + 50
 
 
 def test_the_source_and_sink_use_their_curve_keys_and_get_exactly_their_rights(
