@@ -139,10 +139,10 @@ STEPPED_DOWN = 75
 #: A replica that left its group (docs/cluster.md "Membership") exits with this: its
 #: supervisor forgets it and deletes its store.
 LEFT = 76
-#: What a shard process runs, imported once by multiprocessing's fork server (started by the
-#: supervisor before any thread or ZeroMQ context exists): each shard, and each restart of
-#: one, is a fork of it instead of a new interpreter importing the broker again (about
-#: 0.3 s of CPU, and the time a restarted replica takes to come back).
+#: What a shard process runs, imported once by multiprocessing's fork server (an interpreter
+#: of its own that runs no thread and opens no ZeroMQ context, so it is safe to fork): each
+#: shard, and each restart of one, is a fork of it instead of a new interpreter importing
+#: the broker again (about 0.3 s of CPU, and the time a restarted replica takes to come back).
 SHARD_MODULES = ["phpmq.broker.shell.server", "phpmq.broker.shell.replication"]
 
 
