@@ -545,15 +545,14 @@ class ReplicaGroup:
         change(node, callback=lambda _, error: self._changed(kind, node, error))
 
     def _changed(self, kind: str, node: str, error: int) -> None:
-        self._change_started = None
-        if error != FAIL_REASON.SUCCESS:  # (refused at once while a change is uncommitted)
-            self._change_started = time.monotonic() - CHANGE_TIMEOUT_S + CHANGE_RETRY_S
         if error == FAIL_REASON.SUCCESS:
+            self._change_started = None
             self.membership_changes += 1
             log.info(
                 "replica %s: %s %s", self.address, "added" if kind == "add" else "removed", node
             )
-        else:
+        else:  # (refused at once while a change is uncommitted): tried again in a second
+            self._change_started = time.monotonic() - CHANGE_TIMEOUT_S + CHANGE_RETRY_S
             log.warning(
                 "replica %s: %s %s failed: %s",
                 self.address,
