@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..client import BrokerRefused, Client, ClientError, NotTaken, Unconfirmed
 from ..protocol import DEFAULT_MAX_CONTENT_BYTES, Error
@@ -172,12 +172,7 @@ class ConfirmingPublisher:
         """Ask the broker to hold the query's keys where `target`'s rows go (once a task)."""
         if self._hold_scope is None or target in self._held_at:
             return
-        try:
-            self._client.admin(
-                cmd.KEY_HOLD, BARRIER_TIMEOUT_S, scope=self._hold_scope, **_target_option(target)
-            )
-        except BrokerRefused as exc:
-            raise _hold_refused(exc.error) from None
+        _hold_command(self._client, cmd.KEY_HOLD, scope=self._hold_scope, **_target_option(target))
         self._held_at[target] = None
 
     def publish(self, run: Run) -> None:
@@ -283,7 +278,11 @@ def _answered_client(address: str, name: str, curve: CurveFiles | None) -> Clien
             # (any answer will do): a follower whose leader just died lost its forward.
             client.admin(cmd.STATS, timeout=HELLO_ATTEMPT_S, limit=0)
             return client
-        except BrokerRefused:
+        except BrokerRefused as refusal:
+            if refusal.error.code in FAILOVER_CODES:
+                # A 503 is an answer too: a follower whose leader died meanwhile says so for
+                # the forwarded STATS; the runs' sends ride that failover through themselves.
+                return client
             client.close()
             raise
         except ClientError:  # no answer, or a dead replica first: the client goes on
@@ -335,12 +334,25 @@ def commit_holds(
     try:
         for target in targets:
             options = _target_option(target)
-            answer = client.admin(
-                cmd.KEY_COMMIT, BARRIER_TIMEOUT_S, scope=scope, batch=batch, **options
-            )
+            answer = _hold_command(client, cmd.KEY_COMMIT, scope=scope, batch=batch, **options)
             released += answer["released"]
-    except BrokerRefused as exc:
-        raise _hold_refused(exc.error) from None
     finally:
         client.close()
     return released
+
+
+def _hold_command(client: Client, command: str, **options: Any) -> dict[str, Any]:
+    """A key-hold or key-commit (both idempotent), asked again for up to FAILOVER_S while the
+    answer is 503 (a replicated shard between leaders, or a link to it lost).
+
+    Raises:
+        PublishError: the broker refused it otherwise.
+    """
+    deadline = time.monotonic() + FAILOVER_S
+    while True:
+        try:
+            return client.admin(command, BARRIER_TIMEOUT_S, **options)
+        except BrokerRefused as exc:
+            if exc.error.code not in FAILOVER_CODES or time.monotonic() >= deadline:
+                raise _hold_refused(exc.error) from None
+        time.sleep(FAILOVER_PAUSE_S)
