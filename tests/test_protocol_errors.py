@@ -502,6 +502,39 @@ def test_decode_frame_carries_max_content_bytes() -> None:
     assert error.code == ErrorCode.TOO_LARGE
 
 
+def test_a_remembered_packet_header_is_still_held_to_the_limit_and_the_frame_end() -> None:
+    # The decoder remembers the length of each packet header it has read: the next frame with
+    # the same headers must still be refused under a lower limit, and when it is cut short.
+    wire = b"H0100102" + QUEUE + pkt(2, b"x" * 40)
+    assert decode_frame(wire * 3) == ([Send("Foo", b"x" * 40)] * 3, None)
+    messages, error = decode_frame(wire + wire, max_content_bytes=39)
+    assert messages == []
+    assert error is not None
+    assert error.code == ErrorCode.TOO_LARGE
+    messages, error = decode_frame(wire + wire[:-1])
+    assert messages == [Send("Foo", b"x" * 40)]
+    assert error is not None
+    assert "truncated" in error.reason
+
+
+def test_packet_headers_past_the_bound_are_read_not_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from phpmq.protocol import reader
+
+    monkeypatch.setattr(reader, "_remembered", reader.MAX_REMEMBERED_HEADERS)
+    wire = b"H0100102" + QUEUE + pkt(2, b"y" * 12345)
+    assert decode_frame(wire * 2) == ([Send("Foo", b"y" * 12345)] * 2, None)
+    assert reader._remembered == reader.MAX_REMEMBERED_HEADERS
+    remembered = [
+        header
+        for entry in reader._HEADERS.values()
+        for *_, lengths in entry.canonical
+        for header in lengths
+    ]
+    assert pkt(2, b"y" * 12345)[:32] not in remembered
+
+
 def test_error_hierarchy() -> None:
     assert issubclass(TruncatedError, RemoteProtocolError)
     assert issubclass(RemoteProtocolError, ProtocolError)
