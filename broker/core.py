@@ -45,7 +45,7 @@ from ..protocol import (
     decode_message,
 )
 from ..protocol.cluster import decode_map
-from ..protocol.runs import like_sends, run_queue
+from ..protocol.runs import leading_queue, like_sends, one_queue, run_queue
 from .admin import Admin as AdminCommands
 from .batch_leases import BatchLeases
 from .clock import Clock
@@ -315,8 +315,58 @@ class Core:
             ):
                 self._handle_run(peer_id, data, profile, principal)
                 return
+        if (
+            self.forwarding is not None
+            and not is_relayed(peer_id)
+            and self._forwarded_whole(peer_id, data, profile, principal)
+        ):
+            return
         messages, error = decode_frame(data, self.config.max_content_bytes)
         self.handle_messages(peer_id, messages, error, profile, data, principal)
+
+    def _forwarded_whole(
+        self,
+        peer_id: bytes,
+        data: bytes,
+        profile: PeerProfile | None,
+        principal: Principal | None,
+    ) -> bool:
+        """A frame of 001s and 004s for one queue that another shard owns goes there as it
+        came, read by its headers only (`Forwarding.take_whole` without the decoding; the
+        owner decodes it, and checks it with the peer's principal). False: it is decoded."""
+        forwarding = self.forwarding
+        name = leading_queue(data)
+        if name is None or forwarding is None:
+            return False
+        try:
+            owner = forwarding.owner_of(name.decode())
+        except UnicodeDecodeError:
+            return False
+        if owner is None or owner in forwarding.down:
+            return False
+        count = one_queue(data)
+        if not count:
+            return False
+        peer = self._peer_for_input(peer_id, profile or self.profile, principal)
+        if peer.rights is not None:
+            return False  # the guard here reads every message (docs/security.md)
+        forwarding.take_frame(peer, owner, count, data)
+        self._peers.after_input(peer)
+        return True
+
+    def _peer_for_input(
+        self, peer_id: bytes, profile: PeerProfile, principal: Principal | None
+    ) -> Peer:
+        """The peer a frame comes from, identified by `principal` (a new one if the transport
+        says it is someone else now), seen now and no longer stalled."""
+        peer = self._peers.get(peer_id, profile)
+        peer.last_seen = self.ctx.now  # any message counts as a heartbeat
+        known = peer.principal
+        if known is None or (principal is not None and known is not principal):
+            peer = self._identified(peer, profile, principal)
+        if peer.stalled:
+            self._speaks_again(peer)
+        return peer
 
     def _forbids(self, peer_id: bytes, queue_name: bytes) -> bool:
         """Whether the peer is known and may not send to the queue (a hint: the guard decides
@@ -375,14 +425,8 @@ class Core:
         forward a frame that is all for one other shard as it came."""
         profile = profile or self.profile
         peers = self._peers
-        peer = peers.get(peer_id, profile)
+        peer = self._peer_for_input(peer_id, profile, principal)
         ctx = self.ctx
-        peer.last_seen = ctx.now  # any message counts as a heartbeat
-        known = peer.principal
-        if known is None or (principal is not None and known is not principal):
-            peer = self._identified(peer, profile, principal)
-        if peer.stalled:
-            self._speaks_again(peer)
         handlers = self._handlers
         # Relayed peers' messages were forwarded once already: they stay here.
         forwarding = None if self.forwarding is None or is_relayed(peer_id) else self.forwarding

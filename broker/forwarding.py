@@ -184,6 +184,12 @@ class Forwarding:
         self.forwarded += len(messages)
         return True
 
+    def take_frame(self, peer: Peer, owner: str, count: int, frame: bytes) -> None:
+        """`take_whole` for a frame read by its headers only: `count` 001s and 004s for one
+        queue of `owner` (protocol/runs.py `one_queue`)."""
+        self._add(peer, owner, frame)
+        self.forwarded += count
+
     def route_admin(self, peer: Peer, message: Admin) -> bool:
         """An admin command about one queue (`queue` option) runs at that queue's owner;
         `stats` and the rest run here, or, at a follower replica, at its leader (`stats`
@@ -425,4 +431,3 @@ def _flags(peer: Peer) -> int:
         | (FORWARD_TTL_FORM if peer.ttl_form else 0)
         | (FORWARD_CONFIRM if peer.confirm else 0)
     )
-

@@ -8,11 +8,16 @@ next to nothing (issue 27, finding 10).
 
 Only the canonical forms are read this way: the stock client's (QUEUE, CONTENT) and the
 README's (QUEUE, CONTENT, TTL), packets in table order. Anything else is left to the decoder.
+
+`one_queue` does the same for a shard that forwards (docs/cluster.md "Forwarding"): a frame
+of 001s and 004s that all name one queue another shard owns goes there as it came, so the
+shard it arrived at reads its headers and not its messages.
 """
 
 from __future__ import annotations
 
 from .constants import MESSAGE_HEADER_BYTES, PACKET_HEADER_BYTES, MessageType, PacketType
+from .table import SPECS
 from .writer import message_header
 
 #: The headers of the two forms a run is read in: stock (2 packets) and README (3, with TTL).
@@ -38,8 +43,11 @@ def _length_at(data: bytes, pos: int, fixed: bytes) -> int:
 def run_queue(data: bytes) -> bytes | None:
     """The queue packet's content (the queue name's bytes) of the canonical 001 that `data`
     starts with, or None when it starts with anything else."""
-    if not data.startswith(RUN_HEADERS):
-        return None
+    return _first_queue(data) if data.startswith(RUN_HEADERS) else None
+
+
+def _first_queue(data: bytes) -> bytes | None:
+    """The content of the queue packet right after the message header, if that is one."""
     length = _length_at(data, MESSAGE_HEADER_BYTES, _QUEUE_FIXED)
     if length < 0:
         return None
@@ -88,3 +96,73 @@ def like_sends(data: bytes, first: int, after: int, max_content_bytes: int) -> t
         if data.startswith(same, pos):
             break  # not whole, or another TTL: not like (another length goes round again)
     return count, pos
+
+
+#: The message headers `one_queue` reads -> their packet counts: 001 and 004, whose first
+#: packet (in table order) is the queue.
+_QUEUE_FIRST: dict[bytes, int] = {
+    message_header(kind, count): count
+    for kind in (MessageType.SEND, MessageType.ACK)
+    for count in SPECS[kind].counts
+}
+_PACKET_MARKER = b"P"
+#: Packet headers `one_queue` has read -> their lengths (most frames repeat a few): bounded,
+#: past it lengths are read each time.
+MAX_REMEMBERED_LENGTHS = 4096
+_remembered_lengths: dict[bytes, int] = {}
+
+
+def _any_length_at(data: bytes, pos: int) -> int:
+    """The length in the packet header at `pos`, whatever its type, or -1 if it is not one
+    of the fast path's (or the input ends inside it); remembered while there is room."""
+    header = data[pos : pos + PACKET_HEADER_BYTES]
+    if not header.startswith(_PACKET_MARKER) or not header.startswith(_ZEROS, 3):
+        return -1
+    digits = header[_FIXED_BYTES:]
+    if len(digits) != _LENGTH_DIGITS or not digits.isdigit():
+        return -1
+    length = int(digits)
+    if len(_remembered_lengths) < MAX_REMEMBERED_LENGTHS:
+        _remembered_lengths[header] = length
+    return length
+
+
+def leading_queue(data: bytes) -> bytes | None:
+    """The queue name of the 001 or 004 that `data` starts with (its first packet's content),
+    or None when it starts with anything else."""
+    return _first_queue(data) if data[:MESSAGE_HEADER_BYTES] in _QUEUE_FIRST else None
+
+
+def one_queue(data: bytes) -> int:
+    """How many messages `data` holds when it is made only of whole 001s and 004s that all
+    name one queue, read by their headers; 0 for anything else (the decoder then reads the
+    frame). Packet types after the queue's and lengths past the limit are not checked here:
+    the shard that decodes the frame does."""
+    end = len(data)
+    queue = b""
+    count = 0
+    pos = 0
+    headers = _QUEUE_FIRST
+    remembered = _remembered_lengths
+    while pos < end:
+        packets = headers.get(data[pos : pos + MESSAGE_HEADER_BYTES])
+        if packets is None:
+            return 0
+        pos += MESSAGE_HEADER_BYTES
+        if not queue:
+            length = _length_at(data, pos, _QUEUE_FIXED)
+            if length < 0:
+                return 0
+            queue = data[pos : pos + PACKET_HEADER_BYTES + length]
+        elif not data.startswith(queue, pos):
+            return 0
+        pos += len(queue)
+        for _ in range(packets - 1):
+            length = remembered.get(data[pos : pos + PACKET_HEADER_BYTES])
+            if length is None:
+                length = _any_length_at(data, pos)
+                if length < 0:
+                    return 0
+            pos += PACKET_HEADER_BYTES + length
+        count += 1
+    return count if pos == end else 0

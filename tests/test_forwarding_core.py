@@ -4,6 +4,8 @@ unchanged; a peer or a link that goes away lets go of what it held; only links m
 
 from __future__ import annotations
 
+import pytest
+
 import phpmq.protocol as p
 from harness import CoreHarness
 from phpmq.broker.copies import COPY_TIMEOUT_S
@@ -93,6 +95,33 @@ def test_an_extension_peer_gets_its_confirms_and_errors_from_the_owner() -> None
     assert type(confirm) is p.Confirm and confirm.tag == 7
     [error] = pair.peer_turn(p.Ack(REMOTE, b"0" * 32))
     assert type(error) is p.Error and error.code == 404
+
+
+def test_a_frame_for_one_queue_of_another_shard_goes_there_without_being_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pair = Pair()
+    pair.peer_turn(p.Hello({"confirm": True}))
+    got = pair.peer_turn(p.Send(REMOTE, b"first", 0), p.Consume(REMOTE, 5))
+    [dispatch] = [m for m in got if type(m) is p.Dispatch]
+
+    def no_decoding(*_: object) -> None:
+        raise AssertionError("the entry shard decoded a frame it only passes on")
+
+    entry_core = pair.entry.core
+    monkeypatch.setattr(entry_core, "handle_messages", no_decoding)
+    sends = [p.Send(REMOTE, b"x%d" % i, 0, tag=i) for i in range(3)]
+    confirms = pair.peer_turn(p.Ack(REMOTE, dispatch.message_id), *sends)
+    assert [(type(c), c.tag) for c in confirms[:3]] == [(p.Confirm, i) for i in range(3)]
+    assert pair.owner.stats(REMOTE)["ready"] == 0  # three more dispatched to the window
+    assert [d.content for d in confirms[3:]] == [b"x0", b"x1", b"x2"]
+    # A malformed packet inside such a frame is the owner's to refuse, and its ERROR comes back.
+    bad = p.encode(p.Send(REMOTE, b"y", 0)).replace(b"P02", b"P99", 1)
+    entry_core.begin_turn()
+    entry_core.handle_frame(PEER, p.encode(p.Send(REMOTE, b"z", 0)) + bad)
+    got = pair._carry(entry_core.end_turn())
+    errors = [m for m in got if type(m) is p.Error]
+    assert len(errors) == 1 and "packet type 99" in errors[0].reason
 
 
 def test_a_peer_that_goes_lets_go_of_what_it_held_at_the_owner() -> None:

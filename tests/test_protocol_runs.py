@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phpmq import protocol as p
-from phpmq.protocol.runs import like_sends, run_queue
+from phpmq.protocol.runs import leading_queue, like_sends, one_queue, run_queue
 
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMIT = 64
@@ -104,3 +104,39 @@ def test_only_the_canonical_forms_start_a_run() -> None:
     assert run_queue(p.encode(p.Heartbeat())) is None
     assert run_queue(b"") is None
     assert run_queue(p.encode_send(p.queue_packet("q"), b"x", None)) == b"q"
+
+
+acks = st.builds(
+    lambda q: [p.encode_ack(p.queue_packet(q), b"d7e7f68761d34838494b233148b5486c")], queues
+)
+frames = st.lists(st.one_of(groups, acks, others), min_size=1, max_size=8).map(
+    lambda parts: [message for part in parts for message in part]
+)
+
+
+@FAST
+@given(frames, st.integers(min_value=0, max_value=40))
+def test_one_queue_is_what_the_decoder_reads(messages: list[bytes], cut: int) -> None:
+    data = b"".join(messages)
+    data = data[: len(data) - cut] if cut < len(data) else data
+    decoded, error = p.decode_frame(data, 1 << 20)
+    one = (
+        error is None
+        and all(type(m) in (p.Send, p.Ack) for m in decoded)
+        and len({m.queue for m in decoded}) == 1  # type: ignore[attr-defined]
+    )
+    assert one_queue(data) == (len(decoded) if one else 0)
+    first = decoded[0] if decoded else None
+    if type(first) in (p.Send, p.Ack):
+        assert leading_queue(data) == first.queue.encode()  # type: ignore[union-attr]
+    elif first is not None:
+        assert leading_queue(data) is None
+
+
+def test_one_queue_reads_no_frame_that_is_not_whole() -> None:
+    frame = p.encode(p.Send("q", b"abc", 0)) + p.encode_ack(p.queue_packet("q"), b"1" * 32)
+    assert one_queue(frame) == 2
+    assert one_queue(frame[:-1]) == 0
+    assert one_queue(frame + b"H") == 0
+    assert one_queue(b"") == 0
+    assert one_queue(frame + p.encode(p.Send("r", b"abc", 0))) == 0
