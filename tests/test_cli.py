@@ -26,7 +26,8 @@ def test_send_consume_and_stats(broker: BrokerProcess) -> None:
     assert got.returncode == 0, got.stderr
     rows = [json.loads(line) for line in got.stdout.splitlines()]
     assert [r["content"] for r in rows] == ["hello", "one", "two"]
-    assert rows[0]["ttl"] == 0 and 55 <= rows[1]["ttl"] <= 60
+    # Counted down since the send: three CLI runs apart, seconds on a loaded machine.
+    assert rows[0]["ttl"] == 0 and 40 <= rows[1]["ttl"] <= 60
     assert all(len(r["id"]) == 32 for r in rows)
     table = phpmq("stats", *address)
     assert "emails" in table.stdout and "dead letters" in table.stdout
