@@ -413,3 +413,14 @@ def test_options_json_round_trip_example() -> None:
     for cls in (Hello, Admin, AdminReply):
         message = cls(_json_example())
         assert decode_message(encode(message))[0] == message
+
+
+def test_remembered_packet_headers_stop_growing_at_their_bound() -> None:
+    from phpmq.protocol import writer
+
+    lengths = range(writer.MAX_REMEMBERED + 50)
+    for length in lengths:
+        dispatch = encode_dispatch(queue_packet("q"), b"x" * length, b"i" * 32, length, 1)
+        assert dispatch == encode(Dispatch("q", b"x" * length, b"i" * 32, length, 1))
+    assert len(writer._CONTENT_HEADERS) == writer.MAX_REMEMBERED
+    assert len(writer._TTL_PACKETS) == writer.MAX_REMEMBERED
