@@ -112,7 +112,12 @@ _ID_HEADERS = _Remembered(_ID_PACKET.__mod__)
 _TTL_PACKETS = _Remembered(_number_packet_of(_TTL_PACKET))
 _DELIVERY_PACKETS = _Remembered(_number_packet_of(b"P%02d%%029d" % PacketType.DELIVERY_COUNT))
 _HEADERS_HEADERS = _Remembered((b"P%02d%%029d" % PacketType.HEADERS).__mod__)
-_DISPATCH_HEADERS = {count: message_header(MessageType.DISPATCH, count) for count in (3, 4, 5, 6)}
+#: 003's message header by the parts after its ID packet: none, TTL, TTL and delivery count,
+#: and those with the headers packet (two parts).
+_DISPATCH_HEADERS = {
+    parts: message_header(MessageType.DISPATCH, count)
+    for parts, count in ((0, 3), (1, 4), (2, 5), (4, 6))
+}
 
 
 def queue_packet(queue: str) -> bytes:
@@ -137,54 +142,29 @@ def encode_dispatch(
     a `delivery_count` adds the extension packet (only for peers that opted in), and so do
     `headers` (JSON bytes as the producer's HEADERS packet carried them). A 003 with an
     event or a reply route is rare enough for `encode(Dispatch(...))`."""
+    after_id: tuple[bytes, ...]
     if ttl is None:
-        return b"".join(
-            (
-                _DISPATCH_HEADERS[3],
-                queue_packet,
-                _CONTENT_HEADERS[len(content)],
-                content,
-                _ID_HEADERS[len(message_id)],
-                message_id,
-            )
-        )
-    if delivery_count is None:
-        return b"".join(
-            (
-                _DISPATCH_HEADERS[4],
-                queue_packet,
-                _CONTENT_HEADERS[len(content)],
-                content,
-                _ID_HEADERS[len(message_id)],
-                message_id,
-                _TTL_PACKETS[ttl],
-            )
-        )
-    if not headers:
-        return b"".join(
-            (
-                _DISPATCH_HEADERS[5],
-                queue_packet,
-                _CONTENT_HEADERS[len(content)],
-                content,
-                _ID_HEADERS[len(message_id)],
-                message_id,
-                _TTL_PACKETS[ttl],
-                _DELIVERY_PACKETS[delivery_count],
-            )
+        after_id = ()
+    elif delivery_count is None:
+        after_id = (_TTL_PACKETS[ttl],)
+    elif not headers:
+        after_id = (_TTL_PACKETS[ttl], _DELIVERY_PACKETS[delivery_count])
+    else:
+        after_id = (
+            _TTL_PACKETS[ttl],
+            _DELIVERY_PACKETS[delivery_count],
+            _HEADERS_HEADERS[len(headers)],
+            headers,
         )
     return b"".join(
         (
-            _DISPATCH_HEADERS[6],
+            _DISPATCH_HEADERS[len(after_id)],
             queue_packet,
             _CONTENT_HEADERS[len(content)],
             content,
             _ID_HEADERS[len(message_id)],
             message_id,
-            _TTL_PACKETS[ttl],
-            _DELIVERY_PACKETS[delivery_count],
-            _HEADERS_HEADERS[len(headers)],
-            headers,
+            *after_id,
         )
     )
 
