@@ -151,10 +151,10 @@ def _read_canonical(
         start = p + PACKET_HEADER_BYTES
         length = lengths.get(data[p:start])
         if length is None:
-            if not data.startswith(prefix, p):
-                return -p
+            if start > end_of_data or not data.startswith(prefix, p):
+                return -p  # the input ends inside the header, or it is not this packet's
             digits = data[p + _FAST_PREFIX_BYTES : start]
-            if not digits.isdigit():  # a short slice (input ends) is caught by `> end` below
+            if not digits.isdigit():
                 return -p
             length = int(digits)
             if _remembered < MAX_REMEMBERED_HEADERS:

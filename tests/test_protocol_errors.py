@@ -593,3 +593,20 @@ def test_hot_path_dispatch_does_not_check_its_inputs() -> None:
     # negative remaining TTL); the bytes it would write are refused by any strict decoder.
     wire = encode_dispatch(queue_packet("Foo"), b"x", MESSAGE_ID, -1, None)
     refused(wire, ErrorCode.MALFORMED, "ASCII digits")
+
+
+def test_a_packet_header_cut_short_is_not_remembered() -> None:
+    from phpmq.protocol import reader
+
+    wire = b"H0100102" + QUEUE + pkt(2, b"z" * 77)
+    cut = wire[: len(b"H0100102" + QUEUE) + 30]  # inside the content packet's header
+    messages, error = decode_frame(cut)
+    assert messages == [] and error is not None and "truncated" in error.reason
+    remembered = [
+        header
+        for entry in reader._HEADERS.values()
+        for *_, lengths in entry.canonical
+        for header in lengths
+    ]
+    assert all(len(header) == 32 for header in remembered)
+    assert decode_frame(wire) == ([Send("Foo", b"z" * 77)], None)
