@@ -344,12 +344,12 @@ class Core:
             return False
         if owner is None or owner in forwarding.down:
             return False
-        count = one_queue(data)
-        if not count:
-            return False
         peer = self._peer_for_input(peer_id, profile or self.profile, principal)
         if peer.rights is not None:
             return False  # the guard here reads every message (docs/security.md)
+        count = one_queue(data)
+        if not count:
+            return False
         forwarding.take_frame(peer, owner, count, data)
         self._peers.after_input(peer)
         return True
