@@ -59,11 +59,10 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local Spark for the test file, stopped after it (tests/pipeline_harness.py). Not
-    one for the session: its listeners and queries pile up, and stopping it at the end then
-    hung past the test timeout."""
+    """One local Spark for the test worker, stopped after its last test
+    (tests/pipeline_harness.py)."""
     yield from pipeline_harness.local_spark()
 
 
