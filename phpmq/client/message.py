@@ -79,9 +79,7 @@ class ReceivedMessage:
         "ttl",
     )
 
-    def __init__(
-        self, settle: Settle, ack: AckSettle, dispatch: Dispatch, generation: int
-    ) -> None:
+    def __init__(self, settle: Settle, ack: AckSettle, dispatch: Dispatch, generation: int) -> None:
         self._settle = settle
         self._ack = ack
         self._generation = generation

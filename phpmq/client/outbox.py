@@ -22,7 +22,6 @@ STOP_DISPATCHES = encode(Disconnect("client closing"))
 GOODBYE = STOP_DISPATCHES + encode(Kbai())
 
 
-
 @lru_cache(maxsize=4096)
 def ack_prefix(queue: str, id_bytes: int) -> bytes:
     """What an ACK of `queue` carries before a message ID of `id_bytes` bytes: the ID packet
