@@ -113,13 +113,20 @@ class Connection:
         #: HELLO and the consumes, owed to each new transport.
         self._greeting = Greeting(name, role, heartbeat_ms, liveness, admin_secret)
         self._liveness = Liveness(heartbeat_ms, liveness)
-        self._settle = settle or self.buffer_settle
-        self._ack = ack or self.buffer_ack
         self._message_type = message_type
         #: Subscriptions, consumed again by the greeting of every new transport.
         self._windows: dict[str, int] = {}
         #: Settles (and the goodbye) waiting for the next flush.
         self._outbox = Outbox()
+        #: Keep an ack, requeue or dead letter (its frame, the generation its message came
+        #: on) for the next flush; True when enough are kept that they should go without
+        #: waiting. One from an earlier transport is dropped (the broker has taken it back).
+        self.buffer_settle = self._outbox.add
+        #: `buffer_settle` for an ack (queue, message ID, generation): its frame is not
+        #: built on its own. (Both are the outbox's own: one call less per settle.)
+        self.buffer_ack = self._outbox.add_ack
+        self._settle = settle or self.buffer_settle
+        self._ack = ack or self.buffer_ack
         self._tags = itertools.count()
         #: Requests awaiting replies (§6.6); a refusal answers a request's tag.
         self.requests = Requests()
@@ -178,7 +185,7 @@ class Connection:
         self.generation += 1
         self.requests.give_up("the connection to the broker was replaced before the reply")
         self.received.clear()
-        self._outbox.clear()
+        self._outbox.clear(self.generation)
         self._pauses.clear()
         topics = self.topics
         topics.restart()
@@ -463,19 +470,6 @@ class Connection:
         self.refusals.forget(queue)
         return self.topics.cancel(queue, self.received)
 
-    def buffer_settle(self, frame: bytes, generation: int) -> bool:
-        """Keep an ack, requeue or dead letter for the next flush; True when enough are kept
-        that they should go without waiting. One from an earlier transport is dropped."""
-        if generation != self.generation:
-            return False  # received on a lost connection: the broker has taken it back
-        return self._outbox.add(frame)
-
-    def buffer_ack(self, queue: str, message_id: bytes, generation: int) -> bool:
-        """`buffer_settle` for an ack (the hot path: its frame is not built on its own)."""
-        if generation != self.generation:
-            return False
-        return self._outbox.add_ack(queue, message_id)
-
     def take_settles(self) -> bytes:
         """Every buffered settle in one payload (b"" if none), no longer buffered."""
         return self._outbox.take()
@@ -503,7 +497,7 @@ class Connection:
             self._leaving = 2
             received = self.received
             while received:
-                self._outbox.add(received.pop().unstarted_frame())
+                self._outbox.add(received.pop().unstarted_frame(), self.generation)
             self._outbox.goodbye()
             return self._outbox.take()
         return None

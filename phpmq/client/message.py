@@ -65,42 +65,58 @@ class ReceivedMessage:
 
     __slots__ = (
         "_ack",
+        "_dispatch",
         "_generation",
-        "_settle",
         "_headers",
         "_id",
+        "_settle",
         "content",
-        "correlation",
-        "delivery_count",
-        "event",
-        "message_key",
         "queue",
-        "reply_to",
-        "ttl",
     )
 
     def __init__(self, settle: Settle, ack: AckSettle, dispatch: Dispatch, generation: int) -> None:
         self._settle = settle
         self._ack = ack
         self._generation = generation
+        #: What the broker sent: the fields few consumers read are read from it when asked.
+        self._dispatch = dispatch
         self.queue = dispatch.queue
         self.content = dispatch.content
         #: The ID as the wire carried it: settling sends it back as it came.
         self._id = dispatch.message_id
-        #: Remaining time to live in seconds (0: never expires).
-        self.ttl = dispatch.ttl or 0
-        #: 1 on the first delivery, more after redeliveries.
-        self.delivery_count = dispatch.delivery_count or 1
-        #: The event a published copy was published as (None: sent to the queue by name).
-        self.event = dispatch.event
-        #: A request's reply route ("" its requester, else a reply queue; None: no reply is
-        #: asked) and correlation id; a reply found in a reply queue has the correlation only.
-        self.reply_to = dispatch.reply_to
-        self.correlation = dispatch.correlation
-        #: The producer's message key (`send(..., message_key=...)`), None without one.
-        self.message_key = dispatch.message_key
         #: The HEADERS bytes as they came, then (once read) their decoded dict.
         self._headers: bytes | dict[str, Any] | None = dispatch.headers
+
+    @property
+    def ttl(self) -> int:
+        """Remaining time to live in seconds (0: never expires)."""
+        return self._dispatch.ttl or 0
+
+    @property
+    def delivery_count(self) -> int:
+        """1 on the first delivery, more after redeliveries."""
+        return self._dispatch.delivery_count or 1
+
+    @property
+    def event(self) -> str | None:
+        """The event a published copy was published as (None: sent to the queue by name)."""
+        return self._dispatch.event
+
+    @property
+    def reply_to(self) -> str | None:
+        """A request's reply route ("" its requester, else a reply queue; None: no reply is
+        asked)."""
+        return self._dispatch.reply_to
+
+    @property
+    def correlation(self) -> str | None:
+        """A request's correlation id; a reply found in a reply queue has this only."""
+        return self._dispatch.correlation
+
+    @property
+    def message_key(self) -> bytes | None:
+        """The producer's message key (`send(..., message_key=...)`), None without one."""
+        return self._dispatch.message_key
 
     @property
     def id(self) -> str:

@@ -30,23 +30,31 @@ def ack_prefix(queue: str, id_bytes: int) -> bytes:
 
 
 class Outbox:
-    """Settle frames in order, as pieces of one payload; `_settles` counts the settles."""
+    """Settle frames of one transport (its `generation`) in order, as pieces of one payload;
+    `_settles` counts the settles."""
 
-    __slots__ = ("_flush_at", "_out", "_settles")
+    __slots__ = ("_flush_at", "_out", "_settles", "generation")
 
     def __init__(self) -> None:
         self._out: list[bytes] = []
         self._settles = 0
         self._flush_at = MAX_BUFFERED_OUT
+        self.generation = 0
 
-    def add(self, frame: bytes) -> bool:
-        """Keep `frame`; True when enough are kept that they should go without waiting."""
+    def add(self, frame: bytes, generation: int) -> bool:
+        """Keep an ack, requeue or dead letter for the next flush; True when enough are kept
+        that they should go without waiting. One of an earlier transport (`generation`) is
+        dropped: the broker has taken its message back."""
+        if generation != self.generation:
+            return False
         self._out.append(frame)
         self._settles += 1
         return self._settles >= self._flush_at
 
-    def add_ack(self, queue: str, message_id: bytes) -> bool:
-        """Keep an ACK, as `add`: two pieces, encoded by the payload's one join."""
+    def add_ack(self, queue: str, message_id: bytes, generation: int) -> bool:
+        """`add` for an ACK (the hot path): two pieces, encoded by the payload's one join."""
+        if generation != self.generation:
+            return False
         out = self._out
         out.append(ack_prefix(queue, len(message_id)))
         out.append(message_id)
@@ -76,10 +84,12 @@ class Outbox:
     def goodbye(self) -> None:
         self._out.append(GOODBYE)
 
-    def clear(self) -> None:
-        """A new transport or a rejoin: the broker has taken back what they would settle."""
+    def clear(self, generation: int) -> None:
+        """A new transport or a rejoin (`generation`): the broker has taken back what they
+        would settle."""
         self._out.clear()
         self._settles = 0
+        self.generation = generation
 
     def windows(self, windows: Iterable[int]) -> None:
         """The subscriptions' windows changed: flush once half the smallest is settled

@@ -269,10 +269,10 @@ class Client(
         """
         if self._shards is not None and self._shards.links:
             return self._receive_merged(timeout)
-        self._start()
         message = self._take_received()  # the hot path: one is in already (the loop costs more)
         if message is not None:
             return message
+        self._start()  # (the blocking client's reader: it took in what there was, so it runs)
         received = self._connection.received
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
