@@ -27,6 +27,7 @@ from ..protocol import (
     Reply,
     Requeue,
     encode,
+    encode_reply,
     queue_name_problem,
     sent_at,
 )
@@ -158,8 +159,9 @@ class ReceivedMessage:
 
     def _reply_frame(self, content: bytes | str, error: str | None) -> bytes:
         body = content.encode() if isinstance(content, str) else content
-        code = None if error is None else int(ErrorCode.INTERNAL)
-        return encode(Reply(body, self.queue, self._id, None, code, error))
+        if error is None:
+            return encode_reply(body, queue_packet(self.queue), self._id)
+        return encode(Reply(body, self.queue, self._id, None, int(ErrorCode.INTERNAL), error))
 
     def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
         """Back to the tail of the queue with a new TTL (0: never expires), after `delay`

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
-from ..protocol import Disconnect, Kbai, encode, encode_ack
+from ..protocol import Disconnect, Kbai, encode
+from ..protocol import ack_prefix as encoded_ack_prefix
 from .message import queue_packet
 
 #: Outgoing settlements buffered before the driver is told to send them without waiting.
@@ -24,9 +25,9 @@ GOODBYE = STOP_DISPATCHES + encode(Kbai())
 
 @lru_cache(maxsize=4096)
 def ack_prefix(queue: str, id_bytes: int) -> bytes:
-    """What an ACK of `queue` carries before a message ID of `id_bytes` bytes: the ID packet
-    ends it and holds the ID as it is, so an ack is this prefix and the ID."""
-    return encode_ack(queue_packet(queue), bytes(id_bytes))[:-id_bytes]
+    """What an ACK of `queue` carries before a message ID of `id_bytes` bytes (the protocol's
+    `ack_prefix`, remembered per queue name): an ack is this prefix and the ID."""
+    return encoded_ack_prefix(queue_packet(queue), id_bytes)
 
 
 class Outbox:
