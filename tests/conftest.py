@@ -59,10 +59,11 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    """One local Spark for the test worker, stopped after its last test
-    (tests/pipeline_harness.py)."""
+    """One local Spark for the test file, stopped after it (tests/pipeline_harness.py). Not
+    one for the session: its listeners and queries pile up, and stopping it at the end then
+    hung past the test timeout."""
     yield from pipeline_harness.local_spark()
 
 
