@@ -60,12 +60,14 @@ from .rules import (
 from .stream import StreamDecoder
 from .table import EXTENSION_TYPES
 from .writer import (
+    ack_prefix,
     encode,
     encode_ack,
     encode_all,
     encode_confirm,
     encode_dispatch,
     encode_publish,
+    encode_reply,
     encode_send,
     event_packet,
     queue_packet,
@@ -113,6 +115,7 @@ __all__ = [
     "Send",
     "StreamDecoder",
     "TruncatedError",
+    "ack_prefix",
     "clamp_liveness",
     "decode_frame",
     "decode_message",
@@ -122,6 +125,7 @@ __all__ = [
     "encode_confirm",
     "encode_dispatch",
     "encode_publish",
+    "encode_reply",
     "encode_send",
     "event_name_problem",
     "event_packet",

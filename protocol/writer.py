@@ -177,6 +177,8 @@ _TAG_PACKET = b"P%02d%%029d" % PacketType.TAG
 _KEY_PACKET = b"P%02d%%029d" % PacketType.KEY
 _HEADERS_PACKET = b"P%02d%%029d" % PacketType.HEADERS
 _MESSAGE_KEY_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_KEY
+_REPLY_TO_PACKET = b"P%02d%%029d" % PacketType.REPLY_TO
+_CORRELATION_PACKET = b"P%02d%%029d" % PacketType.CORRELATION
 
 
 def encode_send(
@@ -187,12 +189,16 @@ def encode_send(
     key: str | None = None,
     headers: bytes | None = None,
     message_key: bytes | None = None,
+    reply_to: str | None = None,
+    correlation: str | None = None,
 ) -> bytes:
     """001 on the client's hot path; `ttl=None` writes the stock client's pre-TTL form. A
     `tag` asks for a CONFIRM (it needs a TTL packet before it), a `key` makes it idempotent;
-    `headers` (JSON bytes) and a `message_key` go in packets 17 and 27."""
+    `headers` (JSON bytes) and a `message_key` go in packets 17 and 27; `reply_to` and
+    `correlation` make it a request (§6.6)."""
     if ttl is None:
-        if tag is not None or key is not None or headers or message_key is not None:
+        extended = reply_to is not None or correlation is not None or message_key is not None
+        if tag is not None or key is not None or headers or extended:
             raise LocalProtocolError(
                 "a tag, key, headers or message key need the TTL form (ttl=0: never expires)"
             )
@@ -216,6 +222,12 @@ def encode_send(
         parts += (_KEY_PACKET % len(key_bytes), key_bytes)
     if headers:
         parts += (_HEADERS_PACKET % len(headers), headers)
+    if reply_to is not None:
+        reply_to_bytes = reply_to.encode()
+        parts += (_REPLY_TO_PACKET % len(reply_to_bytes), reply_to_bytes)
+    if correlation is not None:
+        correlation_bytes = correlation.encode()
+        parts += (_CORRELATION_PACKET % len(correlation_bytes), correlation_bytes)
     if message_key is not None:
         parts += (_MESSAGE_KEY_PACKET % len(message_key), message_key)
     # Parts: the header, the queue and TTL packets one each, every other packet two.
@@ -257,3 +269,28 @@ def encode_confirm(message_id: bytes, tag: int | None, count: int | None = None)
 def encode_ack(queue_packet: bytes, message_id: bytes) -> bytes:
     """004 on the consumer's hot path."""
     return b"".join((_ACK_HEADER, queue_packet, _ID_HEADERS[len(message_id)], message_id))
+
+
+def ack_prefix(queue_packet: bytes, id_length: int) -> bytes:
+    """A 004's bytes up to its message ID, which come last (`id_length` of them): the acks of
+    one queue share it, so a consumer's run of acks is this and each ID, joined once."""
+    return _ACK_HEADER + queue_packet + _ID_HEADERS[id_length]
+
+
+_REPLY_3 = message_header(MessageType.REPLY, 3)
+
+
+def encode_reply(content: bytes, queue_packet: bytes, message_id: bytes) -> bytes:
+    """112 from a worker on its hot path: the answer to the request it holds, `message_id`
+    of the queue of `queue_packet` (it settles it like an ACK). An error reply, with its code
+    and reason, is rare enough for `encode(Reply(...))`."""
+    return b"".join(
+        (
+            _REPLY_3,
+            _CONTENT_HEADERS[len(content)],
+            content,
+            queue_packet,
+            _ID_HEADERS[len(message_id)],
+            message_id,
+        )
+    )

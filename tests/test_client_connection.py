@@ -203,6 +203,37 @@ def test_half_the_smallest_window_settled_asks_for_a_flush() -> None:
     assert connection.buffer_settle(ack, connection.generation) is True
 
 
+def test_acks_go_as_the_codec_encodes_them_in_order_with_other_settles() -> None:
+    """An ack is buffered as its queue's ack prefix and the ID (joined once per flush): the
+    payload is still the codec's own frames, in the order settled, for any queue and any ID
+    length."""
+    connection = greeted()
+    connection.subscribe(QUEUE, 100)
+    frames = dispatch(ID_1) + dispatch(b"short") + dispatch(ID_2)
+    frames += p.encode_dispatch(p.queue_packet("other"), b"work", ID_3, 60, 1)
+    connection.receive(frames, now=1.0)
+    first, short, second, other = connection.received
+    first.ack()
+    second.requeue(ttl=30)
+    short.ack()
+    other.ack()
+    assert decoded(connection.take_settles()) == [
+        p.Ack(QUEUE, ID_1),
+        p.Requeue(QUEUE, ID_2, 30),
+        p.Ack(QUEUE, b"short"),
+        p.Ack("other", ID_3),
+    ]
+
+
+def test_acks_count_once_each_towards_a_flush() -> None:
+    connection = greeted()
+    connection.subscribe(QUEUE, 4)
+    assert connection.buffer_ack(QUEUE, ID_1, connection.generation) is False
+    assert connection.buffer_ack(QUEUE, ID_2, connection.generation) is True
+    assert connection.buffer_ack(QUEUE, ID_3, connection.generation - 1) is False  # a lost one's
+    assert decoded(connection.take_settles()) == [p.Ack(QUEUE, ID_1), p.Ack(QUEUE, ID_2)]
+
+
 def test_settles_the_transport_did_not_take_are_kept_in_front() -> None:
     connection = greeted()
     connection.buffer_settle(p.encode(p.Ack(QUEUE, ID_1)), connection.generation)

@@ -424,3 +424,56 @@ def test_remembered_packet_headers_stop_growing_at_their_bound() -> None:
         assert dispatch == encode(Dispatch("q", b"x" * length, b"i" * 32, length, 1))
     assert len(writer._CONTENT_HEADERS) == writer.MAX_REMEMBERED
     assert len(writer._TTL_PACKETS) == writer.MAX_REMEMBERED
+
+
+@FAST
+@given(
+    texts,
+    contents,
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(0, 2**31),
+    texts,
+    texts,
+    header_packets,
+)
+def test_a_request_s_send_matches_encode(
+    queue: str,
+    content: bytes,
+    ttl: int,
+    tag: int,
+    reply_to: str,
+    correlation: str,
+    headers: bytes | None,
+) -> None:
+    headers = headers or None
+    sent = encode_send(
+        queue_packet(queue),
+        content,
+        ttl,
+        tag,
+        None,
+        headers,
+        reply_to=reply_to,
+        correlation=correlation,
+    )
+    assert sent == encode(
+        Send(queue, content, ttl, tag, None, headers, reply_to=reply_to, correlation=correlation)
+    )
+
+
+@FAST
+@given(texts, contents, ids)
+def test_encode_reply_and_ack_prefix_match_encode(
+    queue: str, content: bytes, message_id: bytes
+) -> None:
+    from phpmq.protocol import Ack, Reply, ack_prefix, encode_reply
+
+    assert encode_reply(content, queue_packet(queue), message_id) == encode(
+        Reply(content, queue, message_id)
+    )
+    prefix = ack_prefix(queue_packet(queue), len(message_id))
+    assert (
+        prefix + message_id
+        == encode(Ack(queue, message_id))
+        == encode_ack(queue_packet(queue), message_id)
+    )

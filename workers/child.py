@@ -17,6 +17,7 @@ import importlib
 import inspect
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -110,19 +111,23 @@ class WeightedPick:
         self.waiting: dict[str, deque[ReceivedMessage]] = {name: deque() for name, _ in queues}
         self._stride = {name: 1.0 / weight for name, weight in queues}
         self._pass = dict.fromkeys(self.waiting, 0.0)
+        #: Messages waiting in all queues (asked before every job).
+        self._count = 0
 
     def add(self, message: ReceivedMessage) -> None:
         self.waiting.setdefault(message.queue, deque()).append(message)
+        self._count += 1
 
     def __len__(self) -> int:
-        return sum(len(waiting) for waiting in self.waiting.values())
+        return self._count
 
     def put_back(self, message: ReceivedMessage) -> None:
         """A picked message that will not run now: first of its queue again."""
         self.waiting.setdefault(message.queue, deque()).appendleft(message)
+        self._count += 1
 
     def forget(self, queue: str) -> None:
-        self.waiting.pop(queue, None)
+        self._count -= len(self.waiting.pop(queue, ()))
 
     def drain(self) -> list[ReceivedMessage]:
         """Every waiting message, each queue's last-dispatched first (the order that hands
@@ -130,16 +135,23 @@ class WeightedPick:
         drained = [message for waiting in self.waiting.values() for message in reversed(waiting)]
         for waiting in self.waiting.values():
             waiting.clear()
+        self._count = 0
         return drained
 
     def pick(self) -> ReceivedMessage | None:
-        ready = [name for name, waiting in self.waiting.items() if waiting]
-        if not ready:
+        if not self._count:
             return None
-        name = min(ready, key=self._pass.__getitem__)
-        # A queue that was idle does not bank credit: it starts level with the busy ones.
-        floor = min(self._pass[other] for other in ready)
-        self._pass[name] = max(self._pass[name], floor) + self._stride.get(name, 1.0)
+        ready = [name for name, waiting in self.waiting.items() if waiting]
+        passes = self._pass
+        if len(ready) == 1:  # nothing to weigh it against
+            name = ready[0]
+            passes[name] += self._stride.get(name, 1.0)
+        else:
+            name = min(ready, key=passes.__getitem__)
+            # A queue that was idle does not bank credit: it starts level with the busy ones.
+            floor = min(passes[other] for other in ready)
+            passes[name] = max(passes[name], floor) + self._stride.get(name, 1.0)
+        self._count -= 1
         return self.waiting[name].popleft()
 
 
@@ -175,6 +187,10 @@ class ChildBase:
         self.stopping = False
         self.handler = handler
         self.picker = WeightedPick(spec.queues)
+        #: Whether the supervisor said something (or hung up): one poll object for the pipe,
+        #: kept (the pipe's own `poll` makes a selector per call, twice per job).
+        self._supervisor_said = select.poll()
+        self._supervisor_said.register(conn.fileno(), select.POLLIN)
         self.client = self.client_class(
             spec.broker,
             name=f"{spec.pool}/{spec.index}",
@@ -184,7 +200,7 @@ class ChildBase:
         )
 
     def _read_supervisor(self) -> None:
-        while self.conn.poll():
+        while self._supervisor_said.poll(0):
             command = self.conn.recv()
             if command[0] == "note":
                 if len(self.notes) >= MAX_NOTES:

@@ -27,6 +27,7 @@ READ_ATTEMPTS = 1000
 class JobSlot:
     def __init__(self, context: SpawnContext) -> None:
         self._memory: Any = context.RawArray("b", _LAYOUT.size)
+        self._view = memoryview(self._memory).cast("B")
         self._record: list[Any] = [0, 0, 0, 0, 0, 0.0, 0.0, b""]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -34,7 +35,8 @@ class JobSlot:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._memory = state["_memory"]
-        self._record = list(_LAYOUT.unpack_from(memoryview(self._memory).cast("B")))
+        self._view = memoryview(self._memory).cast("B")
+        self._record = list(_LAYOUT.unpack_from(self._view))
 
     # ------------------------------------------------------------------ the worker writes
 
@@ -54,7 +56,7 @@ class JobSlot:
 
     def _publish(self) -> None:
         record = self._record
-        view = memoryview(self._memory).cast("B")
+        view = self._view
         record[SEQ] += 1  # odd: being written
         _SEQ.pack_into(view, 0, record[SEQ])
         _TAIL.pack_into(view, _SEQ.size, *record[1:])
@@ -66,7 +68,7 @@ class JobSlot:
     def read(self) -> tuple[Any, ...]:
         """A consistent copy of the record: (seq, deliveries, acked, retried, dead, deadline,
         started, message id); message id b"" when the worker runs nothing."""
-        view = memoryview(self._memory).cast("B")
+        view = self._view
         for _ in range(READ_ATTEMPTS):
             record = _LAYOUT.unpack_from(view)
             if record[SEQ] % 2 == 0 and _LAYOUT.unpack_from(view)[SEQ] == record[SEQ]:

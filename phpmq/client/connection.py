@@ -17,7 +17,8 @@ Rules of this module:
    last (messages held, settles buffered, answers awaited, pauses: the broker asks again).
 5. Not thread-safe: a driver that uses it from several threads holds one lock around every
    call, except the encoders of sends (`next_tag`, `send`, `send_batches`): they touch no
-   state but the tag counter, so a producer need not hold the lock while it reads its input.
+   state but the tag counter, so a producer need not hold the lock while it reads its input;
+   and taking a message from `received` (a deque: its popleft is atomic).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ from .events import (
 )
 from .greeting import Greeting
 from .liveness import HEARTBEAT, Liveness
-from .message import ReceivedMessage, Settle, as_bytes, queue_packet
+from .message import AckSettle, ReceivedMessage, Settle, as_bytes, queue_packet
 from .outbox import Outbox
 from .pauses import Pauses
 from .refusals import Refusals
@@ -100,22 +101,32 @@ class Connection:
         heartbeat_ms: int = 1000,
         liveness: int = 3,
         settle: Settle | None = None,
+        ack: AckSettle | None = None,
         message_type: type[ReceivedMessage] = ReceivedMessage,
         admin_secret: str = "",
     ) -> None:
         """`heartbeat_ms` and `liveness` are asked for in HELLO (0: no heartbeats); until the
         broker answers, they count as the broker will clamp them. `settle` is where received
-        messages hand their settle frames (default: `buffer_settle`); `message_type` is what
-        dispatched messages are made as (the asyncio driver's settle methods are awaitable)."""
+        messages hand their settle frames (default: `buffer_settle`), `ack` their acks
+        (default: `buffer_ack`); `message_type` is what dispatched messages are made as (the
+        asyncio driver's settle methods are awaitable)."""
         #: HELLO and the consumes, owed to each new transport.
         self._greeting = Greeting(name, role, heartbeat_ms, liveness, admin_secret)
         self._liveness = Liveness(heartbeat_ms, liveness)
-        self._settle = settle or self.buffer_settle
         self._message_type = message_type
         #: Subscriptions, consumed again by the greeting of every new transport.
         self._windows: dict[str, int] = {}
         #: Settles (and the goodbye) waiting for the next flush.
         self._outbox = Outbox()
+        #: Keep an ack, requeue or dead letter (its frame, the generation its message came
+        #: on) for the next flush; True when enough are kept that they should go without
+        #: waiting. One from an earlier transport is dropped (the broker has taken it back).
+        self.buffer_settle = self._outbox.add
+        #: `buffer_settle` for an ack (queue, message ID, generation): its frame is not
+        #: built on its own. (Both are the outbox's own: one call less per settle.)
+        self.buffer_ack = self._outbox.add_ack
+        self._settle = settle or self.buffer_settle
+        self._ack = ack or self.buffer_ack
         self._tags = itertools.count()
         #: Requests awaiting replies (§6.6); a refusal answers a request's tag.
         self.requests = Requests()
@@ -174,7 +185,7 @@ class Connection:
         self.generation += 1
         self.requests.give_up("the connection to the broker was replaced before the reply")
         self.received.clear()
-        self._outbox.clear()
+        self._outbox.clear(self.generation)
         self._pauses.clear()
         topics = self.topics
         topics.restart()
@@ -459,13 +470,6 @@ class Connection:
         self.refusals.forget(queue)
         return self.topics.cancel(queue, self.received)
 
-    def buffer_settle(self, frame: bytes, generation: int) -> bool:
-        """Keep an ack, requeue or dead letter for the next flush; True when enough are kept
-        that they should go without waiting. One from an earlier transport is dropped."""
-        if generation != self.generation:
-            return False  # received on a lost connection: the broker has taken it back
-        return self._outbox.add(frame)
-
     def take_settles(self) -> bytes:
         """Every buffered settle in one payload (b"" if none), no longer buffered."""
         return self._outbox.take()
@@ -493,7 +497,7 @@ class Connection:
             self._leaving = 2
             received = self.received
             while received:
-                self._outbox.add(received.pop().unstarted_frame())
+                self._outbox.add(received.pop().unstarted_frame(), self.generation)
             self._outbox.goodbye()
             return self._outbox.take()
         return None
@@ -516,12 +520,13 @@ class Connection:
         messages, error = decode_frame(frame, self._max_content_bytes)
         received = self.received
         settle = self._settle
+        ack = self._ack
         make_message = self._message_type
         generation = self.generation
         events: list[Event] | None = None
         for message in messages:
             if type(message) is Dispatch:
-                received.append(make_message(settle, message, generation))
+                received.append(make_message(settle, ack, message, generation))
                 continue
             event = self._on_control(message, now)
             if event is not None:

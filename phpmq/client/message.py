@@ -1,11 +1,13 @@
 """A message the broker dispatched to us, and how it is settled.
 
-A ReceivedMessage knows nothing of sockets: settling it encodes the 004/005/006 and hands the
-bytes to `settle(frame, generation)`, which the driver provides (it buffers them and flushes
-them with others). `generation` names the connection the message came on: a settle for an
-older one is dropped, because the broker took those messages back when it lost us.
-An AsyncReceivedMessage (AsyncClient's) is the same with `async def` settle methods: its
-`settle` is a coroutine function, awaited.
+A ReceivedMessage knows nothing of sockets: settling it encodes the 005/006 (or a reply) and
+hands the bytes to `settle(frame, generation)`, which the driver provides (it buffers them and
+flushes them with others); an ack, the hot path, hands only its queue and ID to
+`ack(queue, message_id, generation)`, and the buffer encodes a run of them at once.
+`generation` names the connection the message came on: a settle for an older one is dropped,
+because the broker took those messages back when it lost us.
+An AsyncReceivedMessage (AsyncClient's) is the same with `async def` settle methods (the
+driver's `settle` and `ack` await nothing, so they are plain functions).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..protocol import (
     Reply,
     Requeue,
     encode,
-    encode_ack,
+    encode_reply,
     queue_name_problem,
     sent_at,
 )
@@ -36,6 +38,8 @@ _headers = msgspec.json.Decoder(dict[str, Any])
 
 #: Where a settle frame goes: (frame, generation of the connection the message came on).
 Settle = Callable[[bytes, int], object]
+#: Where an ack goes: (queue, message ID, generation of the connection the message came on).
+AckSettle = Callable[[str, bytes, int], object]
 
 
 def as_bytes(value: bytes | str | None) -> bytes | None:
@@ -61,41 +65,59 @@ class ReceivedMessage:
     started at all, return_unstarted)."""
 
     __slots__ = (
+        "_ack",
+        "_dispatch",
         "_generation",
-        "_settle",
         "_headers",
         "_id",
+        "_settle",
         "content",
-        "correlation",
-        "delivery_count",
-        "event",
-        "message_key",
         "queue",
-        "reply_to",
-        "ttl",
     )
 
-    def __init__(self, settle: Settle, dispatch: Dispatch, generation: int) -> None:
+    def __init__(self, settle: Settle, ack: AckSettle, dispatch: Dispatch, generation: int) -> None:
         self._settle = settle
+        self._ack = ack
         self._generation = generation
+        #: What the broker sent: the fields few consumers read are read from it when asked.
+        self._dispatch = dispatch
         self.queue = dispatch.queue
         self.content = dispatch.content
         #: The ID as the wire carried it: settling sends it back as it came.
         self._id = dispatch.message_id
-        #: Remaining time to live in seconds (0: never expires).
-        self.ttl = dispatch.ttl or 0
-        #: 1 on the first delivery, more after redeliveries.
-        self.delivery_count = dispatch.delivery_count or 1
-        #: The event a published copy was published as (None: sent to the queue by name).
-        self.event = dispatch.event
-        #: A request's reply route ("" its requester, else a reply queue; None: no reply is
-        #: asked) and correlation id; a reply found in a reply queue has the correlation only.
-        self.reply_to = dispatch.reply_to
-        self.correlation = dispatch.correlation
-        #: The producer's message key (`send(..., message_key=...)`), None without one.
-        self.message_key = dispatch.message_key
         #: The HEADERS bytes as they came, then (once read) their decoded dict.
         self._headers: bytes | dict[str, Any] | None = dispatch.headers
+
+    @property
+    def ttl(self) -> int:
+        """Remaining time to live in seconds (0: never expires)."""
+        return self._dispatch.ttl or 0
+
+    @property
+    def delivery_count(self) -> int:
+        """1 on the first delivery, more after redeliveries."""
+        return self._dispatch.delivery_count or 1
+
+    @property
+    def event(self) -> str | None:
+        """The event a published copy was published as (None: sent to the queue by name)."""
+        return self._dispatch.event
+
+    @property
+    def reply_to(self) -> str | None:
+        """A request's reply route ("" its requester, else a reply queue; None: no reply is
+        asked)."""
+        return self._dispatch.reply_to
+
+    @property
+    def correlation(self) -> str | None:
+        """A request's correlation id; a reply found in a reply queue has this only."""
+        return self._dispatch.correlation
+
+    @property
+    def message_key(self) -> bytes | None:
+        """The producer's message key (`send(..., message_key=...)`), None without one."""
+        return self._dispatch.message_key
 
     @property
     def id(self) -> str:
@@ -128,7 +150,7 @@ class ReceivedMessage:
         return self.reply_to is not None
 
     def ack(self) -> None:
-        self._settle(encode_ack(queue_packet(self.queue), self._id), self._generation)
+        self._ack(self.queue, self._id, self._generation)
 
     def reply(self, content: bytes | str = b"", error: str | None = None) -> None:
         """Answer this request and settle it (like `ack`): `content`, or with `error` (e.g.
@@ -137,8 +159,9 @@ class ReceivedMessage:
 
     def _reply_frame(self, content: bytes | str, error: str | None) -> bytes:
         body = content.encode() if isinstance(content, str) else content
-        code = None if error is None else int(ErrorCode.INTERNAL)
-        return encode(Reply(body, self.queue, self._id, None, code, error))
+        if error is None:
+            return encode_reply(body, queue_packet(self.queue), self._id)
+        return encode(Reply(body, self.queue, self._id, None, int(ErrorCode.INTERNAL), error))
 
     def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:
         """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
@@ -158,9 +181,6 @@ class ReceivedMessage:
     def unstarted_frame(self) -> bytes:
         """The 005 that hands this message back unstarted."""
         return encode(Requeue(self.queue, self._id, 0, None, REQUEUE_UNSTARTED))
-
-    def _ack_frame(self) -> bytes:
-        return encode_ack(queue_packet(self.queue), self._id)
 
     def _requeue_frame(self, ttl: int, delay: float) -> bytes:
         delay_ms = round(delay * 1000) or None
@@ -184,22 +204,22 @@ class AsyncReceivedMessage(ReceivedMessage):
     __slots__ = ()
 
     async def ack(self) -> None:  # type: ignore[override]
-        await self._settle(self._ack_frame(), self._generation)  # type: ignore[misc]
+        self._ack(self.queue, self._id, self._generation)
 
     async def requeue(self, ttl: int = 0, delay: float = 0.0) -> None:  # type: ignore[override]
         """Back to the tail of the queue with a new TTL (0: never expires), after `delay`
         seconds out of it (a retry backoff)."""
-        await self._settle(self._requeue_frame(ttl, delay), self._generation)  # type: ignore[misc]
+        self._settle(self._requeue_frame(ttl, delay), self._generation)
 
     async def dead_letter(self, reason: str | None = None) -> None:  # type: ignore[override]
-        await self._settle(self._dead_letter_frame(reason), self._generation)  # type: ignore[misc]
+        self._settle(self._dead_letter_frame(reason), self._generation)
 
     async def return_unstarted(self) -> None:  # type: ignore[override]
         """Back to the head of the queue unstarted; see ReceivedMessage.return_unstarted."""
-        await self._settle(self.unstarted_frame(), self._generation)  # type: ignore[misc]
+        self._settle(self.unstarted_frame(), self._generation)
 
     async def reply(  # type: ignore[override]
         self, content: bytes | str = b"", error: str | None = None
     ) -> None:
         """Answer this request and settle it; see ReceivedMessage.reply."""
-        await self._settle(self._reply_frame(content, error), self._generation)  # type: ignore[misc]
+        self._settle(self._reply_frame(content, error), self._generation)

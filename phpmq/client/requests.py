@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..protocol import Error, Reply, Send, encode
+from ..protocol import Error, Reply, encode_send
 from .batches import too_large
 from .errors import BrokerRefused, ClientError, InvalidArgument, ReplyError, RequestLost
 from .message import queue_packet
@@ -152,7 +152,7 @@ def encode_request(
     Raises:
         InvalidArgument: a bad queue name, content over `limit`.
     """
-    queue_packet(queue)
+    packet = queue_packet(queue)
     body = content.encode() if isinstance(content, str) else content
     if len(body) > limit:
         raise too_large(queue, len(body), limit)
@@ -160,9 +160,7 @@ def encode_request(
         headers = {**(headers or {}), "reply_format": reply_format}
     encoded = _headers.encode(headers) if headers else None
     ttl = math.ceil(timeout)
-    return encode(
-        Send(queue, body, ttl, tag=tag, headers=encoded, reply_to="", correlation=correlation)
-    )
+    return encode_send(packet, body, ttl, tag, None, encoded, reply_to="", correlation=correlation)
 
 
 def result(outcome: Outcome, reply_format: str) -> Any:

@@ -24,6 +24,9 @@ log = logging.getLogger("phpmq.client")
 #: How long one wait for the broker blocks at most before looking again: the waiting thread
 #: lets go of the socket this often, so the heartbeat thread keeps its turn.
 WAIT_SLICE_S = 0.05
+#: Waits do the liveness duties at most this often: a worker looks for news before every job
+#: (a wait of 0 s), and the duties' clocks (heartbeats, back-offs) count in 100s of ms.
+WAIT_TICK_S = 0.005
 
 
 def _one_slice(seconds: float | None) -> float:
@@ -52,6 +55,8 @@ class Background:
     def _init_background(self) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: When a wait next does the liveness duties.
+        self._wait_tick_at = 0.0
         if self._connection.heartbeat_interval:
             self._thread = threading.Thread(
                 target=self._heartbeat_loop, name=f"phpmq-heartbeat {self.address}", daemon=True
@@ -96,11 +101,14 @@ class Background:
         """Read what the broker sends within `seconds` (None: no limit), but at most
         WAIT_SLICE_S, so that the caller lets go of the lock this often and the heartbeat
         thread keeps its turn; then do the liveness duties the heartbeat thread cannot do
-        while the caller holds the lock (none once closing)."""
+        while the caller holds the lock (none once closing; at most every WAIT_TICK_S)."""
         if self._dealer.poll(_one_slice(seconds)):
             self._read_available()
         if not self._stop.is_set():
-            self._tick()
+            now = time.monotonic()
+            if now >= self._wait_tick_at:
+                self._wait_tick_at = now + WAIT_TICK_S
+                self._tick()
 
 
 class InFlight:
