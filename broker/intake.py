@@ -18,7 +18,7 @@ from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER, KEY_EXPIRY
 from .expiry import Expiry
 from .flow import Flow
-from .idempotency import KeyWindow
+from .idempotency import SEPARATOR, KeyWindow, entry, split_entry
 from .key_holds import HeldKey, Hold, KeyHolds
 from .model import (
     DELAYED,
@@ -48,6 +48,7 @@ class Intake:
         "_flow",
         "_held_batch",
         "_key_expiry_due",
+        "_keys_expired_at_purge",
         "_keys_purged_at",
         "_queues",
         "_routed_record",
@@ -80,6 +81,8 @@ class Intake:
         #: The hold and batch that keep the key of the send `is_repeat` just let through.
         self._held_batch: tuple[Hold, int] | None = None
         self._keys_purged_at = ctx.now
+        #: The window's count of expired keys at the last purge of the store's.
+        self._keys_expired_at_purge = 0
         #: When the schedule's one key-expiry entry is due (0: none armed).
         self._key_expiry_due = 0
 
@@ -311,15 +314,18 @@ class Intake:
             ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, scope, tag)
             return True
         self._held_batch = None
+        if SEPARATOR in scope:
+            return False  # no queue or event is named so: its name is refused
+        joined = entry(scope, key)
         holds = self.holds
         if holds.by_scope:  # only while a hold exists does a key's prefix get read
-            first_id = holds.ids.get((scope, key))
+            first_id = holds.ids.get(joined)
             if first_id is None:
-                first_id = self.keys.get(scope, key, ctx.now)
+                first_id = self.keys.get(joined, ctx.now)
             if first_id is None:
                 return self._is_refused_hold(peer, scope, key, tag)
         else:
-            first_id = self.keys.get(scope, key, ctx.now)
+            first_id = self.keys.get(joined, ctx.now)
             if first_id is None:
                 return False
         ctx.counters.deduplicated += 1
@@ -402,7 +408,7 @@ class Intake:
             return
         self._held_batch = None
         hold, batch = held_batch
-        self.holds.keep(hold, batch, (scope, key, peer.owner), message_id)
+        self.holds.keep(hold, batch, (entry(scope, key), peer.owner), message_id)
         self._ctx.quotas.take(HELD_KEYS, peer.owner)
         self._ctx.journal.held_key(scope, key, message_id)
 
@@ -410,24 +416,24 @@ class Intake:
         self, hold: Hold, batch: int, scope: str, key: str, message_id: bytes
     ) -> None:
         """A held key read back from the store (counted against no quota: the broker's)."""
-        self.holds.keep(hold, batch, (scope, key, ""), message_id)
+        self.holds.keep(hold, batch, (entry(scope, key), ""), message_id)
 
     def let_go(self, released: list[tuple[HeldKey, bytes]]) -> None:
         """Keys a hold let go: remembered for the window from now, like a new key."""
         expires_at = self._ctx.now + self.keys.window_ns
         quotas = self._ctx.quotas
-        for (scope, key, owner), message_id in released:
+        for (joined, owner), message_id in released:
             quotas.give_back(HELD_KEYS, owner)
-            self.remember_key(scope, key, message_id, expires_at)
+            self.remember_key(*split_entry(joined), message_id, expires_at)
 
     def remember_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
-        self.keys.add(queue_name, key, message_id, expires_at)
+        self.keys.add(entry(queue_name, key), message_id, expires_at)
         self._ctx.journal.key(queue_name, key, message_id, expires_at)
         self._arm_key_expiry()
 
     def restore_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         """A key read back from the store: remembered, not journaled again."""
-        self.keys.add(queue_name, key, message_id, expires_at)
+        self.keys.add(entry(queue_name, key), message_id, expires_at)
         self._arm_key_expiry()
 
     def forget_stored_keys(self, before_wall: float = math.inf) -> None:
@@ -450,8 +456,13 @@ class Intake:
             return
         self._key_expiry_due = 0
         ctx = self._ctx
-        expired = self.keys.expire(ctx.now)
-        if expired and ctx.now - self._keys_purged_at >= KEY_PURGE_INTERVAL_NS:
+        keys = self.keys
+        keys.expire(ctx.now)  # a lookup may have expired them already (KeyWindow.get)
+        if (
+            keys.expired != self._keys_expired_at_purge
+            and ctx.now - self._keys_purged_at >= KEY_PURGE_INTERVAL_NS
+        ):
             self._keys_purged_at = ctx.now
+            self._keys_expired_at_purge = keys.expired
             ctx.journal.keys_expired(ctx.clock.wall())
         self._arm_key_expiry()

@@ -17,9 +17,10 @@ from __future__ import annotations
 #: Digits of a batch number at most (a longer one is no batch: the key gets the window).
 MAX_BATCH_DIGITS = 18
 
-#: One held key: (target, key, owner). The target is the key's scope in the key window (a
-#: queue, or `event NAME`); the owner is whose quota it counts against.
-HeldKey = tuple[str, str, str]
+#: One held key: (its entry, owner). The entry is the key and its scope in the key window (a
+#: queue, or `event NAME`) as one string (broker/idempotency.py); the owner is whose quota it
+#: counts against.
+HeldKey = tuple[str, str]
 
 
 class Hold:
@@ -50,8 +51,8 @@ class KeyHolds:
         self.max_holds = max_holds
         self.max_held_keys = max_held_keys
         self.by_scope: dict[str, Hold] = {}
-        #: (target, key) -> the ID the key was first accepted with.
-        self.ids: dict[tuple[str, str], bytes] = {}
+        #: A key's entry -> the ID the key was first accepted with.
+        self.ids: dict[str, bytes] = {}
         #: Refusals by the broker-wide limit that refused them, for stats.
         self.refused = {"max_key_holds": 0, "max_held_keys": 0}
 
@@ -89,7 +90,7 @@ class KeyHolds:
         return hold
 
     def keep(self, hold: Hold, batch: int, held: HeldKey, message_id: bytes) -> None:
-        self.ids[held[0], held[1]] = message_id
+        self.ids[held[0]] = message_id
         keys = hold.batches.get(batch)
         if keys is None:
             keys = hold.batches[batch] = []
@@ -116,7 +117,7 @@ class KeyHolds:
         for batch in batches:
             keys = hold.batches.pop(batch)
             hold.held -= len(keys)
-            released.extend((held, ids.pop((held[0], held[1]))) for held in keys)
+            released.extend((held, ids.pop(held[0])) for held in keys)
         return released
 
     def entry(self, hold: Hold) -> dict[str, object]:
