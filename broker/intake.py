@@ -438,19 +438,23 @@ class Intake:
         ctx = self._ctx
         expires_at = ctx.now + self.keys.window_ns
         owners: dict[str, int] = {}
-        add, journal_key = self.keys.add, ctx.journal.key
+        add, journal_let_go = self.keys.add, ctx.journal.let_go
         for (joined, owner), message_id in released:
             owners[owner] = owners.get(owner, 0) + 1
             add(joined, message_id, expires_at)
-            journal_key(joined, message_id, expires_at)
+            journal_let_go(joined, message_id, expires_at)
         for owner, count in owners.items():
             ctx.quotas.give_back(HELD_KEYS, owner, count)
         self._arm_key_expiry()
 
-    def remember_key(self, joined: str, message_id: bytes, expires_at: int) -> None:
-        """Remember the key `joined` (an `idempotency.entry`) for its window."""
+    def remember_key(
+        self, joined: str, message_id: bytes, expires_at: int, was_held: bool = False
+    ) -> None:
+        """Remember the key `joined` (an `idempotency.entry`) for its window; `was_held`: it
+        was held until now (on disk too)."""
         self.keys.add(joined, message_id, expires_at)
-        self._ctx.journal.key(joined, message_id, expires_at)
+        journal = self._ctx.journal
+        (journal.let_go if was_held else journal.key)(joined, message_id, expires_at)
         self._arm_key_expiry()
 
     def restore_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:

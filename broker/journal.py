@@ -35,6 +35,7 @@ PURGE = "purge"  # queue: dead letters deleted
 CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
 DELETE_QUEUE = "delete-queue"  # queue: its messages and dead letters deleted
 KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (inf: held)
+LET_GO = "let-go"  # queue, key, id, expires_wall: a held key let go, kept for its window
 UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 BIND = "bind"  # queue, pattern: the queue is bound to the pattern
 UNBIND = "unbind"  # queue, pattern: no longer
@@ -180,6 +181,11 @@ class Journal:
         queue_name, key = split_entry(joined)
         self._operations.append((KEY, queue_name, key, message_id, math.inf))
 
+    def let_go(self, joined: str, message_id: bytes, expires_at: int) -> None:
+        """A held key let go by its hold: kept until `expires_at`, like a new key."""
+        queue_name, key = split_entry(joined)
+        self._operations.append((LET_GO, queue_name, key, message_id, self._wall_at(expires_at)))
+
     def keys_expired(self, wall: float = math.inf) -> None:
         """Keys whose window ended by `wall` are deleted (inf: every key)."""
         self._operations.append((UNKEY, wall))
@@ -273,6 +279,9 @@ class NullJournal:
         pass
 
     def held_key(self, joined: str, message_id: bytes) -> None:
+        pass
+
+    def let_go(self, joined: str, message_id: bytes, expires_at: int) -> None:
         pass
 
     def keys_expired(self, wall: float = math.inf) -> None:

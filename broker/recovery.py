@@ -134,7 +134,7 @@ def _restore_held(ctx: Context, intake: Intake, stored: Any) -> int:
     held_batch = intake.holds.batch_of(stored.key)
     if held_batch is None:
         expires_at = ctx.now + intake.keys.window_ns
-        intake.remember_key(entry(stored.queue, stored.key), stored.id, expires_at)
+        intake.remember_key(entry(stored.queue, stored.key), stored.id, expires_at, True)
     else:
         hold, batch = held_batch
         intake.restore_held_key(hold, batch, stored.queue, stored.key, stored.id)

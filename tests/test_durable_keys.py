@@ -1,5 +1,5 @@
-"""Idempotency keys in the durable store (broker/shell/store_schema.py): expired keys are
-deleted by the order they were written in, without an index on their expiry."""
+"""Idempotency keys in the durable store (broker/shell/store_schema.py): held keys a row
+each, the others one row per turn's expiry, deleted by the order they were written in."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 import sqlite3
 from pathlib import Path
 
-from phpmq.broker.journal import KEY, UNKEY
+from phpmq.broker.journal import KEY, LET_GO, UNKEY
 from phpmq.broker.shell.durable import DB_NAME, DurableStore
 
 
-def key(name: str, expires_wall: float) -> tuple:
-    return (KEY, "jobs", name, b"id-" + name.encode(), expires_wall)
+def key(name: str, expires_wall: float, kind: str = KEY) -> tuple:
+    return (kind, "jobs", name, b"id-" + name.encode(), expires_wall)
 
 
 def stored(store: DurableStore) -> dict[str, float]:
@@ -21,18 +21,34 @@ def stored(store: DurableStore) -> dict[str, float]:
 
 def test_expired_keys_are_deleted_and_held_or_live_ones_kept(tmp_path: Path) -> None:
     store = DurableStore(tmp_path)
-    store.commit([key("held", math.inf), key("a", 10.0), key("b", 20.0), key("c", 30.0)])
+    store.commit([key("held", math.inf), key("a", 10.0), key("b", 10.0)])
+    store.commit([key("c", 20.0)])
+    store.commit([key("d", 30.0)])
     store.commit([(UNKEY, 20.0)])
-    assert stored(store) == {"held": math.inf, "c": 30.0}
+    assert stored(store) == {"held": math.inf, "d": 30.0}
+    assert [k.id for k in store.load_keys()] == [b"id-held", b"id-d"]
     store.commit([(UNKEY, math.inf)])
     assert stored(store) == {}
     store.close()
 
 
-def test_a_key_written_again_expires_by_its_new_window(tmp_path: Path) -> None:
+def test_a_turns_keys_are_one_row(tmp_path: Path) -> None:
+    store = DurableStore(tmp_path)
+    store.commit([key(f"k{n}", 10.0) for n in range(1000)])
+    store.close()
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    assert db.execute("SELECT count(*) FROM key_batches").fetchone() == (1,)
+    db.close()
+    store = DurableStore(tmp_path)
+    assert len(stored(store)) == 1000
+    store.close()
+
+
+def test_a_held_key_let_go_expires_by_its_window(tmp_path: Path) -> None:
     store = DurableStore(tmp_path)
     store.commit([key("held", math.inf), key("a", 10.0)])
-    store.commit([key("held", 15.0)])  # its hold let it go: the window from now
+    store.commit([key("held", 15.0, LET_GO)])  # its hold let it go: the window from now
+    assert stored(store) == {"held": 15.0, "a": 10.0}
     store.commit([(UNKEY, 12.0)])
     assert stored(store) == {"held": 15.0}
     store.commit([(UNKEY, 15.0)])
@@ -43,10 +59,12 @@ def test_a_key_written_again_expires_by_its_new_window(tmp_path: Path) -> None:
 def test_a_key_written_with_an_earlier_expiry_than_the_one_before_goes_later(
     tmp_path: Path,
 ) -> None:
-    """The wall clock stepped back between two keys: the second stays until the first goes
-    (restart reads keys by their expiry, so a late deletion is never a late answer)."""
+    """The wall clock stepped back between two turns: the second's keys stay until the
+    first's go (restart reads keys by their expiry, so a late deletion is never a late
+    answer)."""
     store = DurableStore(tmp_path)
-    store.commit([key("a", 30.0), key("b", 10.0)])
+    store.commit([key("a", 30.0)])
+    store.commit([key("b", 10.0)])
     store.commit([(UNKEY, 20.0)])
     assert stored(store) == {"a": 30.0, "b": 10.0}
     store.commit([(UNKEY, 30.0)])
@@ -54,18 +72,27 @@ def test_a_key_written_with_an_earlier_expiry_than_the_one_before_goes_later(
     store.close()
 
 
-def test_a_store_with_the_expiry_index_loses_it_at_open(tmp_path: Path) -> None:
+def test_a_store_with_a_row_per_key_is_moved_into_batches_at_open(tmp_path: Path) -> None:
     DurableStore(tmp_path).close()
     db = sqlite3.connect(tmp_path / DB_NAME)
+    db.execute(
+        "CREATE TABLE keys (queue TEXT NOT NULL, key TEXT NOT NULL, id TEXT NOT NULL,"
+        " expires_wall REAL NOT NULL, PRIMARY KEY (queue, key))"
+    )
     db.execute("CREATE INDEX keys_by_expiry ON keys (expires_wall)")
+    db.executemany(
+        "INSERT INTO keys VALUES (?, ?, ?, ?)",
+        [("jobs", "held", "id-held", math.inf), ("jobs", "a", "id-a", 10.0)],
+    )
     db.commit()
     db.close()
     store = DurableStore(tmp_path)
-    store.commit([key("a", 10.0)])
+    assert stored(store) == {"held": math.inf, "a": 10.0}
+    assert {k.id for k in store.load_keys()} == {b"id-held", b"id-a"}
     store.commit([(UNKEY, 10.0)])
-    assert stored(store) == {}
+    assert stored(store) == {"held": math.inf}
     store.close()
     db = sqlite3.connect(tmp_path / DB_NAME)
-    indexes = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")]
+    tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master")]
     db.close()
-    assert "keys_by_expiry" not in indexes
+    assert "keys" not in tables and "keys_by_expiry" not in tables
