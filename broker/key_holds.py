@@ -45,7 +45,7 @@ class Hold:
 class KeyHolds:
     """Every hold by scope, and every held key's first message ID, within their limits."""
 
-    __slots__ = ("by_scope", "ids", "max_held_keys", "max_holds", "refused")
+    __slots__ = ("_last", "by_scope", "ids", "max_held_keys", "max_holds", "refused")
 
     def __init__(self, max_holds: int, max_held_keys: int) -> None:
         self.max_holds = max_holds
@@ -55,9 +55,15 @@ class KeyHolds:
         self.ids: dict[str, bytes] = {}
         #: Refusals by the broker-wide limit that refused them, for stats.
         self.refused = {"max_key_holds": 0, "max_held_keys": 0}
+        #: The last key's `<scope>/<batch>/`, its scope, hold and batch: a writer sends a
+        #: batch's keys in a row, so the next key is read by `startswith` alone.
+        self._last: tuple[str, str, Hold | None, int] = ("\x00", "", None, 0)
 
     def batch_of(self, key: str) -> tuple[Hold, int] | None:
         """The hold and batch that would keep `key`, if any."""
+        prefix, scope, hold, batch = self._last
+        if key.startswith(prefix) and self.by_scope.get(scope) is hold and hold is not None:
+            return (hold, batch) if batch >= hold.committed else None
         scope, slash, rest = key.partition("/")
         if not slash:
             return None
@@ -68,6 +74,7 @@ class KeyHolds:
         if not (digits.isascii() and digits.isdigit()) or len(digits) > MAX_BATCH_DIGITS:
             return None
         batch = int(digits)
+        self._last = (f"{scope}/{digits}/", scope, hold, batch)
         return (hold, batch) if batch >= hold.committed else None
 
     def hold_problem(self) -> str | None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import phpmq.protocol as p
 from harness import CoreHarness, errors
 from phpmq.broker.idempotency import KeyWindow, entry, split_entry
+from phpmq.broker.key_holds import KeyHolds
 
 
 class ModelWindow:
@@ -105,3 +106,18 @@ def test_a_queue_name_that_holds_the_separator_is_refused_not_taken_for_a_repeat
     core.send(b"producer", p.Send("a", b"x", 0, tag=1, key="b\x00c"))
     out = core.send(b"producer", p.Send("a\x00b", b"x", 0, tag=2, key="c"))
     assert [e.code for e in errors(out)] == [p.ErrorCode.INVALID_VALUE]
+
+
+def test_a_hold_reads_a_batch_of_keys_by_its_prefix_and_sees_commits_and_new_holds() -> None:
+    holds = KeyHolds(10, 100)
+    first = holds.add("q", "", -1, 0.0)
+    assert holds.batch_of("q/5/0/1") == (first, 5)
+    assert holds.batch_of("q/5/0/2") == (first, 5)  # the same prefix
+    assert holds.batch_of("q/51/0/1") == (first, 51)  # not q/5/'s
+    holds.commit(first, 52)
+    assert holds.batch_of("q/51/0/3") is None  # committed past it
+    holds.drop("q")
+    assert holds.batch_of("q/51/0/4") is None
+    again = holds.add("q", "", -1, 0.0)
+    assert holds.batch_of("q/51/0/5") == (again, 51)
+    assert holds.batch_of("\x00") is None and holds.batch_of("q/x/1") is None
