@@ -88,7 +88,7 @@ class Events:
         counters.published += 1
         counters.routed += len(queues)
         if key is not None:
-            intake.keep_key(peer, KEY_SCOPE + event, key, first_id)
+            intake.keep_key(peer, first_id)
         intake.confirm(peer, first_id, tag, len(queues))
 
     def _refuses(self, peer: Peer, queue: Queue, event: str, tag: int | None) -> bool:
@@ -136,7 +136,7 @@ class Events:
         ctx.counters.published += 1
         ctx.counters.unrouted += 1
         if message.key is not None:
-            intake.keep_key(peer, KEY_SCOPE + message.event, message.key, message_id)
+            intake.keep_key(peer, message_id)
         intake.confirm(peer, message_id, tag, 0)
 
     # ----------------------------------------------------------------- consume with bindings

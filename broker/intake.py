@@ -18,7 +18,7 @@ from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER, KEY_EXPIRY
 from .expiry import Expiry
 from .flow import Flow
-from .idempotency import KeyWindow
+from .idempotency import SEPARATOR, KeyWindow, entry
 from .key_holds import HeldKey, Hold, KeyHolds
 from .model import (
     DELAYED,
@@ -47,7 +47,9 @@ class Intake:
         "_expiry",
         "_flow",
         "_held_batch",
+        "_joined",
         "_key_expiry_due",
+        "_keys_expired_at_purge",
         "_keys_purged_at",
         "_queues",
         "_routed_record",
@@ -79,7 +81,11 @@ class Intake:
         self.holds = KeyHolds(config.max_key_holds, config.max_held_keys)
         #: The hold and batch that keep the key of the send `is_repeat` just let through.
         self._held_batch: tuple[Hold, int] | None = None
+        #: The key (as its `idempotency.entry`) `is_repeat` just let through, for `keep_key`.
+        self._joined = ""
         self._keys_purged_at = ctx.now
+        #: The window's count of expired keys at the last purge of the store's.
+        self._keys_expired_at_purge = 0
         #: When the schedule's one key-expiry entry is due (0: none armed).
         self._key_expiry_due = 0
 
@@ -132,20 +138,26 @@ class Intake:
             and not self._make_room(peer, queue, tag)
         ):
             return
-        if correlation is None and not message.delay_ms and message.message_key is None:
-            message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
+        if correlation is None and not message.delay_ms:
+            message_key = message.message_key
+            if message_key is None:
+                message_id = self.put(peer, queue, message.content, message.ttl, message.headers)
+            else:  # a keyword less than a request's put: a keyed row costs what a plain one does
+                message_id = self.put(
+                    peer, queue, message.content, message.ttl, message.headers,
+                    message_key=message_key,
+                )  # fmt: skip
         else:
             message_id = self._put_request_or_delayed(peer, queue, message)
         if key is not None:
-            self.keep_key(peer, queue.name, key, message_id)
+            self.keep_key(peer, message_id)
         ctx.counters.received += 1
         if correlation is None or message.reply_to:
             self.confirm(peer, message_id, tag)
         # else a request whose reply comes back to its sender: that REPLY is its answer
 
     def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
-        """`put` for a request (its reply route kept with it, §6.6), a delayed send (§6.7) or
-        a keyed one."""
+        """`put` for a request (its reply route kept with it, §6.6) or a delayed send (§6.7)."""
         reply_to = message.reply_to
         requester = ""
         if message.correlation is not None:
@@ -229,8 +241,12 @@ class Intake:
         message_id = ctx.new_id()  # ID_BYTES long: IdSource makes it so
         visible_at = ctx.now + delay_ms * NS_PER_MS
         expires_at = visible_at + ttl * NS_PER_SECOND if ttl else 0
-        if event or correlation is not None or message_key:
+        if message_key and not event and correlation is None:
             record: Record = self._routed_record(
+                message_id + content, expires_at, message_key=message_key
+            )
+        elif event or correlation is not None:
+            record = self._routed_record(
                 message_id + content,
                 expires_at,
                 event=event,
@@ -311,15 +327,18 @@ class Intake:
             ctx.refuse(peer, ErrorCode.INVALID_VALUE, problem, None, scope, tag)
             return True
         self._held_batch = None
+        joined = self._joined = scope + SEPARATOR + key  # idempotency.entry, without a call
+        if SEPARATOR in scope:
+            return False  # no queue or event is named so: its name is refused
         holds = self.holds
         if holds.by_scope:  # only while a hold exists does a key's prefix get read
-            first_id = holds.ids.get((scope, key))
+            first_id = holds.ids.get(joined)
             if first_id is None:
-                first_id = self.keys.get(scope, key, ctx.now)
+                first_id = self.keys.get(joined, ctx.now)
             if first_id is None:
                 return self._is_refused_hold(peer, scope, key, tag)
         else:
-            first_id = self.keys.get(scope, key, ctx.now)
+            first_id = self.keys.get(joined, ctx.now)
             if first_id is None:
                 return False
         ctx.counters.deduplicated += 1
@@ -390,44 +409,57 @@ class Intake:
         self._held_batch = held_batch
         return False
 
-    def keep_key(self, peer: Peer, scope: str, key: str, message_id: bytes) -> None:
-        """The key of a send (publish) just accepted: held, if `is_repeat` found its hold;
-        else remembered for the window (if keys are kept at all)."""
+    def keep_key(self, peer: Peer, message_id: bytes) -> None:
+        """The key of a send (publish) just accepted, the one `is_repeat` let through: held,
+        if `is_repeat` found its hold; else remembered for the window (if keys are kept at
+        all)."""
         window_ns = self.keys.window_ns
         if not window_ns:
             return
         held_batch = self._held_batch
         if held_batch is None:
-            self.remember_key(scope, key, message_id, self._ctx.now + window_ns)
+            self.remember_key(self._joined, message_id, self._ctx.now + window_ns)
             return
         self._held_batch = None
         hold, batch = held_batch
-        self.holds.keep(hold, batch, (scope, key, peer.owner), message_id)
+        joined = self._joined
+        self.holds.keep(hold, batch, (joined, peer.owner), message_id)
         self._ctx.quotas.take(HELD_KEYS, peer.owner)
-        self._ctx.journal.held_key(scope, key, message_id)
+        self._ctx.journal.held_key(joined, message_id)
 
     def restore_held_key(
         self, hold: Hold, batch: int, scope: str, key: str, message_id: bytes
     ) -> None:
         """A held key read back from the store (counted against no quota: the broker's)."""
-        self.holds.keep(hold, batch, (scope, key, ""), message_id)
+        self.holds.keep(hold, batch, (entry(scope, key), ""), message_id)
 
     def let_go(self, released: list[tuple[HeldKey, bytes]]) -> None:
         """Keys a hold let go: remembered for the window from now, like a new key."""
-        expires_at = self._ctx.now + self.keys.window_ns
-        quotas = self._ctx.quotas
-        for (scope, key, owner), message_id in released:
-            quotas.give_back(HELD_KEYS, owner)
-            self.remember_key(scope, key, message_id, expires_at)
+        ctx = self._ctx
+        expires_at = ctx.now + self.keys.window_ns
+        owners: dict[str, int] = {}
+        add, journal_let_go = self.keys.add, ctx.journal.let_go
+        for (joined, owner), message_id in released:
+            owners[owner] = owners.get(owner, 0) + 1
+            add(joined, message_id, expires_at)
+            journal_let_go(joined, message_id, expires_at)
+        for owner, count in owners.items():
+            ctx.quotas.give_back(HELD_KEYS, owner, count)
+        self._arm_key_expiry()
 
-    def remember_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
-        self.keys.add(queue_name, key, message_id, expires_at)
-        self._ctx.journal.key(queue_name, key, message_id, expires_at)
+    def remember_key(
+        self, joined: str, message_id: bytes, expires_at: int, was_held: bool = False
+    ) -> None:
+        """Remember the key `joined` (an `idempotency.entry`) for its window; `was_held`: it
+        was held until now (on disk too)."""
+        self.keys.add(joined, message_id, expires_at)
+        journal = self._ctx.journal
+        (journal.let_go if was_held else journal.key)(joined, message_id, expires_at)
         self._arm_key_expiry()
 
     def restore_key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
         """A key read back from the store: remembered, not journaled again."""
-        self.keys.add(queue_name, key, message_id, expires_at)
+        self.keys.add(entry(queue_name, key), message_id, expires_at)
         self._arm_key_expiry()
 
     def forget_stored_keys(self, before_wall: float = math.inf) -> None:
@@ -450,8 +482,13 @@ class Intake:
             return
         self._key_expiry_due = 0
         ctx = self._ctx
-        expired = self.keys.expire(ctx.now)
-        if expired and ctx.now - self._keys_purged_at >= KEY_PURGE_INTERVAL_NS:
+        keys = self.keys
+        keys.expire(ctx.now)  # a lookup may have expired them already (KeyWindow.get)
+        if (
+            keys.expired != self._keys_expired_at_purge
+            and ctx.now - self._keys_purged_at >= KEY_PURGE_INTERVAL_NS
+        ):
             self._keys_purged_at = ctx.now
+            self._keys_expired_at_purge = keys.expired
             ctx.journal.keys_expired(ctx.clock.wall())
         self._arm_key_expiry()

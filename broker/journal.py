@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from .idempotency import split_entry
 from .model import DeadLetterEntry, Record
 
 # Operation kinds: each operation is a tuple whose first item is its kind.
@@ -34,6 +35,7 @@ PURGE = "purge"  # queue: dead letters deleted
 CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
 DELETE_QUEUE = "delete-queue"  # queue: its messages and dead letters deleted
 KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (inf: held)
+LET_GO = "let-go"  # queue, key, id, expires_wall: a held key let go, kept for its window
 UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 BIND = "bind"  # queue, pattern: the queue is bound to the pattern
 UNBIND = "unbind"  # queue, pattern: no longer
@@ -64,6 +66,9 @@ class Journal:
     def __init__(self) -> None:
         self._operations: list[Operation] = []
         self._wall_at: WallAt = _no_wall
+        #: The expiry of the last key journaled, and it as wall-clock time.
+        self._key_expires_at = -1
+        self._key_expires_wall = 0.0
 
     def bind_clock(self, wall_at: WallAt) -> None:
         self._wall_at = wall_at
@@ -164,12 +169,22 @@ class Journal:
     def queue_deleted(self, queue_name: str) -> None:
         self._operations.append((DELETE_QUEUE, queue_name))
 
-    def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
-        self._operations.append((KEY, queue_name, key, message_id, self._wall_at(expires_at)))
+    def key(self, joined: str, message_id: bytes, expires_at: int) -> None:
+        """The key `joined` (an `idempotency.entry`: queue and key) until `expires_at`."""
+        if expires_at != self._key_expires_at:  # the keys of a turn share their expiry
+            self._key_expires_at, self._key_expires_wall = expires_at, self._wall_at(expires_at)
+        queue_name, key = split_entry(joined)
+        self._operations.append((KEY, queue_name, key, message_id, self._key_expires_wall))
 
-    def held_key(self, queue_name: str, key: str, message_id: bytes) -> None:
+    def held_key(self, joined: str, message_id: bytes) -> None:
         """A key kept by a key hold: no expiry until its hold lets it go."""
+        queue_name, key = split_entry(joined)
         self._operations.append((KEY, queue_name, key, message_id, math.inf))
+
+    def let_go(self, joined: str, message_id: bytes, expires_at: int) -> None:
+        """A held key let go by its hold: kept until `expires_at`, like a new key."""
+        queue_name, key = split_entry(joined)
+        self._operations.append((LET_GO, queue_name, key, message_id, self._wall_at(expires_at)))
 
     def keys_expired(self, wall: float = math.inf) -> None:
         """Keys whose window ended by `wall` are deleted (inf: every key)."""
@@ -260,10 +275,13 @@ class NullJournal:
     def queue_deleted(self, queue_name: str) -> None:
         pass
 
-    def key(self, queue_name: str, key: str, message_id: bytes, expires_at: int) -> None:
+    def key(self, joined: str, message_id: bytes, expires_at: int) -> None:
         pass
 
-    def held_key(self, queue_name: str, key: str, message_id: bytes) -> None:
+    def held_key(self, joined: str, message_id: bytes) -> None:
+        pass
+
+    def let_go(self, joined: str, message_id: bytes, expires_at: int) -> None:
         pass
 
     def keys_expired(self, wall: float = math.inf) -> None:

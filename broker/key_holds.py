@@ -17,9 +17,10 @@ from __future__ import annotations
 #: Digits of a batch number at most (a longer one is no batch: the key gets the window).
 MAX_BATCH_DIGITS = 18
 
-#: One held key: (target, key, owner). The target is the key's scope in the key window (a
-#: queue, or `event NAME`); the owner is whose quota it counts against.
-HeldKey = tuple[str, str, str]
+#: One held key: (its entry, owner). The entry is the key and its scope in the key window (a
+#: queue, or `event NAME`) as one string (broker/idempotency.py); the owner is whose quota it
+#: counts against.
+HeldKey = tuple[str, str]
 
 
 class Hold:
@@ -44,19 +45,25 @@ class Hold:
 class KeyHolds:
     """Every hold by scope, and every held key's first message ID, within their limits."""
 
-    __slots__ = ("by_scope", "ids", "max_held_keys", "max_holds", "refused")
+    __slots__ = ("_last", "by_scope", "ids", "max_held_keys", "max_holds", "refused")
 
     def __init__(self, max_holds: int, max_held_keys: int) -> None:
         self.max_holds = max_holds
         self.max_held_keys = max_held_keys
         self.by_scope: dict[str, Hold] = {}
-        #: (target, key) -> the ID the key was first accepted with.
-        self.ids: dict[tuple[str, str], bytes] = {}
+        #: A key's entry -> the ID the key was first accepted with.
+        self.ids: dict[str, bytes] = {}
         #: Refusals by the broker-wide limit that refused them, for stats.
         self.refused = {"max_key_holds": 0, "max_held_keys": 0}
+        #: The last key's `<scope>/<batch>/`, its scope, hold and batch: a writer sends a
+        #: batch's keys in a row, so the next key is read by `startswith` alone.
+        self._last: tuple[str, str, Hold | None, int] = ("\x00", "", None, 0)
 
     def batch_of(self, key: str) -> tuple[Hold, int] | None:
         """The hold and batch that would keep `key`, if any."""
+        prefix, scope, hold, batch = self._last
+        if key.startswith(prefix) and self.by_scope.get(scope) is hold and hold is not None:
+            return (hold, batch) if batch >= hold.committed else None
         scope, slash, rest = key.partition("/")
         if not slash:
             return None
@@ -67,6 +74,7 @@ class KeyHolds:
         if not (digits.isascii() and digits.isdigit()) or len(digits) > MAX_BATCH_DIGITS:
             return None
         batch = int(digits)
+        self._last = (f"{scope}/{digits}/", scope, hold, batch)
         return (hold, batch) if batch >= hold.committed else None
 
     def hold_problem(self) -> str | None:
@@ -89,7 +97,7 @@ class KeyHolds:
         return hold
 
     def keep(self, hold: Hold, batch: int, held: HeldKey, message_id: bytes) -> None:
-        self.ids[held[0], held[1]] = message_id
+        self.ids[held[0]] = message_id
         keys = hold.batches.get(batch)
         if keys is None:
             keys = hold.batches[batch] = []
@@ -116,7 +124,7 @@ class KeyHolds:
         for batch in batches:
             keys = hold.batches.pop(batch)
             hold.held -= len(keys)
-            released.extend((held, ids.pop((held[0], held[1]))) for held in keys)
+            released.extend((held, ids.pop(held[0])) for held in keys)
         return released
 
     def entry(self, hold: Hold) -> dict[str, object]:

@@ -18,6 +18,7 @@ from .context import Context
 from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER
 from .expiry import Expiry
+from .idempotency import entry
 from .intake import Intake
 from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record, record_bytes
 from .queues import Queues
@@ -133,7 +134,7 @@ def _restore_held(ctx: Context, intake: Intake, stored: Any) -> int:
     held_batch = intake.holds.batch_of(stored.key)
     if held_batch is None:
         expires_at = ctx.now + intake.keys.window_ns
-        intake.remember_key(stored.queue, stored.key, stored.id, expires_at)
+        intake.remember_key(entry(stored.queue, stored.key), stored.id, expires_at, True)
     else:
         hold, batch = held_batch
         intake.restore_held_key(hold, batch, stored.queue, stored.key, stored.id)

@@ -284,6 +284,8 @@ def test_a_store_written_with_text_ids_is_read_back_with_byte_ids(tmp_path: Path
             "INSERT INTO messages (id, queue, seq, content, headers, expires_wall, deliveries,"
             " in_flight) VALUES ('a1', 'q', 1, x'61', x'', 0, 1, 1)"
         )
+        # Keys were a row each then (store_schema.keys_into_batches moves them at open).
+        db.execute("CREATE TABLE keys (queue, key, id, expires_wall, PRIMARY KEY (queue, key))")
         db.execute("INSERT INTO keys VALUES ('q', 'k', 'a1', 9e99)")
     store = DurableStore(tmp_path)
     [message], _ = store.load()

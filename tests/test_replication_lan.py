@@ -30,6 +30,7 @@ import pytest
 
 import lan
 from harness import wait_for
+from phpmq.broker.shell.store_schema import read_keys
 from replicated_lan import NODE_NAMES, LanCluster
 
 # The LAN tests build network namespaces and run brokers in them: one LAN at a time.
@@ -343,7 +344,7 @@ def stored_contents(store: Path) -> tuple[frozenset, frozenset] | None:
     try:
         with sqlite3.connect(store) as db:
             messages = frozenset(db.execute("SELECT id, queue, content FROM messages"))
-            keys = frozenset(db.execute("SELECT queue, key, id FROM keys"))
+            keys = frozenset((k.queue, k.key, k.id) for k in read_keys(db))
     except sqlite3.Error:
         return None
     return messages, keys

@@ -31,6 +31,8 @@ from .store_schema import (
     StoredHold,
     StoredKey,
     StoredMessage,
+    keys_into_batches,
+    read_keys,
     write,
 )
 
@@ -187,6 +189,9 @@ class DurableStore:
             db.executescript(SCHEMA)
             self._ids_as_blobs(db)
             self._add_columns(db)
+            db.execute("BEGIN")
+            keys_into_batches(db)
+            db.execute("COMMIT")
             # Only leased rows are in it: a lease's commit finds them without a queue scan.
             db.execute(
                 "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
@@ -235,7 +240,7 @@ class DurableStore:
         """Message IDs are bytes in the broker and BLOBs here; a store written when they were
         str holds TEXT, which would never equal a BLOB: convert it once, at open."""
         with db:
-            for table in ("messages", "dead_letters", "keys"):
+            for table in ("messages", "dead_letters"):
                 db.execute(f"UPDATE {table} SET id = CAST(id AS BLOB) WHERE typeof(id) = 'text'")
 
     # ------------------------------------------------------------------ reading
@@ -273,10 +278,7 @@ class DurableStore:
 
     def load_keys(self) -> list[StoredKey]:
         """Every idempotency key on disk (some may have expired while the broker was down)."""
-        return [
-            StoredKey(*row)
-            for row in self._reader.execute("SELECT queue, key, id, expires_wall FROM keys")
-        ]
+        return read_keys(self._reader)
 
     def load_holds(self) -> list[StoredHold]:
         """Every key hold (a store written before holds has the table, empty: SCHEMA)."""

@@ -3,6 +3,7 @@ back at start (broker/durable.py opens and writes the store)."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -21,6 +22,7 @@ from ..journal import (
     KEY,
     LEASE_DONE,
     LEASE_TAKEN,
+    LET_GO,
     PURGE,
     PUT,
     RAN,
@@ -62,14 +64,16 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     headers BLOB NOT NULL,
     message_key BLOB NOT NULL DEFAULT x''
 );
-CREATE TABLE IF NOT EXISTS keys (
+CREATE TABLE IF NOT EXISTS key_batches (
+    expires_wall REAL NOT NULL,
+    keys BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS held_keys (
     queue TEXT NOT NULL,
     key TEXT NOT NULL,
-    id TEXT NOT NULL,
-    expires_wall REAL NOT NULL,
+    id BLOB NOT NULL,
     PRIMARY KEY (queue, key)
-);
-CREATE INDEX IF NOT EXISTS keys_by_expiry ON keys (expires_wall);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS key_holds (
     scope TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -110,8 +114,10 @@ STATEMENTS = {
     UNDEAD: "DELETE FROM dead_letters WHERE queue = ? AND id = ?",
     PURGE: "DELETE FROM dead_letters WHERE queue = ?",
     CLEAR: "DELETE FROM messages WHERE queue = ? AND in_flight = 0",
-    KEY: "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?)",
-    UNKEY: "DELETE FROM keys WHERE expires_wall <= ?",
+    # Keys expire in the order they were written, which is rowid order: the expired batches
+    # are the rows before the first one still in its window, found by reading from the first.
+    UNKEY: "DELETE FROM key_batches WHERE expires_wall <= ?1 AND rowid < coalesce((SELECT"
+    " rowid FROM key_batches WHERE expires_wall > ?1 ORDER BY rowid LIMIT 1), 1 << 62)",
     HOLD: "INSERT OR REPLACE INTO key_holds VALUES (?, ?, ?, ?)",
     UNHOLD: "DELETE FROM key_holds WHERE scope = ?",
     BIND: "INSERT OR IGNORE INTO bindings VALUES (?, ?)",
@@ -204,19 +210,82 @@ def write(db: sqlite3.Connection, operations: Sequence[tuple]) -> None:
     """Apply the journal's operations inside the open transaction of `db`.
 
     A keyed send journals PUT, KEY, PUT, KEY, ...: runs of one, a statement each. The keys
-    go last instead, in one executemany, in their own order: no other operation reads the
-    keys table, and UNKEY only deletes keys whose window ended, which a key written in the
-    same transaction never has."""
-    keys = [operation[1:] for operation in operations if operation[0] == KEY]
-    others = (operation for operation in operations if operation[0] != KEY) if keys else operations
+    go last instead, in their own order: no other operation reads them, and UNKEY only
+    deletes keys whose window ended, which a key written in the same transaction never has."""
+    keys = [operation for operation in operations if operation[0] in KEY_KINDS]
+    others = (op for op in operations if op[0] not in KEY_KINDS) if keys else operations
     for kind, rows in _runs(others):
-        if kind in (DEAD, DELETE_QUEUE):
+        if kind in (DEAD, DELETE_QUEUE, UNKEY):
             for row in rows:
                 _apply(db, (kind, *row))
         else:
             db.executemany(STATEMENTS[kind], rows)
     if keys:
-        db.executemany(STATEMENTS[KEY], keys)
+        _write_keys(db, keys)
+
+
+#: The operations `_write_keys` writes.
+KEY_KINDS = frozenset({KEY, LET_GO})
+_KEYS_BLOB = msgspec.msgpack.Encoder()
+_KEYS_FROM_BLOB = msgspec.msgpack.Decoder(list[tuple[str, str, bytes]])
+
+
+def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
+    """Held keys a row each, to be let go one by one; the other keys of the turn as one row
+    per expiry time (all of a turn's share one), a blob of (queue, key, id): a key costs its
+    bytes in a blob, not a row and an index entry (issue #31). A key written again is in two
+    batches: the later one is what a restart keeps (load_keys, restore_keys)."""
+    held: list[tuple] = []
+    let_go: list[tuple] = []
+    batches: dict[float, list[tuple[str, str, bytes]]] = {}
+    for kind, queue, key, message_id, expires_wall in operations:
+        if expires_wall == math.inf:
+            held.append((queue, key, message_id))
+            continue
+        if kind == LET_GO:
+            let_go.append((queue, key))
+        batch = batches.get(expires_wall)
+        if batch is None:
+            batch = batches[expires_wall] = []
+        batch.append((queue, key, message_id))
+    if held:
+        db.executemany("INSERT OR REPLACE INTO held_keys VALUES (?, ?, ?)", held)
+    if let_go:
+        db.executemany("DELETE FROM held_keys WHERE queue = ? AND key = ?", let_go)
+    if batches:
+        db.executemany(
+            "INSERT INTO key_batches VALUES (?, ?)",
+            [(wall, _KEYS_BLOB.encode(batch)) for wall, batch in batches.items()],
+        )
+
+
+def read_keys(db: sqlite3.Connection) -> list[StoredKey]:
+    """Every key on disk, held ones (+inf) and those of every batch, oldest batch first."""
+    keys = [
+        StoredKey(queue, key, message_id, math.inf)
+        for queue, key, message_id in db.execute("SELECT queue, key, id FROM held_keys")
+    ]
+    for expires_wall, blob in db.execute(
+        "SELECT expires_wall, keys FROM key_batches ORDER BY rowid"
+    ):
+        keys.extend(
+            StoredKey(queue, key, message_id, expires_wall)
+            for queue, key, message_id in _KEYS_FROM_BLOB.decode(blob)
+        )
+    return keys
+
+
+def keys_into_batches(db: sqlite3.Connection) -> None:
+    """A store written before key batches has its keys in a table `keys`, a row each: moved
+    into `held_keys` and `key_batches` (in the open transaction)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'keys'").fetchone() is None:
+        return
+    rows = db.execute(
+        "SELECT ?, queue, key, CAST(id AS BLOB), expires_wall FROM keys ORDER BY expires_wall",
+        (KEY,),
+    ).fetchall()
+    _write_keys(db, rows)
+    db.execute("DROP TABLE keys")
 
 
 def _apply(db: sqlite3.Connection, operation: tuple) -> None:
@@ -231,5 +300,9 @@ def _apply(db: sqlite3.Connection, operation: tuple) -> None:
     elif kind == DELETE_QUEUE:
         for table in ("messages", "dead_letters", "bindings", "queue_settings"):
             db.execute(f"DELETE FROM {table} WHERE queue = ?", operation[1:])
+    elif kind == UNKEY:
+        db.execute(STATEMENTS[UNKEY], operation[1:])
+        if operation[1] == math.inf:  # every key: the held ones too
+            db.execute("DELETE FROM held_keys")
     else:
         db.execute(STATEMENTS[kind], operation[1:])
