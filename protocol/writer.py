@@ -14,7 +14,7 @@ import msgspec
 from .constants import LENGTH_DIGITS, PROTOCOL_VERSION, MessageType, PacketType
 from .errors import LocalProtocolError
 from .messages import Confirm, Message
-from .table import SPEC_OF_CLASS
+from .table import SPEC_OF_CLASS, SPECS
 
 _json = msgspec.json.Encoder()
 _MAX_LENGTH = 10**LENGTH_DIGITS - 1
@@ -73,9 +73,17 @@ def encode_all(messages: list[Message]) -> bytes:
     return b"".join([encode(message) for message in messages])
 
 
+#: Packet headers as %-forms of their length.
 _CONTENT_PACKET = b"P%02d%%029d" % PacketType.CONTENT
 _ID_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_ID
 _TTL_PACKET = b"P%02d%%029d" % PacketType.TTL
+_DELIVERY_COUNT_PACKET = b"P%02d%%029d" % PacketType.DELIVERY_COUNT
+_TAG_PACKET = b"P%02d%%029d" % PacketType.TAG
+_KEY_PACKET = b"P%02d%%029d" % PacketType.KEY
+_HEADERS_PACKET = b"P%02d%%029d" % PacketType.HEADERS
+_MESSAGE_KEY_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_KEY
+_REPLY_TO_PACKET = b"P%02d%%029d" % PacketType.REPLY_TO
+_CORRELATION_PACKET = b"P%02d%%029d" % PacketType.CORRELATION
 #: Packet headers (or whole number packets) remembered per kind; past it they are formatted
 #: each time, so no peer can grow them.
 MAX_REMEMBERED = 1024
@@ -110,8 +118,8 @@ def _number_packet_of(form: bytes) -> Callable[[int], bytes]:
 _CONTENT_HEADERS = _Remembered(_CONTENT_PACKET.__mod__)
 _ID_HEADERS = _Remembered(_ID_PACKET.__mod__)
 _TTL_PACKETS = _Remembered(_number_packet_of(_TTL_PACKET))
-_DELIVERY_PACKETS = _Remembered(_number_packet_of(b"P%02d%%029d" % PacketType.DELIVERY_COUNT))
-_HEADERS_HEADERS = _Remembered((b"P%02d%%029d" % PacketType.HEADERS).__mod__)
+_DELIVERY_PACKETS = _Remembered(_number_packet_of(_DELIVERY_COUNT_PACKET))
+_HEADERS_HEADERS = _Remembered(_HEADERS_PACKET.__mod__)
 #: 003's message header by the parts after its ID packet: none, TTL, TTL and delivery count,
 #: and those with the headers packet (two parts).
 _DISPATCH_HEADERS = {
@@ -169,16 +177,12 @@ def encode_dispatch(
     )
 
 
-_SEND_HEADERS = {count: message_header(MessageType.SEND, count) for count in range(2, 8)}
+_SEND_HEADERS = {
+    count: message_header(MessageType.SEND, count) for count in SPECS[MessageType.SEND].counts
+}
 #: A message header up to its packet count: "H", the version, the type.
 _PUBLISH_TYPE = message_header(MessageType.PUBLISH, 0)[:-2]
 _ACK_HEADER = message_header(MessageType.ACK, 2)
-_TAG_PACKET = b"P%02d%%029d" % PacketType.TAG
-_KEY_PACKET = b"P%02d%%029d" % PacketType.KEY
-_HEADERS_PACKET = b"P%02d%%029d" % PacketType.HEADERS
-_MESSAGE_KEY_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_KEY
-_REPLY_TO_PACKET = b"P%02d%%029d" % PacketType.REPLY_TO
-_CORRELATION_PACKET = b"P%02d%%029d" % PacketType.CORRELATION
 
 
 def encode_send(

@@ -435,6 +435,8 @@ def test_remembered_packet_headers_stop_growing_at_their_bound() -> None:
     texts,
     texts,
     header_packets,
+    st.none() | texts,
+    st.none() | ids,
 )
 def test_a_request_s_send_matches_encode(
     queue: str,
@@ -444,20 +446,34 @@ def test_a_request_s_send_matches_encode(
     reply_to: str,
     correlation: str,
     headers: bytes | None,
+    key: str | None,
+    message_key: bytes | None,
 ) -> None:
+    # Every packet a 001 may carry but DELAY_MS: the most packets encode_send writes.
     headers = headers or None
     sent = encode_send(
         queue_packet(queue),
         content,
         ttl,
         tag,
-        None,
+        key,
         headers,
+        message_key,
         reply_to=reply_to,
         correlation=correlation,
     )
     assert sent == encode(
-        Send(queue, content, ttl, tag, None, headers, reply_to=reply_to, correlation=correlation)
+        Send(
+            queue,
+            content,
+            ttl,
+            tag,
+            key,
+            headers,
+            reply_to=reply_to,
+            correlation=correlation,
+            message_key=message_key,
+        )
     )
 
 
