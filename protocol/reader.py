@@ -34,6 +34,8 @@ _PacketEntry = tuple[str, Callable[[bytes], Any] | None, bool]
 #: A packet at its place in table order: (its header's first 23 bytes, how to read the bytes,
 #: whether it is content, the lengths of the whole 32-byte headers seen there).
 _CanonicalPacket = tuple[bytes, Callable[[bytes], Any] | None, bool, dict[bytes, int]]
+#: A message's packets in table order, None for an optional one it skips (its field is None).
+_Form = tuple[_CanonicalPacket | None, ...]
 #: The packets that carry what producers send, as opposed to control packets.
 CONTENT_PACKETS = frozenset((PacketType.CONTENT, PacketType.HEADERS))
 #: The fast path reads lengths below 10**9 (1 GB): the first 20 of the 29 digits are zeros.
@@ -46,7 +48,7 @@ MAX_REMEMBERED_HEADERS = 16_384
 
 
 class _HeaderEntry:
-    __slots__ = ("canonical", "cls", "count", "ordered", "packets", "required", "spec")
+    __slots__ = ("canonical", "cls", "count", "last_form", "ordered", "packets", "required", "spec")
 
     def __init__(self, spec: TypeSpec, count: int) -> None:
         self.spec = spec
@@ -63,21 +65,19 @@ class _HeaderEntry:
         #: marker and type and leaves 9 digits to parse; longer contents take the general path.
         #: A header read there is remembered with its length: the next one like it is a single
         #: dict look-up (most frames repeat a few queue names, ID and content lengths).
-        self.canonical: tuple[_CanonicalPacket, ...] = tuple(
+        every: tuple[_CanonicalPacket, ...] = tuple(
             (b"P%02d%s" % (packet, _ZEROS), DECODE_VALUE[packet], packet in CONTENT_PACKETS, {})
-            for packet, _ in spec.fields[:count]
+            for packet, _ in spec.fields
         )
+        self.canonical = every[:count]
         #: Every packet in table order, for a message that skips some optional ones (a send
         #: with a key and a message key but no request packets): None where the Struct's
         #: fields are not in table order, with None for each absent one.
-        self.ordered = (
-            tuple(
-                (b"P%02d%s" % (packet, _ZEROS), DECODE_VALUE[packet], packet in CONTENT_PACKETS)
-                for packet, _ in spec.fields
-            )
-            if _fields_in_table_order(spec)
-            else None
-        )
+        self.ordered = every if _fields_in_table_order(spec) else None
+        #: The form the last message with this header had: its packets in table order, None
+        #: for each one it skipped (`_Form`). `decode_frame` tries it first, so a run of keyed
+        #: sends, which skip the request packets, is read as fast as plain ones.
+        self.last_form: _Form = self.canonical
 
 
 def _fields_in_table_order(spec: TypeSpec) -> bool:
@@ -123,11 +123,17 @@ def decode_message(
         data, pos + MESSAGE_HEADER_BYTES, entry.canonical, values, max_content_bytes
     )
     if p >= 0:
+        entry.last_form = entry.canonical
         return entry.cls(*values), p
     p = -p
-    if entry.ordered is not None and len(values) >= len(entry.required):
-        skipping = _decode_skipping(data, p, entry.ordered, values, entry.count, max_content_bytes)
+    ordered = entry.ordered
+    if ordered is not None and len(values) >= len(entry.required):
+        skipping = _decode_skipping(data, p, ordered, values, entry.count, max_content_bytes)
         if skipping is not None:
+            entry.last_form = tuple(
+                None if value is None else packet
+                for packet, value in zip(ordered, values, strict=False)
+            )
             return entry.cls(*values), skipping
     try:
         return _decode_any_order(data, pos, entry, max_content_bytes)
@@ -173,7 +179,7 @@ def _read_canonical(
 def _decode_skipping(
     data: bytes,
     p: int,
-    ordered: tuple[tuple[bytes, Callable[[bytes], Any] | None, bool], ...],
+    ordered: tuple[_CanonicalPacket, ...],
     values: list[Any],
     count: int,
     max_content_bytes: int,
@@ -181,20 +187,26 @@ def _decode_skipping(
     """The fast path's second chance, for packets in table order that skip optional ones:
     appends to `values` (None for each skipped packet) the packets from `p` on, until `count`
     are read; returns where the message ends, or None for anything else (the general path
-    then reads it, and explains a fault)."""
+    then reads it, and explains a fault). Lengths read are remembered, as the fast path's."""
+    global _remembered
     read = len(values)
     end_of_data = len(data)
-    for prefix, convert, content in ordered[len(values) :]:
+    for prefix, convert, content, lengths in ordered[len(values) :]:
         if read == count:
             return p
         if not data.startswith(prefix, p):
             values.append(None)
             continue
         start = p + PACKET_HEADER_BYTES
+        if start > end_of_data:
+            return None
         digits = data[p + _FAST_PREFIX_BYTES : start]
         if not digits.isdigit():
             return None
         length = int(digits)
+        if _remembered < MAX_REMEMBERED_HEADERS:
+            lengths[data[p:start]] = length
+            _remembered += 1
         if length > max_content_bytes and (content or length > MIN_CONTROL_PACKET_BYTES):
             return None
         p = start + length
@@ -289,7 +301,11 @@ def decode_frame(
             if entry is not None:
                 values: list[Any] = []
                 p = pos + MESSAGE_HEADER_BYTES
-                for _, convert, content, lengths in entry.canonical:
+                for packet in entry.last_form:
+                    if packet is None:
+                        values.append(None)
+                        continue
+                    _, convert, content, lengths = packet
                     start = p + PACKET_HEADER_BYTES
                     length = lengths.get(data[p:start])
                     if length is None or start + length > end:

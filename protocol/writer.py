@@ -120,6 +120,9 @@ _ID_HEADERS = _Remembered(_ID_PACKET.__mod__)
 _TTL_PACKETS = _Remembered(_number_packet_of(_TTL_PACKET))
 _DELIVERY_PACKETS = _Remembered(_number_packet_of(_DELIVERY_COUNT_PACKET))
 _HEADERS_HEADERS = _Remembered(_HEADERS_PACKET.__mod__)
+_TAG_HEADERS = _Remembered(_TAG_PACKET.__mod__)
+_KEY_HEADERS = _Remembered(_KEY_PACKET.__mod__)
+_MESSAGE_KEY_HEADERS = _Remembered(_MESSAGE_KEY_PACKET.__mod__)
 #: 003's message header by the parts after its ID packet: none, TTL, TTL and delivery count,
 #: and those with the headers packet (two parts).
 _DISPATCH_HEADERS = {
@@ -220,12 +223,12 @@ def encode_send(
         if tag < 0:
             raise LocalProtocolError(f"tag cannot be negative: {tag}")
         tag_bytes = b"%d" % tag
-        parts += (_TAG_PACKET % len(tag_bytes), tag_bytes)
+        parts += (_TAG_HEADERS[len(tag_bytes)], tag_bytes)
     if key is not None:
         key_bytes = key.encode()
-        parts += (_KEY_PACKET % len(key_bytes), key_bytes)
+        parts += (_KEY_HEADERS[len(key_bytes)], key_bytes)
     if headers:
-        parts += (_HEADERS_PACKET % len(headers), headers)
+        parts += (_HEADERS_HEADERS[len(headers)], headers)
     if reply_to is not None:
         reply_to_bytes = reply_to.encode()
         parts += (_REPLY_TO_PACKET % len(reply_to_bytes), reply_to_bytes)
@@ -233,7 +236,7 @@ def encode_send(
         correlation_bytes = correlation.encode()
         parts += (_CORRELATION_PACKET % len(correlation_bytes), correlation_bytes)
     if message_key is not None:
-        parts += (_MESSAGE_KEY_PACKET % len(message_key), message_key)
+        parts += (_MESSAGE_KEY_HEADERS[len(message_key)], message_key)
     # Parts: the header, the queue and TTL packets one each, every other packet two.
     parts[0] = _SEND_HEADERS[(len(parts) + 1) // 2]
     return b"".join(parts)

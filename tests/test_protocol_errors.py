@@ -29,6 +29,7 @@ from phpmq.protocol import (
     decode_frame,
     decode_message,
     encode,
+    encode_all,
     encode_dispatch,
     encode_send,
     queue_packet,
@@ -610,3 +611,33 @@ def test_a_packet_header_cut_short_is_not_remembered() -> None:
     ]
     assert all(len(header) == 32 for header in remembered)
     assert decode_frame(wire) == ([Send("Foo", b"z" * 77)], None)
+
+
+def test_sends_that_skip_optional_packets_are_read_by_the_fast_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A keyed row (tag, key, headers, message key; no request packets) skips packets in table
+    # order: once its form is learned, the rest of the frame is read without decode_message.
+    from phpmq.protocol import reader
+
+    keyed = [
+        Send("Foo", b"row %d" % n, 0, tag=n, key=f"k/{n}", headers=b'{"n":"%d"}' % n,
+             message_key=b"m%d" % n)
+        for n in range(10, 14)
+    ]  # fmt: skip
+    wire = encode_all(keyed)
+    assert decode_frame(wire) == (keyed, None)
+    calls = []
+    slow = reader.decode_message
+    monkeypatch.setattr(reader, "decode_message", lambda *a: calls.append(a) or slow(*a))
+    assert decode_frame(wire) == (keyed, None)
+    assert calls == []
+
+
+def test_messages_of_one_header_in_two_forms_decode_alike() -> None:
+    # Both are 001s of four packets: (queue, content, TTL, tag) and (queue, content, tag, key).
+    with_ttl = Send("Foo", b"a", 30, tag=1)
+    with_key = Send("Foo", b"b", None, tag=2, key="k")
+    frame = [with_ttl, with_key, with_key, with_ttl, with_key]
+    assert decode_frame(encode_all(frame)) == (frame, None)
+    assert decode_frame(encode_all(frame[::-1])) == (frame[::-1], None)

@@ -125,7 +125,10 @@ def send_batches(
     `max_content_bytes` are refused (413), as the broker would refuse the frame's decoding.
     Lazy: contents, keys, headers and message keys are read as the batches are taken."""
     key_iter = iter(keys) if keys is not None else None
-    extras = _extras(queue, headers, message_keys, max_content_bytes)
+    keyed = headers is not None or message_keys is not None
+    header_items = iter(headers) if headers is not None else itertools.repeat(None)
+    key_items = iter(message_keys) if message_keys is not None else itertools.repeat(None)
+    key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
     batch: list[bytes] = []
     batch_tags: list[int] = []
     size = 0
@@ -135,17 +138,33 @@ def send_batches(
             key = next(key_iter, None)
             if key is None:
                 raise ValueError("fewer keys than messages")
-            check_key(key)
+            if not key or len(key) > _SURELY_SHORT_KEY:
+                check_key(key)
         if tags is not None:
             tag = next(tags)
             batch_tags.append(tag)
         body = content.encode() if isinstance(content, str) else content
         if len(body) > max_content_bytes:
             raise too_large(queue, len(body), max_content_bytes)
-        if extras is None:  # the plain batch: nothing more per message
+        if not keyed:  # the plain batch: nothing more per message
             data = encoder(packet, body, ttl, tag, key)
-        else:
-            data = encoder(packet, body, ttl, tag, key, *next(extras))
+        else:  # inline, not a generator: a keyed row should cost what a plain one does
+            header = next(header_items, _MISSING)
+            message_key = next(key_items, _MISSING)
+            if header is _MISSING or message_key is _MISSING:
+                raise ValueError("fewer headers or message keys than messages")
+            if header:
+                header = _encoded_headers(header)
+                if len(header) > max_content_bytes:
+                    raise too_large(queue, len(header), max_content_bytes, "headers (as JSON)")
+            else:
+                header = None
+            if message_key is not None:
+                if message_key.__class__ is str:
+                    message_key = message_key.encode()
+                if len(message_key) > key_limit:
+                    raise too_large(queue, len(message_key), key_limit, "message key")
+            data = encoder(packet, body, ttl, tag, key, header, message_key)
         batch.append(data)
         size += len(data)
         if len(batch) >= batch_messages or size >= BATCH_BYTES:
@@ -155,32 +174,8 @@ def send_batches(
         yield b"".join(batch), len(batch), batch_tags
 
 
-def _extras(
-    target: str,
-    headers: Iterable[HeadersItem] | None,
-    message_keys: Iterable[MessageKeyItem] | None,
-    max_content_bytes: int,
-) -> Iterator[tuple[bytes | None, bytes | None]] | None:
-    """Each message's (HEADERS JSON, message key bytes), checked; None when neither is given.
-    Raises ValueError when one runs out before the contents."""
-    if headers is None and message_keys is None:
-        return None
-    header_items = iter(headers) if headers is not None else itertools.repeat(None)
-    key_items = iter(message_keys) if message_keys is not None else itertools.repeat(None)
-    key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
-
-    def checked() -> Iterator[tuple[bytes | None, bytes | None]]:
-        for header, message_key in zip(header_items, key_items, strict=False):
-            encoded = _encoded_headers(header) if header else None
-            if encoded is not None and len(encoded) > max_content_bytes:
-                raise too_large(target, len(encoded), max_content_bytes, "headers (as JSON)")
-            raw = message_key.encode() if isinstance(message_key, str) else message_key
-            if raw is not None and len(raw) > key_limit:
-                raise too_large(target, len(raw), key_limit, "message key")
-            yield encoded, raw
-        raise ValueError("fewer headers or message keys than messages")
-
-    return checked()
+#: What a per-message iterable gives once it has run out.
+_MISSING: Any = object()
 
 
 def _encoded_headers(headers: dict[str, Any] | bytes) -> bytes:
