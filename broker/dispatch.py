@@ -180,6 +180,38 @@ class Dispatch:
         ctx.journal.acked(message_id)
         return True
 
+    def ack_run(self, peer: Peer, queue_name: str, message_ids: list[bytes]) -> None:
+        """A frame of acks for one queue (protocol/runs.py `ack_run`): each settled as an ACK
+        is, the window's and queue's bookkeeping once for the run."""
+        window = peer.windows.get(queue_name)
+        held = window.held if window is not None else None
+        if not held:
+            for message_id in message_ids:
+                self._take_held(peer, queue_name, message_id, "ack")  # refused, each
+            return
+        ctx = self._ctx
+        retire = ctx.retire
+        acked = ctx.journal.acked
+        taken = 0
+        for message_id in message_ids:
+            record = held.pop(message_id, None)
+            if record is None:
+                self._take_held(peer, queue_name, message_id, "ack")  # refused
+                continue
+            taken += 1
+            retire(record)
+            acked(message_id)
+        if not taken:
+            return
+        ctx.counters.acked += taken
+        named = self._queues.by_name.get(queue_name)
+        if named is not None:
+            named.acked += taken
+        queue = window.queue  # type: ignore[union-attr]
+        queue.in_flight -= taken
+        ctx.mark_dirty(queue)
+        self.close_window_if_idle(window)  # type: ignore[arg-type]
+
     def on_requeue(self, peer: Peer, message: Requeue) -> None:
         record = self._take_held(peer, message.queue, message.message_id, "requeue")
         if record is None:

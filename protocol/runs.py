@@ -9,12 +9,17 @@ next to nothing (issue 27, finding 10).
 Only the canonical forms are read this way: the stock client's (QUEUE, CONTENT) and the
 README's (QUEUE, CONTENT, TTL), packets in table order. Anything else is left to the decoder.
 
+`ack_run` reads a frame of acks for one queue, the other half of a consumer's traffic, so the
+broker settles them without a message object each.
+
 `one_queue` does the same for a shard that forwards (docs/cluster.md "Forwarding"): a frame
 of 001s and 004s that all name one queue another shard owns goes there as it came, so the
 shard it arrived at reads its headers and not its messages.
 """
 
 from __future__ import annotations
+
+from itertools import repeat
 
 from .constants import MESSAGE_HEADER_BYTES, PACKET_HEADER_BYTES, MessageType, PacketType
 from .table import SPECS
@@ -30,6 +35,13 @@ _ZEROS = b"0" * (_FIXED_BYTES - 3)
 _QUEUE_FIXED = b"P%02d%s" % (PacketType.QUEUE, _ZEROS)
 _CONTENT_FIXED = b"P%02d%s" % (PacketType.CONTENT, _ZEROS)
 _TTL_FIXED = b"P%02d%s" % (PacketType.TTL, _ZEROS)
+_ID_FIXED = b"P%02d%s" % (PacketType.MESSAGE_ID, _ZEROS)
+#: The header of the 004 `ack_run` reads: (QUEUE, MESSAGE_ID).
+ACK_RUN_HEADER = message_header(MessageType.ACK, 2)
+#: Longest queue name and ID `ack_run` reads: longer ones (refused by the decoder when over
+#: the packet limit) take the decoder's path.
+_RUN_MAX_QUEUE_BYTES = 255
+_RUN_MAX_ID_BYTES = 64
 
 
 def _length_at(data: bytes, pos: int, fixed: bytes) -> int:
@@ -166,3 +178,29 @@ def one_queue(data: bytes) -> int:
             pos += PACKET_HEADER_BYTES + length
         count += 1
     return count if pos == end else 0
+
+
+def ack_run(data: bytes) -> tuple[bytes, list[bytes]] | None:
+    """(the queue name's bytes, the IDs) when `data` is made only of whole 004s that name one
+    queue, with IDs of one length: a consumer's acks of a turn, as the clients send them.
+    Read by their headers, one comparison a message; None for anything else (the decoder then
+    reads the frame)."""
+    if not data.startswith(ACK_RUN_HEADER):
+        return None
+    queue_length = _length_at(data, MESSAGE_HEADER_BYTES, _QUEUE_FIXED)
+    if not 0 <= queue_length <= _RUN_MAX_QUEUE_BYTES:
+        return None
+    id_at = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES + queue_length
+    id_length = _length_at(data, id_at, _ID_FIXED)
+    if not 0 <= id_length <= _RUN_MAX_ID_BYTES:
+        return None
+    head_length = id_at + PACKET_HEADER_BYTES
+    stride = head_length + id_length
+    end = len(data)
+    if end % stride:
+        return None
+    head = data[:head_length]
+    if not all(map(data.startswith, repeat(head), range(stride, end, stride))):
+        return None
+    queue = data[MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES : id_at]
+    return queue, [data[at : at + id_length] for at in range(head_length, end, stride)]

@@ -1,0 +1,126 @@
+"""A frame of acks for one queue is settled without decoding a message (protocol/runs.py
+`ack_run`, `Core._acked_run`): whatever such a frame holds (acks of held messages, of
+messages held by another peer or on another queue, repeats, IDs never dispatched), the core
+answers and counts exactly as it does when it decodes the frame."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import phpmq.protocol as p
+from harness import CoreHarness
+from phpmq.broker import core as core_module
+from phpmq.protocol.runs import ack_run
+
+PRODUCER, CONSUMER, OTHER = b"producer", b"consumer", b"other"
+NEVER_DISPATCHED = b"f" * 32
+
+#: One ack: (how it names its message: "own" its dispatch's queue and ID, "other-queue" the
+#: ID on the other queue, "never" an ID never dispatched; which dispatch, modulo their count).
+acks = st.tuples(st.sampled_from(["own", "own", "own", "other-queue", "never"]), st.integers(0, 30))
+scenarios = st.fixed_dictionaries(
+    {
+        "sends": st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=30),
+        "window": st.integers(1, 12),
+        "other_takes": st.booleans(),
+        "hello": st.booleans(),
+        "frames": st.lists(
+            st.tuples(st.sampled_from([CONSUMER, OTHER]), st.lists(acks, min_size=1, max_size=12)),
+            max_size=6,
+        ),
+    }
+)
+
+
+def _play(scenario: dict[str, Any]) -> tuple[list, dict]:
+    """Run `scenario` on a new core: what every peer received, each ID replaced by its rank
+    of first appearance, and the counters and queue figures after it."""
+    core = CoreHarness()
+    core.turn(
+        (PRODUCER, [p.Send(queue, b"m%d" % n, 0) for n, queue in enumerate(scenario["sends"])])
+    )
+    if scenario["hello"]:  # an extension peer: refusals reach it as ERRORs
+        core.send(CONSUMER, p.Hello({}))
+    received = [core.send(CONSUMER, p.Consume("a", scenario["window"]), p.Consume("b", 4))]
+    if scenario["other_takes"]:
+        received.append(core.send(OTHER, p.Consume("a", 2)))
+    sent = [m for batch in received for m in batch if isinstance(m, p.Dispatch)]
+    for peer, picks in scenario["frames"]:
+        frame = [_ack(how, sent[i % len(sent)]) for how, i in picks] if sent else []
+        received.append(core.turn((peer, frame)).get(peer, []) if frame else [])
+    ranks: dict[bytes, int] = {}
+
+    def ranked(message: object) -> object:
+        if isinstance(message, (p.Dispatch, p.Error)) and message.message_id:
+            rank = ranks.setdefault(message.message_id, len(ranks))
+            message = msgspec.structs.replace(message, message_id=b"#%d" % rank)
+        if isinstance(message, p.Error):  # its reason names the ID too
+            for raw, rank in ranks.items():
+                message = msgspec.structs.replace(
+                    message, reason=message.reason.replace(raw.decode(), f"#{rank}")
+                )
+        return message
+
+    counters = core.core.counters
+    figures = {
+        "counters": {name: getattr(counters, name) for name in type(counters).__slots__},
+        "queues": {q: core.stats(q) for q in ("a", "b") if q in core.core.queues},
+        "acked_per_queue": {
+            q: core.core.queues[q].acked for q in ("a", "b") if q in core.core.queues
+        },
+    }
+    return [[ranked(m) for m in batch] for batch in received], figures
+
+
+def _ack(how: str, dispatch: p.Dispatch) -> p.Ack:
+    if how == "never":
+        return p.Ack(dispatch.queue, NEVER_DISPATCHED)
+    other = {"a": "b", "b": "a"}[dispatch.queue]
+    return p.Ack(dispatch.queue if how == "own" else other, dispatch.message_id)
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios)
+def test_an_ack_run_is_settled_as_the_decoded_acks_would_be(scenario: dict[str, Any]) -> None:
+    fast = _play(scenario)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(core_module, "ack_run", lambda data: None)
+        decoded = _play(scenario)
+    assert fast == decoded
+
+
+def test_a_consumers_acks_are_read_without_a_message_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    core = CoreHarness()
+    core.send(PRODUCER, *[p.Send("jobs", b"x%d" % n, 0) for n in range(5)])
+    ids = [d.message_id for d in core.send(CONSUMER, p.Consume("jobs", 5))]
+    monkeypatch.setattr(core_module, "decode_frame", lambda *a: pytest.fail("decoded"))
+    assert core.send(CONSUMER, *[p.Ack("jobs", i) for i in ids]) == []
+    assert core.core.counters.acked == 5 and core.stats("jobs")["in_flight"] == 0
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        [p.Ack("a", b"1" * 32), p.Ack("b", b"2" * 32)],  # two queues
+        [p.Ack("a", b"1" * 32), p.Ack("a", b"2" * 31)],  # two ID lengths
+        [p.Ack("a", b"1" * 32), p.Send("a", b"x", 0)],  # not only acks
+        [p.Ack("a", b"1" * 65)],  # an ID longer than the run reads
+    ],
+    ids=["two-queues", "two-id-lengths", "mixed", "long-id"],
+)
+def test_frames_that_are_not_one_run_are_left_to_the_decoder(frame: list) -> None:
+    assert ack_run(p.encode_all(frame)) is None
+
+
+def test_a_cut_short_ack_run_is_left_to_the_decoder() -> None:
+    wire = p.encode_all([p.Ack("a", b"1" * 32)] * 3)
+    assert ack_run(wire) == (b"a", [b"1" * 32] * 3)
+    assert ack_run(wire[:-1]) is None
+    assert ack_run(wire + b"H") is None
