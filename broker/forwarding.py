@@ -37,6 +37,7 @@ from ..protocol import (
     Send,
     decode_frame,
     encode,
+    forward_parts,
 )
 from ..protocol import admin_commands as cmd
 from ..protocol.cluster import ClusterMap
@@ -321,7 +322,7 @@ class Forwarding:
                 if entry.copy:
                     flags |= FORWARD_EXTENSIONS
                 principal = Guard.principal_wire(entry.peer)
-                parts.append(encode(Forward(peer_id, b"".join(entry.chunks), flags, principal)))
+                parts.extend(forward_parts(peer_id, entry.chunks, flags, principal))
             frames.append((owner, b"".join(parts)))
         return frames
 
