@@ -112,8 +112,16 @@ def test_only_the_canonical_forms_start_a_run() -> None:
     assert run_queue(p.encode_send(p.queue_packet("q"), b"x", None)) == b"q"
 
 
+#: A consumer's acks of one queue in a row (like but for their IDs, the fast path), IDs of
+#: another length among them now and then.
 acks = st.builds(
-    lambda q: [p.encode_ack(p.queue_packet(q), b"d7e7f68761d34838494b233148b5486c")], queues
+    lambda q, ids: [p.encode_ack(p.queue_packet(q), message_id) for message_id in ids],
+    queues,
+    st.lists(
+        st.sampled_from([b"d7e7f68761d34838494b233148b5486c", b"%032d" % 7, b"short"]),
+        min_size=1,
+        max_size=4,
+    ),
 )
 frames = st.lists(st.one_of(groups, acks, others), min_size=1, max_size=8).map(
     lambda parts: [message for part in parts for message in part]
