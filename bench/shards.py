@@ -148,8 +148,11 @@ def run_shards_benchmark(shards: int = 2, queues: int = 16, seconds: float = 10.
         f"forwarding (2 shards, stock-protocol producer and consumer on queues of local/1):"
         f" direct {direct['msgs_per_s']:,.0f} msgs/s at {direct['us_per_message']:.1f} µs of"
         f" shard CPU per message; through local/0 {forwarded['msgs_per_s']:,.0f} msgs/s at"
-        f" {forwarded['us_per_message']:.1f} µs: a forwarded message costs"
-        f" {forwarding['cost_ratio']:.2f}x a direct one (target ≤ {TARGET_FORWARD_COST})."
+        f" {forwarded['us_per_message']:.1f} µs (local/0, which forwards,"
+        f" {forwarded['us_per_message_by_shard'][0]:.1f} µs; local/1"
+        f" {forwarded['us_per_message_by_shard'][1]:.1f} µs, {direct['us_per_message']:.1f}"
+        f" direct): a forwarded message costs {forwarding['cost_ratio']:.2f}x a direct one"
+        f" (target ≤ {TARGET_FORWARD_COST})."
     )
     return {
         "runs": runs,

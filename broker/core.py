@@ -45,7 +45,14 @@ from ..protocol import (
     decode_message,
 )
 from ..protocol.cluster import decode_map
-from ..protocol.runs import ACK_RUN_HEADER, ack_run, leading_queue, like_sends, one_queue, run_queue
+from ..protocol.runs import (
+    ACK_RUN_HEADER,
+    ack_run,
+    leading_queue,
+    like_sends,
+    run_queue,
+    sends_and_acks,
+)
 from .admin import Admin as AdminCommands
 from .batch_leases import BatchLeases
 from .clock import Clock
@@ -369,7 +376,7 @@ class Core:
         profile: PeerProfile | None,
         principal: Principal | None,
     ) -> bool:
-        """A frame of 001s and 004s for one queue that another shard owns goes there as it
+        """A frame of 001s and 004s for queues that one other shard owns goes there as it
         came, read by its headers only (`Forwarding.take_whole` without the decoding; the
         owner decodes it, and checks it with the peer's principal). False: it is decoded."""
         forwarding = self.forwarding
@@ -385,8 +392,8 @@ class Core:
         peer = self._peer_for_input(peer_id, profile or self.profile, principal)
         if peer.rights is not None:
             return False  # the guard here reads every message (docs/security.md)
-        count = one_queue(data)
-        if not count:
+        count, names = sends_and_acks(data)
+        if not count or not forwarding.all_owned_by(owner, names):
             return False
         forwarding.take_frame(peer, owner, count, data)
         self._peers.after_input(peer)

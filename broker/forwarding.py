@@ -37,6 +37,7 @@ from ..protocol import (
     Send,
     decode_frame,
     encode,
+    forward_parts,
 )
 from ..protocol import admin_commands as cmd
 from ..protocol.cluster import ClusterMap
@@ -184,9 +185,17 @@ class Forwarding:
         self.forwarded += len(messages)
         return True
 
+    def all_owned_by(self, owner: str, queues: list[bytes]) -> bool:
+        """Whether `owner` owns every one of `queues` (names as a frame holds them)."""
+        owner_of = self.owner_of
+        try:
+            return all(owner_of(queue.decode()) == owner for queue in queues)
+        except UnicodeDecodeError:
+            return False
+
     def take_frame(self, peer: Peer, owner: str, count: int, frame: bytes) -> None:
-        """`take_whole` for a frame read by its headers only: `count` 001s and 004s for one
-        queue of `owner` (protocol/runs.py `one_queue`)."""
+        """`take_whole` for a frame read by its headers only: `count` 001s and 004s for
+        queues of `owner` (protocol/runs.py `sends_and_acks`)."""
         self._add(peer, owner, frame)
         self.forwarded += count
 
@@ -313,7 +322,7 @@ class Forwarding:
                 if entry.copy:
                     flags |= FORWARD_EXTENSIONS
                 principal = Guard.principal_wire(entry.peer)
-                parts.append(encode(Forward(peer_id, b"".join(entry.chunks), flags, principal)))
+                parts.extend(forward_parts(peer_id, entry.chunks, flags, principal))
             frames.append((owner, b"".join(parts)))
         return frames
 

@@ -28,7 +28,7 @@ from ..protocol import (
     Message,
     ProtocolError,
     decode_frame,
-    encode,
+    forward_parts,
 )
 from .context import Context, Frames
 from .guard import Guard, Principal
@@ -137,7 +137,7 @@ class RelayedPeers:
             parts = by_link.get(link_id)
             if parts is None:
                 parts = by_link[link_id] = []
-            parts.append(encode(Forward(reference, frame)))
+            parts.extend(forward_parts(reference, [frame]))
         out.extend((link_id, b"".join(parts)) for link_id, parts in by_link.items())
         return out
 

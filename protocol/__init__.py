@@ -70,6 +70,7 @@ from .writer import (
     encode_reply,
     encode_send,
     event_packet,
+    forward_parts,
     queue_packet,
 )
 
@@ -129,6 +130,7 @@ __all__ = [
     "encode_send",
     "event_name_problem",
     "event_packet",
+    "forward_parts",
     "key_problem",
     "pattern_problem",
     "queue_name_problem",

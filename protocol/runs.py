@@ -12,9 +12,9 @@ README's (QUEUE, CONTENT, TTL), packets in table order. Anything else is left to
 `ack_run` reads a frame of acks for one queue, the other half of a consumer's traffic, so the
 broker settles them without a message object each.
 
-`one_queue` does the same for a shard that forwards (docs/cluster.md "Forwarding"): a frame
-of 001s and 004s that all name one queue another shard owns goes there as it came, so the
-shard it arrived at reads its headers and not its messages.
+`sends_and_acks` does the same for a shard that forwards (docs/cluster.md "Forwarding"): a
+frame of 001s and 004s whose queues one other shard owns goes there as it came, so the shard
+it arrived at reads its headers and not its messages.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def like_sends(data: bytes, first: int, after: int, max_content_bytes: int) -> t
     return count, pos
 
 
-#: The message headers `one_queue` reads -> their packet counts: 001 and 004, whose first
+#: The message headers `sends_and_acks` reads -> their packet counts: 001 and 004, whose first
 #: packet (in table order) is the queue.
 _QUEUE_FIRST: dict[bytes, int] = {
     message_header(kind, count): count
@@ -118,7 +118,7 @@ _QUEUE_FIRST: dict[bytes, int] = {
     for count in SPECS[kind].counts
 }
 _PACKET_MARKER = b"P"
-#: Packet headers `one_queue` has read -> their lengths (most frames repeat a few): bounded,
+#: Packet headers `sends_and_acks` has read -> their lengths (most frames repeat a few): bounded,
 #: past it lengths are read each time.
 MAX_REMEMBERED_LENGTHS = 4096
 _remembered_lengths: dict[bytes, int] = {}
@@ -145,39 +145,101 @@ def leading_queue(data: bytes) -> bytes | None:
     return _first_queue(data) if data[:MESSAGE_HEADER_BYTES] in _QUEUE_FIRST else None
 
 
-def one_queue(data: bytes) -> int:
-    """How many messages `data` holds when it is made only of whole 001s and 004s that all
-    name one queue, read by their headers; 0 for anything else (the decoder then reads the
-    frame). Packet types after the queue's and lengths past the limit are not checked here:
-    the shard that decodes the frame does."""
+#: Distinct queues a frame read by `sends_and_acks` may name; past it the decoder reads it.
+MAX_FRAME_QUEUES = 64
+#: A message header and the queue packet's header that follows it.
+_START_BYTES = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES
+#: The starts of 001s and 004s `sends_and_acks` has read -> (packets, queue name length):
+#: bounded like `_remembered_lengths`.
+_remembered_starts: dict[bytes, tuple[int, int]] = {}
+
+
+def sends_and_acks(data: bytes) -> tuple[int, list[bytes]]:
+    """(how many messages, the distinct queue names they name) when `data` is made only of
+    whole 001s and 004s, read by their headers; (0, []) for anything else (the decoder then
+    reads the frame). A message whose bytes up to its second packet's content, and after
+    that content, are those of the message before it (a producer's batch, a consumer's acks
+    of one queue) costs one or two comparisons. Packet types after the queue's and lengths
+    past the limit are not checked here: the shard that decodes the frame does."""
     end = len(data)
-    queue = b""
+    names: dict[bytes, None] = {}
+    last_name = b""
     count = 0
     pos = 0
-    headers = _QUEUE_FIRST
+    #: The message before: its bytes up to its second packet's content (`head`), the bytes
+    #: after that content (`tail`, at `tail_at` from its start) and its size.
+    head = tail = b""
+    tail_at = size = 0
     remembered = _remembered_lengths
     while pos < end:
-        packets = headers.get(data[pos : pos + MESSAGE_HEADER_BYTES])
-        if packets is None:
-            return 0
-        pos += MESSAGE_HEADER_BYTES
-        if not queue:
-            length = _length_at(data, pos, _QUEUE_FIXED)
+        if head:
+            run_start = pos
+            if tail:
+                while data.startswith(head, pos) and data.startswith(tail, pos + tail_at):
+                    pos += size
+            else:
+                while data.startswith(head, pos):
+                    pos += size
+            count += (pos - run_start) // size
+            if pos >= end:
+                break
+        start = _remembered_starts.get(data[pos : pos + _START_BYTES]) or _read_start(data, pos)
+        if start is None:
+            return 0, []
+        packets, length = start
+        name_at = pos + _START_BYTES
+        after = name_at + length
+        name = data[name_at:after]
+        if name != last_name:
+            last_name = name
+            if name not in names:
+                if len(names) == MAX_FRAME_QUEUES:
+                    return 0, []
+                names[name] = None
+        length = remembered.get(data[after : after + PACKET_HEADER_BYTES], -1)
+        if length < 0:
+            length = _any_length_at(data, after)
             if length < 0:
-                return 0
-            queue = data[pos : pos + PACKET_HEADER_BYTES + length]
-        elif not data.startswith(queue, pos):
-            return 0
-        pos += len(queue)
-        for _ in range(packets - 1):
-            length = remembered.get(data[pos : pos + PACKET_HEADER_BYTES])
-            if length is None:
-                length = _any_length_at(data, pos)
-                if length < 0:
-                    return 0
-            pos += PACKET_HEADER_BYTES + length
+                return 0, []
+        content_at = after + PACKET_HEADER_BYTES
+        content_end = content_at + length
+        message_end = content_end
+        if packets > 2:
+            message_end = _past_packets(data, content_end, packets - 2)
+            if message_end < 0:
+                return 0, []
+        head = data[pos:content_at]
+        tail = data[content_end:message_end]
+        tail_at = content_end - pos
+        size = message_end - pos
+        pos = message_end
         count += 1
-    return count if pos == end else 0
+    return (count, list(names)) if pos == end else (0, [])
+
+
+def _read_start(data: bytes, pos: int) -> tuple[int, int] | None:
+    """(packets, queue name length) of the 001 or 004 of two packets or more at `pos`, by its
+    message header and queue packet header; remembered while there is room."""
+    packets = _QUEUE_FIRST.get(data[pos : pos + MESSAGE_HEADER_BYTES], 0)
+    length = _length_at(data, pos + MESSAGE_HEADER_BYTES, _QUEUE_FIXED)
+    if packets < 2 or length < 0:
+        return None
+    if len(_remembered_starts) < MAX_REMEMBERED_LENGTHS:
+        _remembered_starts[data[pos : pos + _START_BYTES]] = (packets, length)
+    return packets, length
+
+
+def _past_packets(data: bytes, pos: int, packets: int) -> int:
+    """Where the `packets` packets at `pos` end, by their headers; -1 if one is not of the
+    fast path's forms."""
+    for _ in range(packets):
+        length = _remembered_lengths.get(data[pos : pos + PACKET_HEADER_BYTES], -1)
+        if length < 0:
+            length = _any_length_at(data, pos)
+            if length < 0:
+                return -1
+        pos += PACKET_HEADER_BYTES + length
+    return pos
 
 
 def ack_run(data: bytes) -> tuple[bytes, list[bytes]] | None:

@@ -301,3 +301,25 @@ def encode_reply(content: bytes, queue_packet: bytes, message_id: bytes) -> byte
             message_id,
         )
     )
+
+
+_FORWARD_HEADERS = {
+    count: message_header(MessageType.FORWARD, count) for count in SPECS[MessageType.FORWARD].counts
+}
+
+
+def forward_parts(
+    peer: bytes, content: list[bytes], flags: int | None = None, principal: bytes | None = None
+) -> list[bytes]:
+    """113 FORWARD as the pieces of its bytes, its content given as pieces too: a shard's
+    frame of FORWARDs (most of a link's bytes) is then joined once, not once per layer.
+    `b"".join(forward_parts(...))` is `encode(Forward(peer, b"".join(content), flags,
+    principal))`."""
+    size = sum(map(len, content))
+    parts = [b"", packet(PacketType.PEER, peer), _CONTENT_PACKET % size, *content]
+    if flags is not None:
+        parts.append(packet(PacketType.FLAGS, b"%d" % flags))
+    if principal is not None:
+        parts.append(packet(PacketType.PRINCIPAL, principal))
+    parts[0] = _FORWARD_HEADERS[2 + (flags is not None) + (principal is not None)]
+    return parts

@@ -15,6 +15,9 @@ from phpmq.protocol.cluster import ClusterMap, Shard, encode_map
 
 MAP = ClusterMap(1, (Shard("t/0", "tcp://127.0.0.1:1"), Shard("t/1", "tcp://127.0.0.1:2")))
 REMOTE = next(f"q{i}" for i in range(100) if MAP.owner(f"q{i}").name == "t/1")
+REMOTE_TOO = next(
+    f"q{i}" for i in range(100) if MAP.owner(f"q{i}").name == "t/1" and f"q{i}" != REMOTE
+)
 LOCAL = next(f"q{i}" for i in range(100) if MAP.owner(f"q{i}").name == "t/0")
 PEER = b"\x00peer"
 LINK = b"\x00link"
@@ -122,6 +125,31 @@ def test_a_frame_for_one_queue_of_another_shard_goes_there_without_being_decoded
     got = pair._carry(entry_core.end_turn())
     errors = [m for m in got if type(m) is p.Error]
     assert len(errors) == 1 and "packet type 99" in errors[0].reason
+
+
+def test_acks_for_several_queues_of_one_other_shard_go_there_without_being_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer's acks of dispatches from several queues (one frame, as they came): read by
+    their headers only; a frame that also names a queue of this shard is decoded and split."""
+    pair = Pair()
+    pair.peer_turn(p.Send(REMOTE, b"a", 0), p.Send(REMOTE_TOO, b"b", 0), p.Send(LOCAL, b"c", 0))
+    got = pair.peer_turn(p.Consume(REMOTE, 5), p.Consume(REMOTE_TOO, 5), p.Consume(LOCAL, 5))
+    ids = {m.queue: m.message_id for m in got if type(m) is p.Dispatch}
+    entry_core = pair.entry.core
+    decode = entry_core.handle_messages
+
+    def no_decoding(*_: object) -> None:
+        raise AssertionError("the entry shard decoded a frame it only passes on")
+
+    monkeypatch.setattr(entry_core, "handle_messages", no_decoding)
+    assert pair.peer_turn(p.Ack(REMOTE, ids[REMOTE]), p.Ack(REMOTE_TOO, ids[REMOTE_TOO])) == []
+    assert pair.owner.stats(REMOTE)["in_flight"] == pair.owner.stats(REMOTE_TOO)["in_flight"] == 0
+    assert entry_core.forwarding.forwarded == 6  # type: ignore[union-attr]
+    monkeypatch.setattr(entry_core, "handle_messages", decode)
+    pair.peer_turn(p.Send(REMOTE, b"d", 0), p.Ack(LOCAL, ids[LOCAL]))
+    assert pair.entry.stats(LOCAL)["in_flight"] == 0
+    assert pair.owner.stats(REMOTE)["in_flight"] == 1  # the window took it at once
 
 
 def test_a_peer_that_goes_lets_go_of_what_it_held_at_the_owner() -> None:

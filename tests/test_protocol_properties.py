@@ -21,6 +21,7 @@ from phpmq.protocol import (
     Disconnect,
     Dispatch,
     Error,
+    Forward,
     Heartbeat,
     Hello,
     Kbai,
@@ -42,6 +43,7 @@ from phpmq.protocol import (
     encode_publish,
     encode_send,
     event_packet,
+    forward_parts,
     queue_packet,
     reader,
 )
@@ -271,6 +273,20 @@ def test_encode_dispatch_matches_encode(
 @given(texts, ids)
 def test_encode_ack_matches_encode(queue: str, message_id: bytes) -> None:
     assert encode_ack(queue_packet(queue), message_id) == encode(Ack(queue, message_id))
+
+
+@FAST
+@given(
+    st.binary(min_size=1, max_size=40),
+    st.lists(contents, max_size=4),
+    optional_integers,
+    st.none() | st.binary(max_size=40),
+)
+def test_forward_parts_join_to_encode(
+    peer: bytes, pieces: list[bytes], flags: int | None, principal: bytes | None
+) -> None:
+    joined = b"".join(forward_parts(peer, pieces, flags, principal))
+    assert joined == encode(Forward(peer, b"".join(pieces), flags, principal))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phpmq import protocol as p
-from phpmq.protocol.runs import leading_queue, like_sends, one_queue, run_queue
+from phpmq.protocol.runs import (
+    MAX_FRAME_QUEUES,
+    leading_queue,
+    like_sends,
+    run_queue,
+    sends_and_acks,
+)
 
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMIT = 64
@@ -106,8 +112,16 @@ def test_only_the_canonical_forms_start_a_run() -> None:
     assert run_queue(p.encode_send(p.queue_packet("q"), b"x", None)) == b"q"
 
 
+#: A consumer's acks of one queue in a row (like but for their IDs, the fast path), IDs of
+#: another length among them now and then.
 acks = st.builds(
-    lambda q: [p.encode_ack(p.queue_packet(q), b"d7e7f68761d34838494b233148b5486c")], queues
+    lambda q, ids: [p.encode_ack(p.queue_packet(q), message_id) for message_id in ids],
+    queues,
+    st.lists(
+        st.sampled_from([b"d7e7f68761d34838494b233148b5486c", b"%032d" % 7, b"short"]),
+        min_size=1,
+        max_size=4,
+    ),
 )
 frames = st.lists(st.one_of(groups, acks, others), min_size=1, max_size=8).map(
     lambda parts: [message for part in parts for message in part]
@@ -116,16 +130,13 @@ frames = st.lists(st.one_of(groups, acks, others), min_size=1, max_size=8).map(
 
 @FAST
 @given(frames, st.integers(min_value=0, max_value=40))
-def test_one_queue_is_what_the_decoder_reads(messages: list[bytes], cut: int) -> None:
+def test_sends_and_acks_is_what_the_decoder_reads(messages: list[bytes], cut: int) -> None:
     data = b"".join(messages)
     data = data[: len(data) - cut] if cut < len(data) else data
     decoded, error = p.decode_frame(data, 1 << 20)
-    one = (
-        error is None
-        and all(type(m) in (p.Send, p.Ack) for m in decoded)
-        and len({m.queue for m in decoded}) == 1  # type: ignore[attr-defined]
-    )
-    assert one_queue(data) == (len(decoded) if one else 0)
+    names = list(dict.fromkeys(m.queue.encode() for m in decoded if type(m) in (p.Send, p.Ack)))  # type: ignore[attr-defined]
+    read = error is None and all(type(m) in (p.Send, p.Ack) for m in decoded)
+    assert sends_and_acks(data) == ((len(decoded), names) if read else (0, []))
     first = decoded[0] if decoded else None
     if type(first) in (p.Send, p.Ack):
         assert leading_queue(data) == first.queue.encode()  # type: ignore[union-attr]
@@ -133,10 +144,32 @@ def test_one_queue_is_what_the_decoder_reads(messages: list[bytes], cut: int) ->
         assert leading_queue(data) is None
 
 
-def test_one_queue_reads_no_frame_that_is_not_whole() -> None:
+def test_sends_and_acks_reads_no_frame_that_is_not_whole() -> None:
     frame = p.encode(p.Send("q", b"abc", 0)) + p.encode_ack(p.queue_packet("q"), b"1" * 32)
-    assert one_queue(frame) == 2
-    assert one_queue(frame[:-1]) == 0
-    assert one_queue(frame + b"H") == 0
-    assert one_queue(b"") == 0
-    assert one_queue(frame + p.encode(p.Send("r", b"abc", 0))) == 0
+    assert sends_and_acks(frame) == (2, [b"q"])
+    assert sends_and_acks(frame[:-1]) == (0, [])
+    assert sends_and_acks(frame + b"H") == (0, [])
+    assert sends_and_acks(b"") == (0, [])
+    assert sends_and_acks(frame + p.encode(p.Send("r", b"abc", 0))) == (3, [b"q", b"r"])
+    assert sends_and_acks(frame + p.encode(p.Heartbeat())) == (0, [])
+
+
+def test_a_run_of_like_messages_is_read_whole_and_only_whole() -> None:
+    """The fast path (one comparison per message like the one before) ends exactly where the
+    frame does: a last message cut short, or one longer than those before, is not whole."""
+    packet = p.queue_packet("flood")
+    like = p.encode_send(packet, b"x" * 100, 0)
+    acks = b"".join(p.encode_ack(p.queue_packet(f"q{i % 3}"), b"%032d" % i) for i in range(9))
+    assert sends_and_acks(like * 256) == (256, [b"flood"])
+    assert sends_and_acks(like * 256 + acks) == (265, [b"flood", b"q0", b"q1", b"q2"])
+    assert sends_and_acks(like * 255 + like[:-1]) == (0, [])
+    assert sends_and_acks(like * 255 + like + b"x") == (0, [])
+    with_ttl = p.encode_send(packet, b"x" * 100, 30)
+    assert sends_and_acks(with_ttl * 3 + with_ttl[:-1] + b"9") == (4, [b"flood"])
+    assert sends_and_acks(with_ttl * 3 + with_ttl.replace(b"P05", b"Q05")) == (0, [])
+
+
+def test_a_frame_naming_too_many_queues_is_left_to_the_decoder() -> None:
+    frame = b"".join(p.encode(p.Send(f"q{i}", b"x", 0)) for i in range(MAX_FRAME_QUEUES))
+    assert sends_and_acks(frame)[0] == MAX_FRAME_QUEUES
+    assert sends_and_acks(frame + p.encode(p.Send("one-more", b"x", 0))) == (0, [])
