@@ -47,10 +47,12 @@ from ..protocol import (
 from ..protocol.cluster import decode_map
 from ..protocol.runs import (
     ACK_RUN_HEADER,
+    RUN_HEADERS,
     ack_run,
     leading_queue,
     like_sends,
     run_queue,
+    send_run,
     sends_and_acks,
 )
 from .admin import Admin as AdminCommands
@@ -328,7 +330,10 @@ class Core:
             and self._forwarded_whole(peer_id, data, profile, principal)
         ):
             return
-        if data.startswith(ACK_RUN_HEADER) and self._acked_run(peer_id, data, profile, principal):
+        if data.startswith(ACK_RUN_HEADER):
+            if self._acked_run(peer_id, data, profile, principal):
+                return
+        elif data.startswith(RUN_HEADERS) and self._sent_run(peer_id, data, profile, principal):
             return
         messages, error = decode_frame(data, self.config.max_content_bytes)
         self.handle_messages(peer_id, messages, error, profile, data, principal)
@@ -352,12 +357,7 @@ class Core:
             name = name_bytes.decode()
         except UnicodeDecodeError:
             return False
-        forwarding = self.forwarding
-        if (
-            forwarding is not None
-            and not is_relayed(peer_id)
-            and forwarding.owner_of(name) is not None
-        ):
+        if not self._is_local(peer_id, name):
             return False
         peer = self._peer_for_input(peer_id, profile or self.profile, principal)
         if peer.rights is not None:
@@ -368,6 +368,53 @@ class Core:
         ctx.flush_refusals()
         self._peers.after_input(peer)
         return True
+
+    def _sent_run(
+        self,
+        peer_id: bytes,
+        data: bytes,
+        profile: PeerProfile | None,
+        principal: Principal | None,
+    ) -> bool:
+        """A frame of plain 001s to one queue of this shard (protocol/runs.py `send_run`), from
+        a peer without a rights table, while the queue takes them unread (`Intake.takes_run`):
+        put without decoding a message, as `handle_messages` would put them. Sends the broker
+        stops taking part-way (its memory limit) are decoded and refused as usual. False:
+        the frame is decoded."""
+        run = send_run(data, self.config.max_content_bytes)
+        if run is None:
+            return False
+        name_bytes, ttl_digits, contents, overhead = run
+        try:
+            name = name_bytes.decode()
+        except UnicodeDecodeError:
+            return False
+        if not self._is_local(peer_id, name):
+            return False
+        queue = self.intake.takes_run(name)
+        if queue is None:
+            return False
+        peer = self._peer_for_input(peer_id, profile or self.profile, principal)
+        if peer.rights is not None:
+            return False
+        ctx = self.ctx
+        ctx.handling = MessageType.SEND
+        ttl = int(ttl_digits) if ttl_digits else None
+        taken = self.intake.take_run(peer, queue, ttl, contents)
+        if taken < len(contents):
+            rest = overhead * taken + sum(map(len, contents[:taken]))
+            messages, error = decode_frame(data[rest:], self.config.max_content_bytes)
+            self.handle_messages(peer_id, messages, error, profile, None, principal)
+            return True
+        ctx.flush_refusals()
+        self._peers.after_input(peer)
+        return True
+
+    def _is_local(self, peer_id: bytes, queue: str) -> bool:
+        """Whether this shard handles a message of `peer_id` to `queue` itself (a relayed
+        peer's were forwarded once already)."""
+        forwarding = self.forwarding
+        return forwarding is None or is_relayed(peer_id) or forwarding.owner_of(queue) is None
 
     def _forwarded_whole(
         self,

@@ -156,6 +156,37 @@ class Intake:
             self.confirm(peer, message_id, tag)
         # else a request whose reply comes back to its sender: that REPLY is its answer
 
+    def takes_run(self, name: str) -> Queue | None:
+        """The queue a run of plain sends to `name` (protocol/runs.py `send_run`) may go to
+        without a look at each send: one that exists, while the broker neither drains, nor
+        cannot write, nor is over its memory limit. None: each is read."""
+        ctx = self._ctx
+        if ctx.draining or ctx.storage_problem is not None or self._flow.memory_high:
+            return None
+        return self._queues.by_name.get(name)
+
+    def take_run(self, peer: Peer, queue: Queue, ttl: int | None, contents: list[bytes]) -> int:
+        """Put `contents` into `queue` as as many plain 001s (no tag, key or request packets;
+        `ttl` None: the stock form) that `on_send` would take; returns how many were taken:
+        the rest, from the first the queue is full for or the broker over its memory limit,
+        are for `on_send` (a refusal, or room made)."""
+        if ttl is not None:
+            peer.ttl_form = True
+        put, confirm, flow = self.put, self.confirm, self._flow
+        counters = self._ctx.counters
+        max_length = queue.max_length
+        taken = 0
+        for content in contents:
+            if flow.memory_high or (
+                max_length and len(queue.ready) - queue.stale + queue.delayed_sends >= max_length
+            ):
+                break
+            message_id = put(peer, queue, content, ttl, None)
+            counters.received += 1
+            confirm(peer, message_id, None)
+            taken += 1
+        return taken
+
     def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
         """`put` for a request (its reply route kept with it, §6.6) or a delayed send (§6.7)."""
         reply_to = message.reply_to

@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from .constants import MESSAGE_HEADER_BYTES, PACKET_HEADER_BYTES, MessageType, PacketType
+from .constants import (
+    MAX_INTEGER_DIGITS,
+    MESSAGE_HEADER_BYTES,
+    PACKET_HEADER_BYTES,
+    MessageType,
+    PacketType,
+)
 from .table import SPECS
 from .writer import message_header
 
@@ -266,3 +272,72 @@ def ack_run(data: bytes) -> tuple[bytes, list[bytes]] | None:
         return None
     queue = data[MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES : id_at]
     return queue, [data[at : at + id_length] for at in range(head_length, end, stride)]
+
+
+#: Content packet headers `send_run` has read -> their lengths: bounded as the others.
+_content_lengths: dict[bytes, int] = {}
+
+
+def send_run(data: bytes, max_content_bytes: int) -> tuple[bytes, bytes, list[bytes], int] | None:
+    """(the queue name's bytes, the TTL packet's content or b"", the contents, the bytes of
+    each message besides its content) when `data` is made only of whole canonical 001s
+    (RUN_HEADERS: the stock form, or the README's with one TTL for all) to one queue: a
+    producer's frame as `send_many` packs it. Read by their headers; None for anything else
+    (the decoder then reads the frame)."""
+    if not data.startswith(RUN_HEADERS):
+        return None
+    queue_length = _length_at(data, MESSAGE_HEADER_BYTES, _QUEUE_FIXED)
+    if not 0 <= queue_length <= _RUN_MAX_QUEUE_BYTES:
+        return None
+    head_length = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES + queue_length
+    head = data[:head_length]
+    with_ttl = data.startswith(RUN_HEADERS[1])
+    tail = b""
+    contents: list[bytes] = []
+    lengths = _content_lengths
+    end = len(data)
+    pos = 0
+    while pos < end:
+        if not data.startswith(head, pos):
+            return None
+        start = pos + head_length + PACKET_HEADER_BYTES
+        header = data[start - PACKET_HEADER_BYTES : start]
+        length = lengths.get(header, -1)
+        if length < 0:
+            length = _length_at(header, 0, _CONTENT_FIXED)
+            if length < 0:
+                return None
+            if len(lengths) < MAX_REMEMBERED_LENGTHS:
+                lengths[header] = length
+        pos = start + length
+        if length > max_content_bytes or pos > end:
+            return None
+        contents.append(data[start:pos])
+        if with_ttl:
+            if not tail:
+                tail = _ttl_packet_at(data, pos)
+                if not tail:
+                    return None
+            elif not data.startswith(tail, pos):
+                return None
+            pos += len(tail)
+    if pos != end:
+        return None
+    queue = data[head_length - queue_length : head_length]
+    return (
+        queue,
+        tail[PACKET_HEADER_BYTES:],
+        contents,
+        head_length + PACKET_HEADER_BYTES + len(tail),
+    )
+
+
+def _ttl_packet_at(data: bytes, pos: int) -> bytes:
+    """The whole TTL packet at `pos` when its value is one the decoder takes (1-18 digits),
+    else b""."""
+    length = _length_at(data, pos, _TTL_FIXED)
+    if not 1 <= length <= MAX_INTEGER_DIGITS:
+        return b""
+    packet = data[pos : pos + PACKET_HEADER_BYTES + length]
+    digits = packet[PACKET_HEADER_BYTES:]
+    return packet if len(digits) == length and digits.isdigit() else b""

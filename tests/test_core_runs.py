@@ -1,6 +1,8 @@
-"""A frame of acks for one queue is settled without decoding a message (protocol/runs.py
-`ack_run`, `Core._acked_run`): whatever such a frame holds (acks of held messages, of
-messages held by another peer or on another queue, repeats, IDs never dispatched), the core
+"""Frames read by their headers only (protocol/runs.py): a frame of acks for one queue is
+settled (`ack_run`, `Core._acked_run`) and a frame of plain sends to one queue is put
+(`send_run`, `Core._sent_run`) without decoding a message. Whatever such a frame holds (acks
+of held messages, of messages held by another peer or on another queue, repeats, IDs never
+dispatched; sends to a queue that fills up, over the memory limit, in both forms), the core
 answers and counts exactly as it does when it decodes the frame."""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 import phpmq.protocol as p
 from harness import CoreHarness
 from phpmq.broker import core as core_module
-from phpmq.protocol.runs import ack_run
+from phpmq.protocol.runs import ack_run, send_run
 
 PRODUCER, CONSUMER, OTHER = b"producer", b"consumer", b"other"
 NEVER_DISPATCHED = b"f" * 32
@@ -124,3 +126,104 @@ def test_a_cut_short_ack_run_is_left_to_the_decoder() -> None:
     assert ack_run(wire) == (b"a", [b"1" * 32] * 3)
     assert ack_run(wire[:-1]) is None
     assert ack_run(wire + b"H") is None
+
+
+#: One frame of a producer: (its queue, its TTL: None the stock form, its contents' sizes).
+send_frames = st.tuples(
+    st.sampled_from(["a", "b", "bad name", "new"]),
+    st.sampled_from([None, 0, 30]),
+    st.lists(st.integers(0, 300), min_size=1, max_size=20),
+)
+send_scenarios = st.fixed_dictionaries(
+    {
+        "max_length": st.sampled_from([0, 3, 12]),
+        "overflow": st.sampled_from(["reject", "drop-oldest"]),
+        "max_memory": st.sampled_from(["1GB", "6KB"]),
+        "hello": st.sampled_from([None, {}, {"confirm": True}]),
+        "ttl_dialect": st.booleans(),
+        "frames": st.lists(send_frames, min_size=1, max_size=6),
+    }
+)
+
+
+def _play_sends(scenario: dict[str, Any]) -> tuple[list, dict]:
+    """Run the producer's frames of `scenario` on a new core (queues a and b exist), then
+    have it consume: what it received per turn, and every counter and queue figure after."""
+    core = CoreHarness(
+        scenario["ttl_dialect"],
+        max_queue_length=scenario["max_length"],
+        overflow=scenario["overflow"],
+        max_memory=scenario["max_memory"],
+    )
+    core.send(OTHER, p.Send("a", b"first", 0), p.Send("b", b"first", 0))
+    if scenario["hello"] is not None:
+        core.send(PRODUCER, p.Hello(scenario["hello"]))
+    received = []
+    for n, (queue, ttl, sizes) in enumerate(scenario["frames"]):
+        frame = [p.Send(queue, bytes([65 + n]) * size, ttl) for size in sizes]
+        received.append(_ranked(core.turn((PRODUCER, frame)).get(PRODUCER, [])))
+    # The producer consumes too: its dispatches' form follows the form it sent in.
+    received.append(_ranked(core.send(PRODUCER, p.Consume("b", 50))))
+    counters = core.core.counters
+    queues = core.core.queues
+    figures = {
+        "counters": {name: getattr(counters, name) for name in type(counters).__slots__},
+        "queues": {
+            name: (queue.ready_count, queue.published, queue.refused, len(queue.dead))
+            for name, queue in queues.items()
+        },
+        "contents": {name: [r.content for r in queues[name].ready] for name in queues},
+        "held_bytes": core.core.ctx.held_bytes,
+    }
+    return received, figures
+
+
+def _ranked(messages: list) -> list:
+    """`messages` with each message ID replaced by its rank of first appearance."""
+    ranks: dict[bytes, int] = {}
+    out = []
+    for message in messages:
+        message_id = getattr(message, "message_id", None)
+        if message_id:
+            rank = ranks.setdefault(message_id, len(ranks))
+            message = msgspec.structs.replace(message, message_id=b"#%d" % rank)
+        out.append(message)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(send_scenarios)
+def test_a_send_run_is_put_as_the_decoded_sends_would_be(scenario: dict[str, Any]) -> None:
+    fast = _play_sends(scenario)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(core_module, "send_run", lambda data, limit: None)
+        decoded = _play_sends(scenario)
+    assert fast == decoded
+
+
+def test_a_producers_sends_are_read_without_a_message_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    core = CoreHarness()
+    core.send(PRODUCER, p.Send("jobs", b"first", 0))
+    monkeypatch.setattr(core_module, "decode_frame", lambda *a: pytest.fail("decoded"))
+    core.send(PRODUCER, *[p.Send("jobs", b"x%d" % n) for n in range(5)])
+    core.send(PRODUCER, *[p.Send("jobs", b"y" * n, 60) for n in range(5)])
+    assert core.core.counters.received == 11 and core.stats("jobs")["ready"] == 11
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        [p.Send("a", b"x"), p.Send("b", b"x")],  # two queues
+        [p.Send("a", b"x", 5), p.Send("a", b"x", 6)],  # two TTLs
+        [p.Send("a", b"x"), p.Send("a", b"x", 5)],  # two forms
+        [p.Send("a", b"x", 5, tag=1)],  # a tag
+        [p.Send("a", b"x" * 101)],  # over the content limit
+    ],
+    ids=["two-queues", "two-ttls", "two-forms", "tagged", "too-large"],
+)
+def test_send_frames_that_are_not_one_run_are_left_to_the_decoder(frame: list) -> None:
+    wire = p.encode_all(frame)
+    assert send_run(wire, 100) is None
+    assert send_run(wire[:-1], 1000) is None
