@@ -166,25 +166,44 @@ class Intake:
         return self._queues.by_name.get(name)
 
     def take_run(self, peer: Peer, queue: Queue, ttl: int | None, contents: list[bytes]) -> int:
-        """Put `contents` into `queue` as as many plain 001s (no tag, key or request packets;
-        `ttl` None: the stock form) that `on_send` would take; returns how many were taken:
-        the rest, from the first the queue is full for or the broker over its memory limit,
-        are for `on_send` (a refusal, or room made)."""
+        """Put `contents` into `queue` as as many plain 001s (no tag, key, headers or request
+        packets; `ttl` None: the stock form) that `on_send` would take, each as `put` would;
+        returns how many were taken: the rest, from the first the queue is full for or the
+        broker over its memory limit, are for `on_send` (a refusal, or room made)."""
         if ttl is not None:
             peer.ttl_form = True
-        put, confirm, flow = self.put, self.confirm, self._flow
-        counters = self._ctx.counters
-        max_length = queue.max_length
+        ctx, flow = self._ctx, self._flow
+        new_id, make, place = ctx.new_id, self._record, self._queues.place
+        journal_put = ctx.journal.put
+        watch = self._expiry.watch if ttl else None
+        confirm = self.confirm if peer.confirm else None
+        expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
+        name, ready, max_length = queue.name, queue.ready, queue.max_length
+        pause_mark = queue.pause_mark if max_length else 0
         taken = 0
         for content in contents:
             if flow.memory_high or (
-                max_length and len(queue.ready) - queue.stale + queue.delayed_sends >= max_length
+                max_length and len(ready) - queue.stale + queue.delayed_sends >= max_length
             ):
                 break
-            message_id = put(peer, queue, content, ttl, None)
-            counters.received += 1
-            confirm(peer, message_id, None)
+            message_id = new_id()
+            record = make(message_id + content, expires_at)
+            ctx.held_bytes += len(content) + RECORD_OVERHEAD_BYTES
+            place(queue, record, False)
+            journal_put(name, record, message_id, content)
+            if watch is not None:
+                watch(queue, record)
+            if (max_length and len(ready) - queue.stale >= pause_mark) or (
+                ctx.held_bytes >= flow.pause_at
+            ):
+                flow.after_put(peer, queue)
+            if confirm is not None:
+                confirm(peer, message_id, None)
             taken += 1
+        queue.published += taken
+        ctx.counters.received += taken
+        if taken and queue.windows:
+            ctx.mark_dirty(queue)
         return taken
 
     def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:

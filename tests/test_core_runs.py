@@ -141,6 +141,7 @@ send_scenarios = st.fixed_dictionaries(
         "max_memory": st.sampled_from(["1GB", "6KB"]),
         "hello": st.sampled_from([None, {}, {"confirm": True}]),
         "ttl_dialect": st.booleans(),
+        "consumer": st.booleans(),
         "frames": st.lists(send_frames, min_size=1, max_size=6),
     }
 )
@@ -156,12 +157,17 @@ def _play_sends(scenario: dict[str, Any]) -> tuple[list, dict]:
         max_memory=scenario["max_memory"],
     )
     core.send(OTHER, p.Send("a", b"first", 0), p.Send("b", b"first", 0))
+    if scenario["consumer"]:  # a window on a: the turns dispatch too
+        core.send(CONSUMER, p.Consume("a", 7))
     if scenario["hello"] is not None:
         core.send(PRODUCER, p.Hello(scenario["hello"]))
     received = []
     for n, (queue, ttl, sizes) in enumerate(scenario["frames"]):
         frame = [p.Send(queue, bytes([65 + n]) * size, ttl) for size in sizes]
-        received.append(_ranked(core.turn((PRODUCER, frame)).get(PRODUCER, [])))
+        out = core.turn((PRODUCER, frame))
+        received.append(_ranked(out.get(PRODUCER, [])) + _ranked(out.get(CONSUMER, [])))
+    core.advance(31)  # past the TTLs: they expire, each watched as a decoded send's
+    core.turn()
     # The producer consumes too: its dispatches' form follows the form it sent in.
     received.append(_ranked(core.send(PRODUCER, p.Consume("b", 50))))
     counters = core.core.counters
