@@ -47,7 +47,7 @@ from ..protocol import (
 from ..protocol.cluster import decode_map
 from ..protocol.runs import (
     ACK_RUN_HEADER,
-    RUN_HEADERS,
+    SEND_RUN_HEADERS,
     ack_run,
     leading_queue,
     like_sends,
@@ -333,7 +333,7 @@ class Core:
         if data.startswith(ACK_RUN_HEADER):
             if self._acked_run(peer_id, data, profile, principal):
                 return
-        elif data.startswith(RUN_HEADERS) and self._sent_run(peer_id, data, profile, principal):
+        elif data[:8] in SEND_RUN_HEADERS and self._sent_run(peer_id, data, profile, principal):
             return
         messages, error = decode_frame(data, self.config.max_content_bytes)
         self.handle_messages(peer_id, messages, error, profile, data, principal)
@@ -384,9 +384,8 @@ class Core:
         run = send_run(data, self.config.max_content_bytes)
         if run is None:
             return False
-        name_bytes, ttl_digits, contents, overhead = run
         try:
-            name = name_bytes.decode()
+            name = run.queue.decode()
         except UnicodeDecodeError:
             return False
         if not self._is_local(peer_id, name):
@@ -399,11 +398,11 @@ class Core:
             return False
         ctx = self.ctx
         ctx.handling = MessageType.SEND
-        ttl = int(ttl_digits) if ttl_digits else None
-        taken = self.intake.take_run(peer, queue, ttl, contents)
+        contents = run.contents
+        taken = self.intake.take_run(peer, queue, int(run.ttl) if run.ttl else None, run)
         if taken < len(contents):
-            rest = overhead * taken + sum(map(len, contents[:taken]))
-            messages, error = decode_frame(data[rest:], self.config.max_content_bytes)
+            limit = self.config.max_content_bytes
+            messages, error = decode_frame(data[run.offset_of(taken) :], limit)
             self.handle_messages(peer_id, messages, error, profile, None, principal)
             return True
         ctx.flush_refusals()

@@ -13,6 +13,7 @@ import math
 
 from ..protocol import ErrorCode, Send, encode_confirm, key_problem, queue_name_problem
 from ..protocol.rules import correlation_problem
+from ..protocol.runs import SendRun
 from .context import Context
 from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER, KEY_EXPIRY
@@ -165,18 +166,22 @@ class Intake:
             return None
         return self._queues.by_name.get(name)
 
-    def take_run(self, peer: Peer, queue: Queue, ttl: int | None, contents: list[bytes]) -> int:
-        """Put `contents` into `queue` as as many plain 001s (no tag, key, headers or request
-        packets; `ttl` None: the stock form) that `on_send` would take, each as `put` would;
-        returns how many were taken: the rest, from the first the queue is full for or the
-        broker over its memory limit, are for `on_send` (a refusal, or room made)."""
-        if ttl is not None:
+    def take_run(self, peer: Peer, queue: Queue, ttl: int | None, run: SendRun) -> int:
+        """Put the run's contents into `queue` as as many plain 001s (no key, headers or
+        request packets; `ttl` None: the stock form; a tag each, or none) that `on_send` would
+        take, each as `put` would; returns how many were taken: the rest, from the first the
+        queue is full for or the broker over its memory limit, are for `on_send` (a refusal,
+        or room made)."""
+        contents, tags = run.contents, run.tags
+        if tags is not None:
+            peer.opt_in()  # asking for an answer is speaking the extensions
+        elif ttl is not None:
             peer.ttl_form = True
         ctx, flow = self._ctx, self._flow
         new_id, make, place = ctx.new_id, self._record, self._queues.place
         journal_put = ctx.journal.put
         watch = self._expiry.watch if ttl else None
-        confirm = self.confirm if peer.confirm else None
+        confirm = self.confirm if peer.confirm or tags is not None else None
         expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
         name, ready, max_length = queue.name, queue.ready, queue.max_length
         pause_mark = queue.pause_mark if max_length else 0
@@ -198,7 +203,7 @@ class Intake:
             ):
                 flow.after_put(peer, queue)
             if confirm is not None:
-                confirm(peer, message_id, None)
+                confirm(peer, message_id, None if tags is None else int(tags[taken]))
             taken += 1
         queue.published += taken
         ctx.counters.received += taken

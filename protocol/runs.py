@@ -20,6 +20,7 @@ it arrived at reads its headers and not its messages.
 from __future__ import annotations
 
 from itertools import repeat
+from typing import NamedTuple
 
 from .constants import (
     MAX_INTEGER_DIGITS,
@@ -42,6 +43,10 @@ _QUEUE_FIXED = b"P%02d%s" % (PacketType.QUEUE, _ZEROS)
 _CONTENT_FIXED = b"P%02d%s" % (PacketType.CONTENT, _ZEROS)
 _TTL_FIXED = b"P%02d%s" % (PacketType.TTL, _ZEROS)
 _ID_FIXED = b"P%02d%s" % (PacketType.MESSAGE_ID, _ZEROS)
+_TAG_FIXED = b"P%02d%s" % (PacketType.TAG, _ZEROS)
+#: The headers of the forms `send_run` reads -> their packet counts: RUN_HEADERS' two, and
+#: (QUEUE, CONTENT, TTL, TAG), a confirmed `send_many`'s.
+SEND_RUN_HEADERS = {message_header(MessageType.SEND, count): count for count in (2, 3, 4)}
 #: The header of the 004 `ack_run` reads: (QUEUE, MESSAGE_ID).
 ACK_RUN_HEADER = message_header(MessageType.ACK, 2)
 #: Longest queue name and ID `ack_run` reads: longer ones (refused by the decoder when over
@@ -278,22 +283,43 @@ def ack_run(data: bytes) -> tuple[bytes, list[bytes]] | None:
 _content_lengths: dict[bytes, int] = {}
 
 
-def send_run(data: bytes, max_content_bytes: int) -> tuple[bytes, bytes, list[bytes], int] | None:
-    """(the queue name's bytes, the TTL packet's content or b"", the contents, the bytes of
-    each message besides its content) when `data` is made only of whole canonical 001s
-    (RUN_HEADERS: the stock form, or the README's with one TTL for all) to one queue: a
-    producer's frame as `send_many` packs it. Read by their headers; None for anything else
-    (the decoder then reads the frame)."""
-    if not data.startswith(RUN_HEADERS):
+class SendRun(NamedTuple):
+    """A frame of plain sends to one queue, read by `send_run`."""
+
+    #: The queue name's bytes.
+    queue: bytes
+    #: The TTL packet's content (the same in every send), b"" in the stock form.
+    ttl: bytes
+    contents: list[bytes]
+    #: Each send's TAG packet's content (publisher confirms), None in the forms without.
+    tags: list[bytes] | None
+    #: The bytes of each send besides its content and its tag's digits.
+    overhead: int
+
+    def offset_of(self, index: int) -> int:
+        """Where send `index` starts in the frame."""
+        tags = self.tags
+        digits = sum(map(len, tags[:index])) if tags is not None else 0
+        return self.overhead * index + sum(map(len, self.contents[:index])) + digits
+
+
+def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
+    """The sends of `data` when it is made only of whole canonical 001s to one queue
+    (SEND_RUN_HEADERS: the stock form, the README's with one TTL for all, and that one with a
+    TAG each, as `send_many` packs confirmed sends): a producer's frame. Read by their
+    headers; None for anything else (the decoder then reads the frame)."""
+    form = SEND_RUN_HEADERS.get(data[:MESSAGE_HEADER_BYTES])
+    if form is None:
         return None
     queue_length = _length_at(data, MESSAGE_HEADER_BYTES, _QUEUE_FIXED)
     if not 0 <= queue_length <= _RUN_MAX_QUEUE_BYTES:
         return None
     head_length = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES + queue_length
     head = data[:head_length]
-    with_ttl = data.startswith(RUN_HEADERS[1])
+    with_ttl, tagged = form > 2, form > 3
     tail = b""
     contents: list[bytes] = []
+    tags: list[bytes] | None = [] if tagged else None
     lengths = _content_lengths
     end = len(data)
     pos = 0
@@ -315,27 +341,31 @@ def send_run(data: bytes, max_content_bytes: int) -> tuple[bytes, bytes, list[by
         contents.append(data[start:pos])
         if with_ttl:
             if not tail:
-                tail = _ttl_packet_at(data, pos)
+                tail = _number_packet_at(data, pos, _TTL_FIXED)
                 if not tail:
                     return None
             elif not data.startswith(tail, pos):
                 return None
             pos += len(tail)
+        if tags is not None:
+            tag = _number_packet_at(data, pos, _TAG_FIXED)
+            if not tag:
+                return None
+            tags.append(tag[PACKET_HEADER_BYTES:])
+            pos += len(tag)
     if pos != end:
         return None
     queue = data[head_length - queue_length : head_length]
-    return (
-        queue,
-        tail[PACKET_HEADER_BYTES:],
-        contents,
-        head_length + PACKET_HEADER_BYTES + len(tail),
+    overhead = (
+        head_length + PACKET_HEADER_BYTES + len(tail) + (PACKET_HEADER_BYTES if tagged else 0)
     )
+    return SendRun(queue, tail[PACKET_HEADER_BYTES:], contents, tags, overhead)
 
 
-def _ttl_packet_at(data: bytes, pos: int) -> bytes:
-    """The whole TTL packet at `pos` when its value is one the decoder takes (1-18 digits),
-    else b""."""
-    length = _length_at(data, pos, _TTL_FIXED)
+def _number_packet_at(data: bytes, pos: int, fixed: bytes) -> bytes:
+    """The whole packet of `fixed`'s type at `pos` when its value is a number the decoder
+    takes (1-18 digits), else b""."""
+    length = _length_at(data, pos, fixed)
     if not 1 <= length <= MAX_INTEGER_DIGITS:
         return b""
     packet = data[pos : pos + PACKET_HEADER_BYTES + length]

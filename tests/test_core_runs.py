@@ -128,11 +128,13 @@ def test_a_cut_short_ack_run_is_left_to_the_decoder() -> None:
     assert ack_run(wire + b"H") is None
 
 
-#: One frame of a producer: (its queue, its TTL: None the stock form, its contents' sizes).
+#: One frame of a producer: (its queue, its TTL: None the stock form, its contents' sizes,
+#: whether each send has a tag: a confirmed send's).
 send_frames = st.tuples(
     st.sampled_from(["a", "b", "bad name", "new"]),
     st.sampled_from([None, 0, 30]),
     st.lists(st.integers(0, 300), min_size=1, max_size=20),
+    st.booleans(),
 )
 send_scenarios = st.fixed_dictionaries(
     {
@@ -162,8 +164,14 @@ def _play_sends(scenario: dict[str, Any]) -> tuple[list, dict]:
     if scenario["hello"] is not None:
         core.send(PRODUCER, p.Hello(scenario["hello"]))
     received = []
-    for n, (queue, ttl, sizes) in enumerate(scenario["frames"]):
-        frame = [p.Send(queue, bytes([65 + n]) * size, ttl) for size in sizes]
+    tags = iter(range(5, 10**6, 7))
+    for n, (queue, ttl, sizes, tagged) in enumerate(scenario["frames"]):
+        frame = [
+            p.Send(queue, bytes([65 + n]) * size, ttl or 0, tag=next(tags))
+            if tagged
+            else p.Send(queue, bytes([65 + n]) * size, ttl)
+            for size in sizes
+        ]
         out = core.turn((PRODUCER, frame))
         received.append(_ranked(out.get(PRODUCER, [])) + _ranked(out.get(CONSUMER, [])))
     core.advance(31)  # past the TTLs: they expire, each watched as a decoded send's
@@ -215,7 +223,9 @@ def test_a_producers_sends_are_read_without_a_message_object(
     monkeypatch.setattr(core_module, "decode_frame", lambda *a: pytest.fail("decoded"))
     core.send(PRODUCER, *[p.Send("jobs", b"x%d" % n) for n in range(5)])
     core.send(PRODUCER, *[p.Send("jobs", b"y" * n, 60) for n in range(5)])
-    assert core.core.counters.received == 11 and core.stats("jobs")["ready"] == 11
+    confirms = core.send(PRODUCER, *[p.Send("jobs", b"z", 0, tag=n * 100) for n in range(5)])
+    assert [c.tag for c in confirms] == [0, 100, 200, 300, 400]
+    assert core.core.counters.received == 16 and core.stats("jobs")["ready"] == 16
 
 
 @pytest.mark.parametrize(
@@ -224,10 +234,11 @@ def test_a_producers_sends_are_read_without_a_message_object(
         [p.Send("a", b"x"), p.Send("b", b"x")],  # two queues
         [p.Send("a", b"x", 5), p.Send("a", b"x", 6)],  # two TTLs
         [p.Send("a", b"x"), p.Send("a", b"x", 5)],  # two forms
-        [p.Send("a", b"x", 5, tag=1)],  # a tag
+        [p.Send("a", b"x", 5, tag=1, key="k")],  # a key
+        [p.Send("a", b"x", 5, tag=1), p.Send("a", b"x", 5)],  # a tag, then none
         [p.Send("a", b"x" * 101)],  # over the content limit
     ],
-    ids=["two-queues", "two-ttls", "two-forms", "tagged", "too-large"],
+    ids=["two-queues", "two-ttls", "two-forms", "keyed", "tag-then-none", "too-large"],
 )
 def test_send_frames_that_are_not_one_run_are_left_to_the_decoder(frame: list) -> None:
     wire = p.encode_all(frame)
