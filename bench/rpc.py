@@ -32,7 +32,7 @@ PROCESSES = 4
 PREFETCH = 16
 IN_FLIGHT = 64
 TARGET_P50_MS = 0.5
-TARGET_PIPE_SHARE = 0.40
+TARGET_PIPE_SHARE = 0.50
 #: Requests before measuring: the pool's workers are all consuming, the paths warm.
 WARMUP = 500
 
