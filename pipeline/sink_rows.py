@@ -133,7 +133,9 @@ class SinkRows:
                 size = len(_HEADERS_JSON.encode(dict(pairs))) if pairs else 0
                 if size > limit:
                     raise _too_large(first_row + index, "headers (as JSON)", size, limit)
-        for index, (is_event, name) in _first_of_each(self._targets(batch)):
+        single = self._single_target()
+        targets = [(0, single)] if single is not None else _first_of_each(self._targets(batch))
+        for index, (is_event, name) in targets:
             problem = event_name_problem(name) if is_event else queue_name_problem(name)
             if problem is not None:
                 raise RowRefused(ErrorCode.INVALID_VALUE, first_row + index, f"{problem}: {name!r}")
@@ -142,6 +144,10 @@ class SinkRows:
         """The runs of `batch`, whose first row is row `first_row` of the task."""
         contents = self._contents(batch)
         headers, message_keys = self._headers(batch), self._message_keys(batch)
+        single = self._single_target()
+        if single is not None and not self._columns.has_ttl:  # the batch is one run
+            yield Run(*single, self._options.ttl, contents, first_row, headers, message_keys)
+            return
         start = 0
         destinations = zip(self._targets(batch), self._ttls(batch), strict=True)
         for (target, ttl), rows in itertools.groupby(destinations):
@@ -161,7 +167,20 @@ class SinkRows:
             return [value.encode() for value in values]
         return values
 
+    def _single_target(self) -> Target | None:
+        """The target of every row when the options decide it (an option overrides its
+        column, and `event` goes before `queue`); None when the rows' columns do."""
+        options = self._options
+        if options.event is not None:
+            return (True, options.event)
+        if options.queue is not None and not self._columns.has_event:
+            return (False, options.queue)
+        return None
+
     def _targets(self, batch: pa.RecordBatch) -> list[Target]:
+        single = self._single_target()
+        if single is not None:
+            return [single] * batch.num_rows
         columns, options = self._columns, self._options
         events = _option_or_column(batch, "event", columns.has_event, options.event)
         queues = _option_or_column(batch, "queue", columns.has_queue, options.queue)
