@@ -371,3 +371,36 @@ def _number_packet_at(data: bytes, pos: int, fixed: bytes) -> bytes:
     packet = data[pos : pos + PACKET_HEADER_BYTES + length]
     digits = packet[PACKET_HEADER_BYTES:]
     return packet if len(digits) == length and digits.isdigit() else b""
+
+
+#: The header of the CONFIRM `confirm_run` reads: (MESSAGE_ID, TAG).
+CONFIRM_RUN_HEADER = message_header(MessageType.CONFIRM, 2)
+
+
+def confirm_run(data: bytes) -> tuple[list[bytes], list[int]] | None:
+    """(the IDs, the tags) when `data` is made only of whole CONFIRMs of tagged sends, IDs
+    of one length: the broker's answers to a confirmed `send_many`, as a client receives
+    them. Read by their headers; None for anything else (the decoder then reads the frame)."""
+    if not data.startswith(CONFIRM_RUN_HEADER):
+        return None
+    id_length = _length_at(data, MESSAGE_HEADER_BYTES, _ID_FIXED)
+    if not 0 <= id_length <= _RUN_MAX_ID_BYTES:
+        return None
+    head_length = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES
+    head = data[:head_length]
+    ids: list[bytes] = []
+    tags: list[int] = []
+    end = len(data)
+    pos = 0
+    while pos < end:
+        if not data.startswith(head, pos):
+            return None
+        start = pos + head_length
+        pos = start + id_length
+        tag = _number_packet_at(data, pos, _TAG_FIXED)
+        if not tag:
+            return None
+        ids.append(data[start:pos])
+        tags.append(int(tag[PACKET_HEADER_BYTES:]))
+        pos += len(tag)
+    return ids, tags

@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 from phpmq import protocol as p
 from phpmq.protocol.runs import (
     MAX_FRAME_QUEUES,
+    ack_run,
+    confirm_run,
     leading_queue,
     like_sends,
     run_queue,
+    send_run,
     sends_and_acks,
 )
 
@@ -173,3 +176,67 @@ def test_a_frame_naming_too_many_queues_is_left_to_the_decoder() -> None:
     frame = b"".join(p.encode(p.Send(f"q{i}", b"x", 0)) for i in range(MAX_FRAME_QUEUES))
     assert sends_and_acks(frame)[0] == MAX_FRAME_QUEUES
     assert sends_and_acks(frame + p.encode(p.Send("one-more", b"x", 0))) == (0, [])
+
+
+ids = st.sampled_from([b"i" * 32, b"j" * 32, b"k" * 31])
+one_send = st.builds(
+    lambda q, c, ttl, tag: [
+        p.encode_send(p.queue_packet(q), c, ttl if tag is None else ttl or 0, tag)
+    ],
+    queues,
+    contents,
+    ttls,
+    st.none() | st.integers(0, 10**6),
+)
+one_ack = st.builds(lambda q, i: [p.encode(p.Ack(q, i))], queues, ids)
+one_confirm = st.builds(lambda i, tag: [p.encode_confirm(i, tag)], ids, st.integers(0, 10**6))
+#: Frames of one kind (runs, or nearly) and mixed ones.
+run_frames = st.one_of(
+    *(st.lists(kind, min_size=2, max_size=6) for kind in (one_send, one_ack, one_confirm)),
+    st.lists(st.one_of(one_send, one_ack, one_confirm, others), min_size=1, max_size=10),
+)
+
+
+def _only(decoded: list, kind: type) -> bool:
+    return bool(decoded) and all(type(m) is kind for m in decoded)
+
+
+@FAST
+@given(run_frames, st.just(0) | st.integers(min_value=0, max_value=40))
+def test_the_run_readers_read_what_the_decoder_reads(parts: list, cut: int) -> None:
+    """ack_run, send_run and confirm_run (frames read by their headers: a consumer's acks,
+    a producer's sends, a producer's confirms) give what the decoder gives, or None."""
+    data = b"".join(message for part in parts for message in part)
+    data = data[: len(data) - cut] if cut < len(data) else data
+    decoded, error = p.decode_frame(data, LIMIT)
+    whole = error is None
+    acks = ack_run(data)
+    if acks is not None:
+        assert whole and _only(decoded, p.Ack)
+        assert acks == (decoded[0].queue.encode(), [m.message_id for m in decoded])
+    elif (
+        whole
+        and _only(decoded, p.Ack)
+        and len({(m.queue, len(m.message_id)) for m in decoded}) == 1
+    ):
+        raise AssertionError("a frame of acks of one queue was not read")
+    sends = send_run(data, LIMIT)
+    if sends is not None:
+        assert whole and _only(decoded, p.Send)
+        assert {(m.queue, m.ttl) for m in decoded} == {
+            (sends.queue.decode(), int(sends.ttl) if sends.ttl else None)
+        } or (
+            sends.ttl == b""
+            and {(m.queue, m.ttl) for m in decoded} == {(sends.queue.decode(), None)}
+        )
+        assert sends.contents == [m.content for m in decoded]
+        tags = [m.tag for m in decoded]
+        assert sends.tags == (None if tags[0] is None else [b"%d" % t for t in tags])
+        starts = [0]
+        for message in decoded[:-1]:
+            starts.append(starts[-1] + len(p.encode(message)))
+        assert [sends.offset_of(i) for i in range(len(decoded))] == starts
+    confirms = confirm_run(data)
+    if confirms is not None:
+        assert whole and _only(decoded, p.Confirm)
+        assert confirms == ([m.message_id for m in decoded], [m.tag for m in decoded])

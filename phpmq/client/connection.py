@@ -50,6 +50,7 @@ from ..protocol import (
     event_packet,
 )
 from ..protocol import encode_publish as encode_publish_packets
+from ..protocol.runs import CONFIRM_RUN_HEADER, confirm_run
 from .answers import Answer, Answers
 from .batches import (
     BATCH_MESSAGES,
@@ -517,6 +518,11 @@ class Connection:
         """Take in one frame from the broker; what in it needs the driver's attention."""
         self._liveness.last_heard = now
         self.sent_since_heard = 0
+        if frame.startswith(CONFIRM_RUN_HEADER):
+            confirms = confirm_run(frame)
+            if confirms is not None:  # a confirmed send_many's answers, read by their headers
+                self._confirmed_run(*confirms)
+                return NO_EVENTS
         messages, error = decode_frame(frame, self._max_content_bytes)
         received = self.received
         settle = self._settle
@@ -537,6 +543,14 @@ class Connection:
         if error is not None:
             events = [*(events or ()), UndecodableFrame(error.reason)]
         return events or NO_EVENTS
+
+    def _confirmed_run(self, message_ids: list[bytes], tags: list[int]) -> None:
+        """CONFIRMs of sends, as `_on_control` takes each (without a count there is none
+        for `topics` to keep)."""
+        confirmed = self._answers.confirmed
+        for tag, message_id in zip(tags, message_ids, strict=True):
+            confirmed(tag, message_id)
+        self._pauses.end_frame(self._answers.by_tag)
 
     def _on_control(self, message: Message, now: float) -> Event | None:
         if isinstance(message, Confirm):
