@@ -167,12 +167,12 @@ class Intake:
         return self._queues.by_name.get(name)
 
     def take_run(self, peer: Peer, queue: Queue, ttl: int | None, run: SendRun) -> int:
-        """Put the run's contents into `queue` as as many plain 001s (no key, headers or
-        request packets; `ttl` None: the stock form; a tag each, or none) that `on_send` would
-        take, each as `put` would; returns how many were taken: the rest, from the first the
-        queue is full for or the broker over its memory limit, are for `on_send` (a refusal,
-        or room made)."""
-        contents, tags = run.contents, run.tags
+        """Put the run's contents into `queue` as as many 001s without headers or request
+        packets (`ttl` None: the stock form; a tag each or none; with tags, an idempotency key
+        each or none) that `on_send` would take, each as `put` would; returns how many were
+        handled: the rest, from the first the queue is full for or the broker over its memory
+        limit, are for `on_send` (a refusal, or room made)."""
+        contents, tags, keys = run.contents, run.tags, run.keys
         if tags is not None:
             peer.opt_in()  # asking for an answer is speaking the extensions
         elif ttl is not None:
@@ -185,12 +185,19 @@ class Intake:
         expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
         name, ready, max_length = queue.name, queue.ready, queue.max_length
         pause_mark = queue.pause_mark if max_length else 0
-        taken = 0
+        taken = repeats = 0
         for content in contents:
             if flow.memory_high or (
                 max_length and len(ready) - queue.stale + queue.delayed_sends >= max_length
             ):
                 break
+            if keys is not None:
+                key = keys[taken].decode()  # valid UTF-8: send_run saw to it
+                tag = int(tags[taken])  # type: ignore[index]
+                if self.is_repeat(peer, name, key, tag):
+                    taken += 1  # confirmed with the first one's ID, or refused: a bad key
+                    repeats += 1
+                    continue
             message_id = new_id()
             record = make(message_id + content, expires_at)
             ctx.held_bytes += len(content) + RECORD_OVERHEAD_BYTES
@@ -198,6 +205,8 @@ class Intake:
             journal_put(name, record, message_id, content)
             if watch is not None:
                 watch(queue, record)
+            if keys is not None:
+                self.keep_key(peer, message_id)
             if (max_length and len(ready) - queue.stale >= pause_mark) or (
                 ctx.held_bytes >= flow.pause_at
             ):
@@ -205,9 +214,10 @@ class Intake:
             if confirm is not None:
                 confirm(peer, message_id, None if tags is None else int(tags[taken]))
             taken += 1
-        queue.published += taken
-        ctx.counters.received += taken
-        if taken and queue.windows:
+        put = taken - repeats
+        queue.published += put
+        ctx.counters.received += put
+        if put and queue.windows:
             ctx.mark_dirty(queue)
         return taken
 

@@ -44,15 +44,17 @@ _CONTENT_FIXED = b"P%02d%s" % (PacketType.CONTENT, _ZEROS)
 _TTL_FIXED = b"P%02d%s" % (PacketType.TTL, _ZEROS)
 _ID_FIXED = b"P%02d%s" % (PacketType.MESSAGE_ID, _ZEROS)
 _TAG_FIXED = b"P%02d%s" % (PacketType.TAG, _ZEROS)
-#: The headers of the forms `send_run` reads -> their packet counts: RUN_HEADERS' two, and
-#: (QUEUE, CONTENT, TTL, TAG), a confirmed `send_many`'s.
-SEND_RUN_HEADERS = {message_header(MessageType.SEND, count): count for count in (2, 3, 4)}
+_KEY_FIXED = b"P%02d%s" % (PacketType.KEY, _ZEROS)
+#: The headers of the forms `send_run` reads -> their packet counts: RUN_HEADERS' two,
+#: (QUEUE, CONTENT, TTL, TAG), a confirmed `send_many`'s, and that with a KEY (idempotent).
+SEND_RUN_HEADERS = {message_header(MessageType.SEND, count): count for count in (2, 3, 4, 5)}
 #: The header of the 004 `ack_run` reads: (QUEUE, MESSAGE_ID).
 ACK_RUN_HEADER = message_header(MessageType.ACK, 2)
 #: Longest queue name and ID `ack_run` reads: longer ones (refused by the decoder when over
 #: the packet limit) take the decoder's path.
 _RUN_MAX_QUEUE_BYTES = 255
 _RUN_MAX_ID_BYTES = 64
+_RUN_MAX_KEY_BYTES = 1024
 
 
 def _length_at(data: bytes, pos: int, fixed: bytes) -> int:
@@ -293,21 +295,25 @@ class SendRun(NamedTuple):
     contents: list[bytes]
     #: Each send's TAG packet's content (publisher confirms), None in the forms without.
     tags: list[bytes] | None
-    #: The bytes of each send besides its content and its tag's digits.
+    #: Each send's KEY packet's content (valid UTF-8), None in the forms without.
+    keys: list[bytes] | None
+    #: The bytes of each send besides its content, its tag's digits and its key.
     overhead: int
 
     def offset_of(self, index: int) -> int:
         """Where send `index` starts in the frame."""
-        tags = self.tags
-        digits = sum(map(len, tags[:index])) if tags is not None else 0
-        return self.overhead * index + sum(map(len, self.contents[:index])) + digits
+        varying = sum(map(len, self.contents[:index]))
+        for parts in (self.tags, self.keys):
+            if parts is not None:
+                varying += sum(map(len, parts[:index]))
+        return self.overhead * index + varying
 
 
 def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
     """The sends of `data` when it is made only of whole canonical 001s to one queue
     (SEND_RUN_HEADERS: the stock form, the README's with one TTL for all, and that one with a
-    TAG each, as `send_many` packs confirmed sends): a producer's frame. Read by their
-    headers; None for anything else (the decoder then reads the frame)."""
+    TAG each, as `send_many` packs confirmed sends, and a KEY each too): a producer's frame.
+    Read by their headers; None for anything else (the decoder then reads the frame)."""
     form = SEND_RUN_HEADERS.get(data[:MESSAGE_HEADER_BYTES])
     if form is None:
         return None
@@ -316,10 +322,11 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
         return None
     head_length = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES + queue_length
     head = data[:head_length]
-    with_ttl, tagged = form > 2, form > 3
+    with_ttl, tagged, keyed = form > 2, form > 3, form > 4
     tail = b""
     contents: list[bytes] = []
     tags: list[bytes] | None = [] if tagged else None
+    keys: list[bytes] | None = [] if keyed else None
     lengths = _content_lengths
     end = len(data)
     pos = 0
@@ -353,13 +360,28 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
                 return None
             tags.append(tag[PACKET_HEADER_BYTES:])
             pos += len(tag)
-    if pos != end:
+        if keys is not None:
+            key_length = _length_at(data, pos, _KEY_FIXED)
+            start = pos + PACKET_HEADER_BYTES
+            pos = start + key_length
+            if not 0 <= key_length <= _RUN_MAX_KEY_BYTES or pos > end:
+                return None
+            keys.append(data[start:pos])
+    if pos != end or (keys and not _all_utf8(keys)):
         return None
     queue = data[head_length - queue_length : head_length]
-    overhead = (
-        head_length + PACKET_HEADER_BYTES + len(tail) + (PACKET_HEADER_BYTES if tagged else 0)
-    )
-    return SendRun(queue, tail[PACKET_HEADER_BYTES:], contents, tags, overhead)
+    overhead = head_length + PACKET_HEADER_BYTES * (1 + tagged + keyed) + len(tail)
+    return SendRun(queue, tail[PACKET_HEADER_BYTES:], contents, tags, keys, overhead)
+
+
+def _all_utf8(parts: list[bytes]) -> bool:
+    """Whether every one of `parts` is valid UTF-8 (as the decoder wants a key): joined by
+    NULs, which end any character, they are valid together when each is."""
+    try:
+        b"\x00".join(parts).decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _number_packet_at(data: bytes, pos: int, fixed: bytes) -> bytes:

@@ -129,12 +129,15 @@ def test_a_cut_short_ack_run_is_left_to_the_decoder() -> None:
 
 
 #: One frame of a producer: (its queue, its TTL: None the stock form, its contents' sizes,
-#: whether each send has a tag: a confirmed send's).
+#: whether each send has a tag (a confirmed send's), and an idempotency key: None, or which of
+#: a few each send takes, "" the bad one).
 send_frames = st.tuples(
     st.sampled_from(["a", "b", "bad name", "new"]),
     st.sampled_from([None, 0, 30]),
     st.lists(st.integers(0, 300), min_size=1, max_size=20),
     st.booleans(),
+    st.none()
+    | st.lists(st.sampled_from(["k1", "k2", "k3", "", "k\u00e9"]), min_size=20, max_size=20),
 )
 send_scenarios = st.fixed_dictionaries(
     {
@@ -165,13 +168,16 @@ def _play_sends(scenario: dict[str, Any]) -> tuple[list, dict]:
         core.send(PRODUCER, p.Hello(scenario["hello"]))
     received = []
     tags = iter(range(5, 10**6, 7))
-    for n, (queue, ttl, sizes, tagged) in enumerate(scenario["frames"]):
+    for n, (queue, ttl, sizes, tagged, keys) in enumerate(scenario["frames"]):
         frame = [
-            p.Send(queue, bytes([65 + n]) * size, ttl or 0, tag=next(tags))
-            if tagged
+            p.Send(
+                queue, bytes([65 + n]) * size, ttl or 0, tag=next(tags),
+                key=None if keys is None else keys[i] and f"{keys[i]}{n % 2}",
+            )
+            if tagged or keys is not None
             else p.Send(queue, bytes([65 + n]) * size, ttl)
-            for size in sizes
-        ]
+            for i, size in enumerate(sizes)
+        ]  # fmt: skip
         out = core.turn((PRODUCER, frame))
         received.append(_ranked(out.get(PRODUCER, [])) + _ranked(out.get(CONSUMER, [])))
     core.advance(31)  # past the TTLs: they expire, each watched as a decoded send's
@@ -234,13 +240,26 @@ def test_a_producers_sends_are_read_without_a_message_object(
         [p.Send("a", b"x"), p.Send("b", b"x")],  # two queues
         [p.Send("a", b"x", 5), p.Send("a", b"x", 6)],  # two TTLs
         [p.Send("a", b"x"), p.Send("a", b"x", 5)],  # two forms
-        [p.Send("a", b"x", 5, tag=1, key="k")],  # a key
+        [p.Send("a", b"x", 5, tag=1, key="k", headers=b"{}")],  # headers
+        [p.Send("a", b"x", 5, key="k")],  # a key without a tag
+        [p.Send("a", b"x", 5, tag=1, key="k"), p.Send("a", b"x", 5, tag=2)],  # a key, then none
+        p.encode(p.Send("a", b"x", 5, tag=1, key="kk"))[:-2] + b"\xff\xfe",  # not UTF-8
         [p.Send("a", b"x", 5, tag=1), p.Send("a", b"x", 5)],  # a tag, then none
         [p.Send("a", b"x" * 101)],  # over the content limit
     ],
-    ids=["two-queues", "two-ttls", "two-forms", "keyed", "tag-then-none", "too-large"],
+    ids=[
+        "two-queues",
+        "two-ttls",
+        "two-forms",
+        "headers",
+        "key-without-tag",
+        "key-then-none",
+        "bad-utf8-key",
+        "tag-then-none",
+        "too-large",
+    ],
 )
-def test_send_frames_that_are_not_one_run_are_left_to_the_decoder(frame: list) -> None:
-    wire = p.encode_all(frame)
+def test_send_frames_that_are_not_one_run_are_left_to_the_decoder(frame: list | bytes) -> None:
+    wire = frame if isinstance(frame, bytes) else p.encode_all(frame)
     assert send_run(wire, 100) is None
     assert send_run(wire[:-1], 1000) is None
