@@ -59,12 +59,20 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.stop()
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One local Spark for the test file, stopped after it (tests/pipeline_harness.py). Not
-    one for the session: its listeners and queries pile up, and stopping it at the end then
-    hung past the test timeout."""
-    yield from pipeline_harness.local_spark()
+@pytest.fixture(scope="session")
+def _spark_of_the_process() -> Iterator[None]:
+    """Stops the process's local Spark (if a test started one) when the process ends."""
+    yield
+    pipeline_harness.stop_worker_spark()
+
+
+@pytest.fixture
+def spark(_spark_of_the_process: None) -> Iterator[Any]:
+    """The process's one local Spark (tests/pipeline_harness.py), shared by the test files of
+    a worker; queries a test leaves running are stopped after it."""
+    session = pipeline_harness.worker_spark()
+    yield session
+    pipeline_harness.stop_queries(session)
 
 
 @pytest.fixture
