@@ -22,13 +22,29 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 #: Set on a worker whose pytest-xdist could not group the xdist_group tests.
 UNGROUPED: list[str] = []
+#: The xdist groups that take longest, longest first (docs/testing.md): their tests come first
+#: in the collection, so that `make test` (`--no-loadscope-reorder`) starts them first and the
+#: short tests fill the workers around them, instead of a long group starting late and
+#: running alone at the end.
+LONGEST_GROUPS = (
+    "replication", "spark-b", "spark", "lan", "replication-b", "spark-cluster", "shards",
+    "timing", "replication-cli",
+)  # fmt: skip
+
+
+def _group_rank(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("xdist_group")
+    group = marker.args[0] if marker is not None and marker.args else None
+    return LONGEST_GROUPS.index(group) if group in LONGEST_GROUPS else len(LONGEST_GROUPS)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` pytest-xdist appends each grouped test's xdist_group to its
-    id, and schedules by that. On a pytest where it cannot (pytest-xdist#1386) the groups
-    would be spread over the workers without a word: every grouped test then fails instead."""
+    """The longest groups first (a stable sort: the rest keeps its order). Under `--dist
+    loadgroup` pytest-xdist appends each grouped test's xdist_group to its id, and schedules
+    by that. On a pytest where it cannot (pytest-xdist#1386) the groups would be spread over
+    the workers without a word: every grouped test then fails instead."""
+    items.sort(key=_group_rank)
     if getattr(config.option, "loadgroup", False):
         marked = [item.nodeid for item in items if item.get_closest_marker("xdist_group")]
         UNGROUPED.extend(nodeid for nodeid in marked if "@" not in nodeid)
