@@ -32,9 +32,13 @@ LONGEST_GROUPS = (
 )  # fmt: skip
 
 
+def _group_of(item: pytest.Item | None) -> str | None:
+    marker = None if item is None else item.get_closest_marker("xdist_group")
+    return marker.args[0] if marker is not None and marker.args else None
+
+
 def _group_rank(item: pytest.Item) -> int:
-    marker = item.get_closest_marker("xdist_group")
-    group = marker.args[0] if marker is not None and marker.args else None
+    group = _group_of(item)
     return LONGEST_GROUPS.index(group) if group in LONGEST_GROUPS else len(LONGEST_GROUPS)
 
 
@@ -75,9 +79,23 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.stop()
 
 
+#: The xdist groups whose tests share the process's local Spark (the `spark` fixture).
+SHARED_SPARK_GROUPS = ("spark", "spark-b")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of a Spark group (the next one is in another group, or none), its
+    Spark is stopped: the JVM takes no memory or CPU from the tests the worker runs next."""
+    yield
+    if _group_of(item) in SHARED_SPARK_GROUPS and _group_of(nextitem) not in SHARED_SPARK_GROUPS:
+        pipeline_harness.stop_worker_spark()
+
+
 @pytest.fixture(scope="session")
 def _spark_of_the_process() -> Iterator[None]:
-    """Stops the process's local Spark (if a test started one) when the process ends."""
+    """Stops the process's local Spark (if a test outside the Spark groups started one) when
+    the process ends."""
     yield
     pipeline_harness.stop_worker_spark()
 

@@ -2,15 +2,15 @@
 pytest process, shared by the test files; the broker-side checks the tests share.
 
 The `spark` fixture (tests/conftest.py) is `worker_spark()`: the process's one local Spark,
-started by the first test that needs it and stopped when the process ends (a JVM costs 15 to
-30 s to start, and its first query 10 more). The Spark tests run in two pytest-xdist workers
-(`xdist_group("spark")` and `"spark-b"`, docs/testing.md), one after another in each, so at
-most two of these JVMs run at a time (the standalone cluster of tests/spark_cluster.py has a
-group of its own, `"spark-cluster"`). Whatever needs a Spark of its own in this process (the
-cluster's session, a document's examples) calls `stop_worker_spark()` first: pyspark's
-`getOrCreate()` would otherwise hand it the shared one. Spark is optional: a test file calls
-`skip_without_spark(missing)` when its pyspark imports fail, which skips it locally and fails
-it in CI (CI=true).
+started by the first test that needs it and stopped after the last test of its group (a JVM
+costs 15 to 30 s to start, and its first query 10 more). The Spark tests run in two
+pytest-xdist workers (`xdist_group("spark")` and `"spark-b"`, docs/testing.md), one after
+another in each, so at most two of these JVMs run at a time (the standalone cluster of
+tests/spark_cluster.py has a group of its own, `"spark-cluster"`). Whatever needs a Spark of
+its own in this process (the cluster's session, a document's examples) calls
+`stop_worker_spark()` first: pyspark's `getOrCreate()` would otherwise hand it the shared
+one. Spark is optional: a test file calls `skip_without_spark(missing)` when its pyspark
+imports fail, which skips it locally and fails it in CI (CI=true).
 """
 
 from __future__ import annotations
