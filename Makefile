@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 # pytest-xdist workers for `make test`; tests of one xdist_group share a worker. The tests
 # mostly wait on brokers and timers: 4 workers on 2 cores take about half the time of 2.
 # --durations: each run lists its 25 slowest tests, where the suite's time goes (issue #29).
+# --no-loadscope-reorder: the groups start in the collection's order, the longest first
+# (tests/conftest.py's LONGEST_GROUPS), not in the order of their number of tests.
 JOBS ?= 4
 
 .PHONY: broker test lint bench
@@ -41,7 +43,7 @@ test: $(VENV)/.test
 	done
 	$(BIN)/ruff check .
 	$(BIN)/python tools/unasync.py --check
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=25 $(ARGS); status=$$?; \
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --no-loadscope-reorder --durations=25 $(ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 
 bench: $(VENV)/.core

@@ -35,9 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 
@@ -378,9 +380,13 @@ class LocalCluster:
         return broker
 
     def stop(self) -> None:
-        for broker in self.nodes.values():
+        """Stop every node, all at once (each drains and stops its replicas)."""
+
+        def stop_node(broker: BrokerProcess) -> None:
             with contextlib.suppress(Exception):
                 broker.stop()
+
+        _each_at_once(stop_node, list(self.nodes.values()))
 
     def log(self, node: str) -> str:
         return (self.directory / f"{node}.log").read_text(errors="replace")
@@ -481,16 +487,29 @@ class LocalCluster:
         broker.kill()
 
     def __enter__(self) -> LocalCluster:
+        """Every node started, all at once: a node's start (its supervisor and replicas
+        importing the broker) is seconds of waiting that need not follow the others'."""
         try:
-            for name in self.names:
-                self.start(name)
+            _each_at_once(self.start, self.names)
         except BaseException:
             self.stop()
             raise
+        self.nodes = {name: self.nodes[name] for name in self.names}  # in the nodes' order
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+T = TypeVar("T")
+
+
+def _each_at_once(work: Callable[[T], object], items: list[T]) -> None:
+    """`work(item)` for each item, in threads of their own; raises the first item's error
+    once all are done."""
+    with ThreadPoolExecutor(max_workers=max(len(items), 1)) as pool:
+        for _ in pool.map(work, items):
+            pass
 
 
 def _free_on_hosts(hosts: int, count: int) -> int:

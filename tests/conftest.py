@@ -22,13 +22,33 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 #: Set on a worker whose pytest-xdist could not group the xdist_group tests.
 UNGROUPED: list[str] = []
+#: The xdist groups that take longest, longest first (docs/testing.md): their tests come first
+#: in the collection, so that `make test` (`--no-loadscope-reorder`) starts them first and the
+#: short tests fill the workers around them, instead of a long group starting late and
+#: running alone at the end.
+LONGEST_GROUPS = (
+    "replication", "spark-b", "spark", "lan", "replication-b", "spark-cluster", "shards",
+    "timing", "replication-cli",
+)  # fmt: skip
+
+
+def _group_of(item: pytest.Item | None) -> str | None:
+    marker = None if item is None else item.get_closest_marker("xdist_group")
+    return marker.args[0] if marker is not None and marker.args else None
+
+
+def _group_rank(item: pytest.Item) -> int:
+    group = _group_of(item)
+    return LONGEST_GROUPS.index(group) if group in LONGEST_GROUPS else len(LONGEST_GROUPS)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` pytest-xdist appends each grouped test's xdist_group to its
-    id, and schedules by that. On a pytest where it cannot (pytest-xdist#1386) the groups
-    would be spread over the workers without a word: every grouped test then fails instead."""
+    """The longest groups first (a stable sort: the rest keeps its order). Under `--dist
+    loadgroup` pytest-xdist appends each grouped test's xdist_group to its id, and schedules
+    by that. On a pytest where it cannot (pytest-xdist#1386) the groups would be spread over
+    the workers without a word: every grouped test then fails instead."""
+    items.sort(key=_group_rank)
     if getattr(config.option, "loadgroup", False):
         marked = [item.nodeid for item in items if item.get_closest_marker("xdist_group")]
         UNGROUPED.extend(nodeid for nodeid in marked if "@" not in nodeid)
@@ -59,12 +79,34 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.stop()
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """One local Spark for the test file, stopped after it (tests/pipeline_harness.py). Not
-    one for the session: its listeners and queries pile up, and stopping it at the end then
-    hung past the test timeout."""
-    yield from pipeline_harness.local_spark()
+#: The xdist groups whose tests share the process's local Spark (the `spark` fixture).
+SHARED_SPARK_GROUPS = ("spark", "spark-b")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of a Spark group (the next one is in another group, or none), its
+    Spark is stopped: the JVM takes no memory or CPU from the tests the worker runs next."""
+    yield
+    if _group_of(item) in SHARED_SPARK_GROUPS and _group_of(nextitem) not in SHARED_SPARK_GROUPS:
+        pipeline_harness.stop_worker_spark()
+
+
+@pytest.fixture(scope="session")
+def _spark_of_the_process() -> Iterator[None]:
+    """Stops the process's local Spark (if a test outside the Spark groups started one) when
+    the process ends."""
+    yield
+    pipeline_harness.stop_worker_spark()
+
+
+@pytest.fixture
+def spark(_spark_of_the_process: None) -> Iterator[Any]:
+    """The process's one local Spark (tests/pipeline_harness.py), shared by the test files of
+    a worker; queries a test leaves running are stopped after it."""
+    session = pipeline_harness.worker_spark()
+    yield session
+    pipeline_harness.stop_queries(session)
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from phpmq.broker.config import endpoint_is_local
 from phpmq.client import BROKER_VARIABLE, DEFAULT_ADDRESS
 from phpmq.testing import BrokerProcess, free_port
-from pipeline_harness import spark_missing, stop_spark
+from pipeline_harness import spark_missing, stop_spark, stop_worker_spark
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
@@ -112,6 +112,9 @@ class DocumentRun:
     @classmethod
     def start(cls, own_broker: bool) -> DocumentRun:
         """A new directory and, unless the document starts its own, a broker."""
+        # A document's Spark starts in its directory (its examples' relative checkpoints are
+        # there): a Spark the tests of this process share is stopped, not handed to it.
+        stop_worker_spark()
         directory = Path(tempfile.mkdtemp(prefix="phpmq-docs-"))
         broker = None
         if not own_broker:

@@ -1,12 +1,16 @@
-"""Helpers of the Spark pipeline tests (tests/test_pipeline*.py): one local Spark per test
-file, stopped after it; the broker-side checks the tests share.
+"""Helpers of the Spark pipeline tests (tests/test_pipeline*.py): one local Spark per
+pytest process, shared by the test files; the broker-side checks the tests share.
 
-The `spark` fixture (tests/conftest.py) is `local_spark()`, module-scoped; the Spark tests run
-in two pytest-xdist workers (`xdist_group("spark")` and `"spark-b"`, docs/testing.md), one
-after another in each, so that at most two of their JVMs run at a time (the standalone cluster
-of tests/spark_cluster.py has a group of its own, `"spark-cluster"`). Spark is optional:
-a test file calls `skip_without_spark(missing)` when its pyspark imports fail, which skips it
-locally and fails it in CI (CI=true).
+The `spark` fixture (tests/conftest.py) is `worker_spark()`: the process's one local Spark,
+started by the first test that needs it and stopped after the last test of its group (a JVM
+costs 15 to 30 s to start, and its first query 10 more). The Spark tests run in two
+pytest-xdist workers (`xdist_group("spark")` and `"spark-b"`, docs/testing.md), one after
+another in each, so at most two of these JVMs run at a time (the standalone cluster of
+tests/spark_cluster.py has a group of its own, `"spark-cluster"`). Whatever needs a Spark of
+its own in this process (the cluster's session, a document's examples) calls
+`stop_worker_spark()` first: pyspark's `getOrCreate()` would otherwise hand it the shared
+one. Spark is optional: a test file calls `skip_without_spark(missing)` when its pyspark
+imports fail, which skips it locally and fails it in CI (CI=true).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import subprocess
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -49,19 +53,51 @@ def skip_without_spark(missing: ModuleNotFoundError) -> NoReturn:
     pytest.skip(f"{missing} (pip install '.[spark]')", allow_module_level=True)
 
 
-def local_spark() -> Iterator[Any]:
-    """One local Spark, skipped (failed in CI) without Java; stopped afterwards, JVM included,
-    so that it takes no CPU or memory from the tests that run later."""
+#: The process's one local Spark while it runs (worker_spark()).
+_WORKER_SPARK: list[Any] = []
+
+
+def worker_spark() -> Any:
+    """This process's local Spark: the running one, or a new one (skipped, failed in CI,
+    without Java)."""
     from phpmq.pipeline.session import SparkUnavailable, local_session
 
+    if _WORKER_SPARK and _is_running(_WORKER_SPARK[0]):
+        return _WORKER_SPARK[0]
+    _WORKER_SPARK.clear()
     try:
         session = local_session("phpmq-tests")
     except SparkUnavailable as exc:
         if IN_CI:
             pytest.fail(str(exc), pytrace=False)
         pytest.skip(str(exc))
-    yield session
-    stop_spark(session)
+    _WORKER_SPARK.append(session)
+    return session
+
+
+def is_worker_spark(session: Any) -> bool:
+    return bool(_WORKER_SPARK) and session is _WORKER_SPARK[0]
+
+
+def stop_worker_spark() -> None:
+    """Stop the process's local Spark, JVM included, if one runs."""
+    if _WORKER_SPARK:
+        stop_spark(_WORKER_SPARK.pop())
+
+
+def stop_queries(session: Any) -> None:
+    """Stop the queries a test left running (one that failed before its own stop), so that
+    the next test on the shared session starts clean."""
+    for query in session.streams.active:
+        query.stop()
+
+
+def _is_running(session: Any) -> bool:
+    """Whether the session's SparkContext is pyspark's current one and not stopped."""
+    from pyspark import SparkContext
+
+    context = session.sparkContext
+    return SparkContext._active_spark_context is context and context._jsc is not None
 
 
 def stop_spark(session: Any) -> None:
@@ -81,8 +117,7 @@ def stop_spark(session: Any) -> None:
 
 
 def _stop_session(session: Any) -> None:
-    for query in session.streams.active:
-        query.stop()
+    stop_queries(session)
     session.stop()
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import wait_until
-from pipeline_harness import stop_spark
+from pipeline_harness import stop_spark, stop_worker_spark
 
 #: How long a master or a worker may take to start on a loaded 2-core machine.
 DAEMON_START_S = 90
@@ -168,6 +168,7 @@ def cluster_session(cluster: SparkCluster, app_name: str, executors: int) -> Any
     from phpmq.pipeline import register
     from phpmq.pipeline.session import LOCAL_CONF
 
+    stop_worker_spark()  # else getOrCreate() would return the shared local session
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python too
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {

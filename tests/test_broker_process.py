@@ -8,6 +8,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -23,6 +26,8 @@ from harness import (
 )
 from phpmq.client import BrokerRefused, Client, ClientError
 
+#: The signals a broker handles (its tests restore this process's handlers).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: The stock php-mq client's pre-TTL 001 (reference TV-B).
 STOCK_SEND = (
     b"H0100102P0100000000000000000000000000003Foo"  # header, queue packet
@@ -249,6 +254,60 @@ def test_second_signal_exits_at_once(tmp_path) -> None:
         consumer.close()
     finally:
         broker.stop()
+
+
+def serve_until_stopped(
+    stop: Callable[[Any], None], monkeypatch: pytest.MonkeyPatch, signals: bool = False
+) -> float:
+    """Run a broker's loop in this (the main) thread, its idle poll a minute long, and have
+    another thread call `stop(server)` once it serves; how long the loop ran after that.
+    `signals`: with the broker's signal handlers (this process's are restored after)."""
+    from phpmq.broker.config import BrokerConfig
+    from phpmq.broker.shell import server as shell
+
+    monkeypatch.setattr(shell, "MAX_POLL_MS", 60_000)
+    server = shell.BrokerServer(BrokerConfig(bind="tcp://127.0.0.1:*", grace_seconds=0))
+    serving = threading.Event()
+    stopped_at: list[float] = []
+
+    def stop_once_serving() -> None:
+        serving.wait(10)
+        time.sleep(0.2)  # the loop is in its poll
+        stopped_at.append(time.monotonic())
+        stop(server)
+
+    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    stopper = threading.Thread(target=stop_once_serving)
+    try:
+        if signals:
+            server.install_signal_handlers()
+        stopper.start()
+        server.run(on_ready=lambda _: serving.set())
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    stopper.join(10)
+    return time.monotonic() - stopped_at[0]
+
+
+def test_a_stop_request_from_another_thread_wakes_the_loop_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As when a shard's supervisor is gone (its watcher thread asks for the stop)."""
+    assert serve_until_stopped(lambda server: server.request_stop(), monkeypatch) < 5
+
+
+def test_a_sigterm_that_lands_in_another_thread_wakes_the_loop_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel hands a process's signal to any of its threads that does not block it (the
+    ZAP thread, Raft's): the loop's poll must end all the same, not at its timeout (0.25 s
+    then, paid by every test that stops a broker)."""
+
+    def sigterm_to_this_thread(_: Any) -> None:
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    assert serve_until_stopped(sigterm_to_this_thread, monkeypatch, signals=True) < 5
 
 
 def test_broker_refuses_to_start_on_a_taken_address(broker: BrokerProcess) -> None:

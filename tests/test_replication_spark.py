@@ -26,7 +26,7 @@ except ModuleNotFoundError as missing:
     skip_without_spark(missing)
 
 # One Spark (a JVM) at a time with the other Spark files of its group.
-pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("spark-b"), pytest.mark.timeout(300)]
 
 #: What the shard's other nodes need to elect a leader and serve again, at most.
 FAILOVER_S = 60

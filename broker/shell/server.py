@@ -12,6 +12,7 @@ import errno
 import logging
 import queue
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("phpmq.broker")
 
-#: Longest poll, so that signal flags are seen promptly (pyzmq resumes an interrupted poll).
+#: Longest poll (a stop request or a signal wakes the poll at once through the server's
+#: waker socket: pyzmq resumes a poll a signal interrupted).
 MAX_POLL_MS = 250
 #: How long frames already queued may still leave once the broker exits.
 CLOSE_LINGER_MS = 500
@@ -70,6 +72,12 @@ class BrokerServer:
         self.config = config
         self.clock = clock or SystemClock()
         self._stop_requests = 0
+        #: A stop request writes to the waker: the loop's poll, which polls the other end,
+        #: returns at once instead of at its timeout.
+        self._stop_woken, self._stop_waker = socket.socketpair()
+        self._stop_woken.setblocking(False)
+        self._stop_waker.setblocking(False)
+        self._signals_wake = False
         #: The signal that asked for the first stop (None: none did).
         self.stopped_by: int | None = None
         self._reload_requested = False
@@ -106,6 +114,7 @@ class BrokerServer:
             self._replica = replica
             self._replica_poller = zmq.Poller()
             self._replica_poller.register(replica.wake_fd, zmq.POLLIN)
+            self._replica_poller.register(self._stop_woken, zmq.POLLIN)
         elif config.data_dir:
             try:
                 self.keeper = StoreKeeper(config)
@@ -305,13 +314,24 @@ class BrokerServer:
         """First call: drain gracefully. Second call: stop at once. Safe from signal handlers."""
         if self.stopped_by is None:
             self.stopped_by = signum
+        with contextlib.suppress(OSError):  # full: the loop is woken already; closed: it ended
+            self._stop_waker.send(b"\0")
         self._stop_requests += 1
+
+    def _empty_waker(self) -> None:
+        with contextlib.suppress(OSError):  # BlockingIOError: empty
+            while self._stop_woken.recv(4096):
+                pass
 
     def install_signal_handlers(self) -> None:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda number, _: self.request_stop(number))
             signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+            # A signal may land in another thread (ZAP, Raft): the main thread's poll then
+            # goes on to its timeout unless the signal itself wakes it.
+            signal.set_wakeup_fd(self._stop_waker.fileno(), warn_on_full_buffer=False)
+            self._signals_wake = True
 
     def request_reload(self) -> None:
         """Read the client keys and permissions again (SIGHUP), at the next turn."""
@@ -379,6 +399,7 @@ class BrokerServer:
             log.info("raw TCP endpoint for stock PHPMQ clients on %s", self.tcp.endpoint)
         poller = zmq.Poller()
         poller.register(self.router.socket, zmq.POLLIN)
+        poller.register(self._stop_woken, zmq.POLLIN)
         if self.tcp is not None:
             poller.register(self.tcp.socket, zmq.POLLIN)
         if self.replicated is not None:
@@ -395,6 +416,7 @@ class BrokerServer:
                     log.warning("second stop signal: exiting without waiting for acks")
                     break
                 if self._stop_requests == 1 and drain_deadline is None:
+                    self._empty_waker()
                     drain_deadline = time.monotonic() + self.config.grace_seconds
                     self.core.begin_turn()
                     self.core.start_drain()
@@ -410,6 +432,7 @@ class BrokerServer:
                     break
                 if self._reload_requested:
                     self._reload_requested = False
+                    self._empty_waker()
                     self.security.reload(self.core)
                 if self.control is not None:
                     self._take_new_settings()
@@ -427,6 +450,10 @@ class BrokerServer:
                 self.tcp.shutdown()
             self.security.stop()
             self._context.term()
+            if self._signals_wake:
+                signal.set_wakeup_fd(-1)
+            self._stop_woken.close()
+            self._stop_waker.close()
 
     def _turn(self, poller: zmq.Poller) -> None:
         links = self.links
