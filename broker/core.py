@@ -345,28 +345,20 @@ class Core:
         profile: PeerProfile | None,
         principal: Principal | None,
     ) -> bool:
-        """A frame of acks for one queue of this shard, from a peer without a rights table
-        (the guard reads every message of those): settled without decoding a message
-        (protocol/runs.py `ack_run`), as `handle_messages` would settle them. False: it is
+        """A frame of acks for one queue of this shard (protocol/runs.py `ack_run`), settled
+        without decoding a message, as `handle_messages` would settle them. False: it is
         decoded."""
-        run = ack_run(data)
+        run = ack_run(data) if self._may_read_runs(peer_id) else None
         if run is None:
             return False
         name_bytes, message_ids = run
-        try:
-            name = name_bytes.decode()
-        except UnicodeDecodeError:
+        taker = self._run_taker(peer_id, name_bytes, profile, principal)
+        if taker is None:
             return False
-        if not self._is_local(peer_id, name):
-            return False
-        peer = self._peer_for_input(peer_id, profile or self.profile, principal)
-        if peer.rights is not None:
-            return False
-        ctx = self.ctx
-        ctx.handling = MessageType.ACK
+        peer, name = taker
+        self.ctx.handling = MessageType.ACK
         self.dispatch.ack_run(peer, name, message_ids)
-        ctx.flush_refusals()
-        self._peers.after_input(peer)
+        self._end_run(peer)
         return True
 
     def _sent_run(
@@ -376,38 +368,60 @@ class Core:
         profile: PeerProfile | None,
         principal: Principal | None,
     ) -> bool:
-        """A frame of plain 001s to one queue of this shard (protocol/runs.py `send_run`), from
-        a peer without a rights table, while the queue takes them unread (`Intake.takes_run`):
-        put without decoding a message, as `handle_messages` would put them. Sends the broker
-        stops taking part-way (its memory limit) are decoded and refused as usual. False:
-        the frame is decoded."""
-        run = send_run(data, self.config.max_content_bytes)
+        """A frame of plain 001s to one queue of this shard (protocol/runs.py `send_run`), while
+        the queue takes them unread (`Intake.takes_run`): put without decoding a message, as
+        `handle_messages` would put them. Sends the broker stops taking part-way (a full
+        queue, its memory limit) are decoded and go through `on_send`. False: the frame is
+        decoded."""
+        limit = self.config.max_content_bytes
+        run = send_run(data, limit) if self._may_read_runs(peer_id) else None
         if run is None:
             return False
-        try:
-            name = run.queue.decode()
-        except UnicodeDecodeError:
+        taker = self._run_taker(peer_id, run.queue, profile, principal)
+        if taker is None:
             return False
-        if not self._is_local(peer_id, name):
-            return False
+        peer, name = taker
         queue = self.intake.takes_run(name)
         if queue is None:
             return False
-        peer = self._peer_for_input(peer_id, profile or self.profile, principal)
-        if peer.rights is not None:
-            return False
-        ctx = self.ctx
-        ctx.handling = MessageType.SEND
-        contents = run.contents
+        self.ctx.handling = MessageType.SEND
         taken = self.intake.take_run(peer, queue, int(run.ttl) if run.ttl else None, run)
-        if taken < len(contents):
-            limit = self.config.max_content_bytes
+        if taken < len(run.contents):
             messages, error = decode_frame(data[run.offset_of(taken) :], limit)
             self.handle_messages(peer_id, messages, error, profile, None, principal)
             return True
-        ctx.flush_refusals()
-        self._peers.after_input(peer)
+        self._end_run(peer)
         return True
+
+    def _may_read_runs(self, peer_id: bytes) -> bool:
+        """False for a peer known to have a rights table: the guard reads each of its
+        messages, so its frames are not scanned for runs first."""
+        peer = self._peers.by_id.get(peer_id)
+        return peer is None or peer.rights is None
+
+    def _run_taker(
+        self,
+        peer_id: bytes,
+        name_bytes: bytes,
+        profile: PeerProfile | None,
+        principal: Principal | None,
+    ) -> tuple[Peer, str] | None:
+        """The peer a run of one queue comes from and the queue's name, when the run may be
+        taken unread: the queue is this shard's and the peer (as this frame identifies it)
+        has no rights table. None: the frame is decoded."""
+        try:
+            name = name_bytes.decode()
+        except UnicodeDecodeError:
+            return None
+        if not self._is_local(peer_id, name):
+            return None
+        peer = self._peer_for_input(peer_id, profile or self.profile, principal)
+        return None if peer.rights is not None else (peer, name)
+
+    def _end_run(self, peer: Peer) -> None:
+        """What `handle_messages` does after a frame's messages."""
+        self.ctx.flush_refusals()
+        self._peers.after_input(peer)
 
     def _is_local(self, peer_id: bytes, queue: str) -> bool:
         """Whether this shard handles a message of `peer_id` to `queue` itself (a relayed

@@ -263,3 +263,33 @@ def test_send_frames_that_are_not_one_run_are_left_to_the_decoder(frame: list | 
     wire = frame if isinstance(frame, bytes) else p.encode_all(frame)
     assert send_run(wire, 100) is None
     assert send_run(wire[:-1], 1000) is None
+
+
+def test_a_peer_with_rights_has_each_message_read_by_the_guard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run readers are for peers without a rights table: a peer with one has its frames
+    decoded and checked message by message (and not scanned for a run first), so a send it
+    may not make is refused even inside a frame that is a run."""
+    from phpmq.broker.clock import FakeClock
+    from phpmq.broker.config import BrokerConfig
+    from phpmq.broker.core import Core
+    from phpmq.broker.guard import Principal
+    from phpmq.broker.model import PeerProfile
+    from phpmq.broker.permissions import Permissions, Rights
+
+    core = Core(BrokerConfig(), FakeClock())
+    core.set_permissions(Permissions({"limited": Rights("limited", send=("jobs.*",))}))
+    principal = Principal("limited", "10.0.0.1:1000", "router")
+    profile = PeerProfile("router", ttl_form=True)
+    scanned = []
+    monkeypatch.setattr(core_module, "send_run", lambda *a: scanned.append(a) or None)
+    for frame in ([p.Send("jobs.a", b"ok", 0)] * 3, [p.Send("billing", b"no", 0)] * 3):
+        core.begin_turn()
+        core.handle_frame(b"limited", p.encode_all([p.Hello({}), *frame]), profile, principal)
+        core.begin_turn()
+        core.handle_frame(b"limited", p.encode_all(frame), profile, principal)
+        core.end_turn()
+    assert scanned == []
+    assert core.queues["jobs.a"].ready_count == 6 and "billing" not in core.queues
+    assert core.guard.refused["send"] == 6
