@@ -22,6 +22,7 @@ from typing import Any
 
 from ..protocol import AdminReply, ErrorCode, encode
 from ..protocol import admin_commands as cmd
+from ..protocol.writer import admin_reply_with_ref
 from . import browse
 from .batch_leases import BatchLeases
 from .context import Context
@@ -116,6 +117,7 @@ class Admin:
         if ran > ADMIN_PER_PEER_TURN:
             self._refuse(
                 peer,
+                options,
                 f"more than {ADMIN_PER_PEER_TURN} admin commands from one peer in one loop"
                 " turn: send it again (one at a time, waiting for each answer)",
             )
@@ -125,7 +127,7 @@ class Admin:
             self.waiting.append((peer, options))
             self._waiting_of[peer.id] = self._waiting_of.get(peer.id, 0) + 1
         else:
-            self._refuse(peer, f"{MAX_WAITING} admin commands are waiting: send it again")
+            self._refuse(peer, options, f"{MAX_WAITING} admin commands are waiting: send it again")
 
     def run_waiting(self, may_run: Callable[[Peer, dict[str, Any]], bool]) -> None:
         """Answer the commands waiting for a turn with room (once per turn, by the core),
@@ -152,14 +154,17 @@ class Admin:
         ctx.owner = peer.owner  # whose quotas what the command creates counts against
         changes = len(ctx.journal)
         try:
+            if cmd.bad_ref(options):
+                raise CommandError(f"'{cmd.REF}' must be an integer from 0 to 2**53 - 1")
             if options.get("command") == cmd.STATS:
-                answer = self.stats.answer(options)
+                answer = admin_reply_with_ref(self.stats.answer(options), cmd.ref_of(options))
             else:
-                answer = encode(AdminReply(self.run(options, peer)))
+                answer = encode(AdminReply(cmd.answering(options, self.run(options, peer))))
         except ValueError as exc:
             self._ctx.counters.errors += 1
             code = exc.code if isinstance(exc, CommandError) else int(ErrorCode.INVALID_VALUE)
-            answer = encode(AdminReply({"error": {"code": code, "reason": str(exc)}}))
+            error = {"error": {"code": code, "reason": str(exc)}}
+            answer = encode(AdminReply(cmd.answering(options, error)))
         finally:
             self._ctx.owner = ""
         self._answered_bytes += len(answer)
@@ -170,12 +175,12 @@ class Admin:
             # once it can: the answer does not wait for that.)
             ctx.reply_encoded(peer, answer)
 
-    def _refuse(self, peer: Peer, reason: str) -> None:
+    def _refuse(self, peer: Peer, options: dict[str, Any], reason: str) -> None:
         """429 in the ADMIN_REPLY: nothing was done."""
         ctx = self._ctx
         ctx.counters.errors += 1
         error = {"code": int(ErrorCode.LIMIT_REACHED), "reason": reason}
-        ctx.reply(peer, AdminReply({"error": error}))
+        ctx.reply(peer, AdminReply(cmd.answering(options, {"error": error})))
 
     def run(self, options: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
         command = options.get("command")

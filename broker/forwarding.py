@@ -41,6 +41,7 @@ from ..protocol import (
 )
 from ..protocol import admin_commands as cmd
 from ..protocol.cluster import ClusterMap
+from ..protocol.writer import admin_reply_with_ref
 from .context import Context
 from .copies import COPY_REF, copy_ref
 from .guard import Guard
@@ -117,9 +118,10 @@ class Forwarding:
         self._reopened: list[tuple[Peer, Consume]] = []
         #: Publishers with a copy peer at other shards, and which.
         self._copy_shards: dict[bytes, set[str]] = {}
-        #: (owner, peer id) -> admin commands forwarded there and not answered yet: answered
-        #: here with 503 if the link to the owner is lost first (the client would wait).
-        self._admins_out: dict[tuple[str, bytes], int] = {}
+        #: (owner, peer id) -> the refs of the admin commands forwarded there and not answered
+        #: yet, oldest first: answered here with 503 if the link to the owner is lost first
+        #: (the client would wait).
+        self._admins_out: dict[tuple[str, bytes], list[int | None]] = {}
         #: Admin commands forwarded while _admins_out was full: not answered on a lost link.
         self.admins_untracked = 0
         self.forwarded = 0
@@ -216,14 +218,16 @@ class Forwarding:
         if owner in self.down:
             self.refused += 1
             reason = self._unreachable(queue if type(queue) is str else "", owner)
-            self._ctx.reply(peer, AdminReply({"error": reason}))
+            self._ctx.reply(peer, AdminReply(cmd.answering(options, {"error": reason})))
             return True
         self._add(peer, owner, encode(message))
         self.forwarded += 1
         out = self._admins_out
         key = (owner, peer.id)
-        if key in out or len(out) < MAX_ADMINS_OUT:
-            out[key] = out.get(key, 0) + 1
+        if key in out:
+            out[key].append(cmd.ref_of(options))
+        elif len(out) < MAX_ADMINS_OUT:
+            out[key] = [cmd.ref_of(options)]
         else:
             self.admins_untracked += 1
         return True
@@ -344,10 +348,9 @@ class Forwarding:
 
     def _count_admin_answers(self, key: tuple[str, bytes], content: bytes) -> None:
         messages, _ = decode_frame(content, self._ctx.config.max_content_bytes)
-        left = self._admins_out[key] - sum(1 for m in messages if type(m) is AdminReply)
-        if left > 0:
-            self._admins_out[key] = left
-        else:
+        refs = self._admins_out[key]
+        del refs[: sum(1 for m in messages if type(m) is AdminReply)]
+        if not refs:
             del self._admins_out[key]
 
     def _answer_lost_admins(self, owner: str, why: str) -> None:
@@ -364,7 +367,8 @@ class Forwarding:
         }
         answer = encode(AdminReply({"error": reason}))
         for key in lost:
-            self._ctx.add(key[1], answer * self._admins_out.pop(key))
+            refs = self._admins_out.pop(key)
+            self._ctx.add(key[1], b"".join([admin_reply_with_ref(answer, ref) for ref in refs]))
 
     def peer_gone(self, peer: Peer) -> None:
         """A peer with windows at other shards is gone: they let go of what it held; and so
@@ -426,7 +430,7 @@ class Forwarding:
             "forwarded": self.forwarded,
             "relayed": self.relayed,
             "refused_unreachable": self.refused,
-            "admins_awaiting_answers": sum(self._admins_out.values()),
+            "admins_awaiting_answers": sum(map(len, self._admins_out.values())),
             "admins_untracked": self.admins_untracked,
             "forwarded_windows": sum(len(held.consumes) for held in self.windows.values()),
             "links_down": dict(self.down),

@@ -315,7 +315,7 @@ class Guard:
         if type(message) is Admin:
             self._ctx.counters.errors += 1
             error = {"code": int(ErrorCode.LIMIT_REACHED), "reason": reason}
-            self._ctx.reply(peer, AdminReply({"error": error}))
+            self._ctx.reply(peer, AdminReply(cmd.answering(message.options, {"error": error})))
         else:
             queue = getattr(message, "queue", None)
             tag = getattr(message, "tag", None)
@@ -343,9 +343,8 @@ class Guard:
         if admin_options is not None:  # every ADMIN gets one ADMIN_REPLY, never an ERROR
             ctx.counters.errors += 1
             peer.refused += 1
-            ctx.reply(
-                peer, AdminReply({"error": {"code": int(ErrorCode.FORBIDDEN), "reason": reason}})
-            )
+            error = {"code": int(ErrorCode.FORBIDDEN), "reason": reason}
+            ctx.reply(peer, AdminReply(cmd.answering(admin_options, {"error": error})))
         else:
             queue = getattr(message, "queue", None)
             tag = getattr(message, "tag", None)

@@ -3,6 +3,8 @@ broker that runs them and every tool that sends them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 STATS = "stats"
 REPORT = "report"
 DLQ_LIST = "dlq-list"
@@ -67,3 +69,28 @@ ALL = (
     KEY_RELEASE,
     *REPLICA,
 )
+
+
+#: The option a client numbers its commands with. The broker echoes it at the top of the
+#: command's ADMIN_REPLY (docs/protocol.md §9), so an answer that arrives after its asker
+#: gave up waiting is never taken for the answer to the next command.
+REF = "ref"
+#: Refs are integers from 0 to below this (what a JSON number holds exactly everywhere).
+REF_LIMIT = 2**53
+
+
+def ref_of(options: dict[str, Any]) -> int | None:
+    """The command's ref, or None when it has none or one that is not an integer in range."""
+    ref = options.get(REF)
+    return ref if type(ref) is int and 0 <= ref < REF_LIMIT else None
+
+
+def bad_ref(options: dict[str, Any]) -> bool:
+    """True when the command has a `ref` that is not one (it is refused, 422)."""
+    return REF in options and ref_of(options) is None
+
+
+def answering(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` as the ADMIN_REPLY to `request`: with the request's ref, if it had one."""
+    ref = ref_of(request)
+    return answer if ref is None else {REF: ref, **answer}

@@ -11,7 +11,13 @@ from typing import Any
 
 import msgspec
 
-from .constants import LENGTH_DIGITS, PROTOCOL_VERSION, MessageType, PacketType
+from .constants import (
+    LENGTH_DIGITS,
+    PACKET_HEADER_BYTES,
+    PROTOCOL_VERSION,
+    MessageType,
+    PacketType,
+)
 from .errors import LocalProtocolError
 from .messages import Confirm, Message
 from .table import SPEC_OF_CLASS, SPECS
@@ -66,6 +72,17 @@ def encode(message: Message) -> bytes:
             raise LocalProtocolError("content longer than a 29-digit length allows")
         parts.append(packet(packet_type, content))
     return message_header(spec.type, len(parts)) + b"".join(parts)
+
+
+def admin_reply_with_ref(frame: bytes, ref: int | None) -> bytes:
+    """An encoded ADMIN_REPLY (one message, its answer an object) with `ref` put at the top
+    of its answer: one answer encoded once for many askers, each with its own ref."""
+    if ref is None:
+        return frame
+    header = message_header(MessageType.ADMIN_REPLY, 1)
+    answer = frame[len(header) + PACKET_HEADER_BYTES :] or b"{}"  # {} is sent as no packet
+    rest = b"}" if answer == b"{}" else b"," + answer[1:]
+    return header + packet(PacketType.OPTIONS, b'{"ref":%d' % ref + rest)
 
 
 def encode_all(messages: list[Message]) -> bytes:

@@ -296,7 +296,7 @@ def test_admin_replies_queue_and_a_new_command_drops_late_ones() -> None:
     connection = greeted()
     connection.receive(p.encode(p.AdminReply({"late": True})), now=1.0)
     request = connection.admin("dlq-list", {"queue": QUEUE})
-    assert decoded(request) == [p.Admin({"command": "dlq-list", "queue": QUEUE})]
+    assert decoded(request) == [p.Admin({"command": "dlq-list", "queue": QUEUE, "ref": 1})]
     assert not connection.admin_replies
     connection.receive(p.encode(p.AdminReply({"entries": []})), now=1.1)
     assert connection.admin_replies.popleft().options == {"entries": []}

@@ -49,6 +49,7 @@ from ..protocol import (
     encode_send,
     event_packet,
 )
+from ..protocol import admin_commands as cmd
 from ..protocol import encode_publish as encode_publish_packets
 from ..protocol.runs import CONFIRM_RUN_HEADER, confirm_run
 from .answers import Answer, Answers
@@ -149,6 +150,10 @@ class Connection:
         self.admin_replies: deque[AdminReply] = deque()
         #: An ADMIN went out on this transport and its reply has not come.
         self._admin_awaited = False
+        #: The ref of the last ADMIN sent: a reply with another is a late answer to an
+        #: earlier command its caller gave up on, and is dropped (counted here).
+        self._admin_ref = 0
+        self.late_admin_replies = 0
         self.broker_info: dict[str, Any] = {}
         #: The broker of this transport answered its HELLO.
         self.hello_answered = False
@@ -506,11 +511,13 @@ class Connection:
     # ------------------------------------------------------------------ admin
 
     def admin(self, command: str, options: dict[str, Any]) -> bytes:
-        """An ADMIN command; replies still queued (late answers to earlier commands) are
-        dropped, so the next one in `admin_replies` answers this."""
+        """An ADMIN command, numbered (its `ref`): replies still queued, and any that come
+        later with an earlier ref (answers to commands given up on), are dropped, so the
+        next one in `admin_replies` answers this."""
         self.admin_replies.clear()
         self._admin_awaited = True
-        return encode(Admin({"command": command, **options}))
+        self._admin_ref += 1
+        return encode(Admin({"command": command, **options, cmd.REF: self._admin_ref}))
 
     # ------------------------------------------------------------------ receiving
 
@@ -576,7 +583,11 @@ class Connection:
             self.requests.replied(message)
             return None
         if isinstance(message, AdminReply):
-            self.admin_replies.append(message)
+            ref = message.options.pop(cmd.REF, None)
+            if ref is not None and ref != self._admin_ref:
+                self.late_admin_replies += 1
+                return None
+            self.admin_replies.append(message)  # (a broker from before refs echoes none)
             self._admin_awaited = False
             return None
         if isinstance(message, Cancel):

@@ -1,0 +1,126 @@
+"""An ADMIN's `ref` comes back in its ADMIN_REPLY, refusals included (docs/protocol.md §9),
+and the client drops a reply with an earlier ref: an answer that arrives after its asker gave
+up waiting is never taken for the answer to the next command (the web console once purged a
+queue and read a late `stats` as the purge's answer)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import phpmq.protocol as p
+from harness import BrokerProcess, CoreHarness
+from phpmq import AsyncClient, Client, ClientError
+from phpmq.broker.admin import ADMIN_PER_PEER_TURN
+from phpmq.broker.clock import FakeClock
+from phpmq.broker.config import BrokerConfig
+from phpmq.broker.core import Core
+from phpmq.broker.guard import Principal
+from phpmq.broker.model import PeerProfile
+from phpmq.broker.permissions import Permissions, Rights
+from phpmq.client.connection import Connection
+
+OPS = b"ops"
+
+
+def replies(out: list[p.Message]) -> list[dict[str, Any]]:
+    return [m.options for m in out if isinstance(m, p.AdminReply)]
+
+
+def admin(ref: object, command: str = "stats", **options: object) -> p.Admin:
+    return p.Admin({"command": command, **options, "ref": ref})
+
+
+def test_every_kind_of_answer_carries_the_commands_ref() -> None:
+    core = CoreHarness()
+    core.send(b"producer", p.Send("jobs", b"x", 0))
+    answers = replies(
+        core.send(
+            OPS,
+            admin(1, "queue-peek", queue="jobs"),
+            admin(2, "explode"),
+            admin(3, "dlq-list", queue="nope"),
+            admin(4, "stats"),
+        )
+    )
+    assert [a["ref"] for a in answers] == [1, 2, 3, 4]
+    assert "messages" in answers[0] or "entries" in answers[0], answers[0]
+    assert answers[1]["error"]["code"] == 422 and answers[2]["error"]["code"] == 404
+    assert answers[3]["queues"]["jobs"]["ready"] == 1
+
+
+def test_one_stats_answer_built_once_a_turn_carries_each_askers_own_ref() -> None:
+    core = CoreHarness()
+    core.send(b"producer", p.Send("jobs", b"x", 0))
+    out = core.send(OPS, admin(10), admin(11), p.Admin({"command": "stats"}))
+    first, second, plain = replies(out)
+    assert (first["ref"], second["ref"], "ref" in plain) == (10, 11, False)
+    first.pop("ref"), second.pop("ref")
+    assert first == second == plain
+
+
+def test_refused_for_too_many_in_a_turn_the_answer_still_carries_the_ref() -> None:
+    core = CoreHarness()
+    answers = replies(core.send(OPS, *[admin(n) for n in range(ADMIN_PER_PEER_TURN + 2)]))
+    assert [a["ref"] for a in answers] == list(range(ADMIN_PER_PEER_TURN + 2))
+    assert {a["error"]["code"] for a in answers[ADMIN_PER_PEER_TURN:]} == {429}
+
+
+@pytest.mark.parametrize("ref", [-1, 2**53, 1.5, "7", True, None])
+def test_a_ref_that_is_not_one_is_refused_without_an_echo(ref: object) -> None:
+    [answer] = replies(CoreHarness().send(OPS, admin(ref)))
+    assert answer == {
+        "error": {"code": 422, "reason": "'ref' must be an integer from 0 to 2**53 - 1"}
+    }
+
+
+def test_a_command_refused_for_want_of_the_admin_right_carries_its_ref() -> None:
+    core = Core(BrokerConfig(), FakeClock())
+    core.set_permissions(Permissions({"limited": Rights("limited", send=("jobs.*",))}))
+    core.begin_turn()
+    core.handle_frame(
+        b"f",
+        p.encode_all([p.Hello({}), admin(5, "queue-purge", queue="jobs.a")]),
+        PeerProfile("router", ttl_form=True),
+        Principal("limited", "10.0.0.1:1000", "router"),
+    )
+    frames = [frame for peer, frame in core.end_turn().frames if peer == b"f"]
+    [answer] = replies([m for frame in frames for m in p.decode_frame(frame)[0]])
+    assert answer["ref"] == 5 and answer["error"]["code"] == 403
+
+
+def test_the_connection_drops_a_reply_to_an_earlier_command() -> None:
+    connection = Connection()
+    connection.start(now=0.0)
+    first = p.decode_frame(connection.admin("stats", {}))[0][0]
+    second = p.decode_frame(connection.admin("queue-purge", {"queue": "q"}))[0][0]
+    assert isinstance(first, p.Admin) and isinstance(second, p.Admin)
+    assert second.options["ref"] == first.options["ref"] + 1
+    connection.receive(p.encode(p.AdminReply({"ref": first.options["ref"], "queues": {}})), 1.0)
+    assert not connection.admin_replies and connection.late_admin_replies == 1
+    connection.receive(p.encode(p.AdminReply({"ref": second.options["ref"], "purged": 3})), 1.1)
+    assert connection.admin_replies.popleft().options == {"purged": 3}  # the ref is not shown
+    connection.receive(p.encode(p.AdminReply({"purged": 4})), 1.2)  # a broker without refs
+    assert connection.admin_replies.popleft().options == {"purged": 4}
+
+
+def test_a_command_after_one_given_up_on_gets_its_own_answer_from_a_real_broker(
+    broker: BrokerProcess,
+) -> None:
+    async def run() -> dict[str, Any]:
+        client = AsyncClient(broker.address)
+        try:
+            await client.send_many("orders", [b"a", b"b", b"c"], confirm=True)
+            with pytest.raises(ClientError, match="no answer"):
+                await client.admin("stats", timeout=1e-9)  # its answer comes later
+            return await client.admin("queue-purge", queue="orders")
+        finally:
+            await client.close()
+
+    assert asyncio.run(run()) == {"queue": "orders", "purged": 3}
+    with Client(broker.address) as client:
+        with pytest.raises(ClientError, match="no answer"):
+            client.admin("stats", timeout=1e-9)
+        assert client.admin("queue-peek", queue="orders")["queue"] == "orders"
