@@ -23,7 +23,8 @@ Console = Callable[..., ConsoleProcess]
 
 @pytest.fixture
 def start_console(broker: BrokerProcess, tmp_path: Path) -> Iterator[Console]:
-    """Starts `phpmq web` for the broker with more flags; stopped after the test."""
+    """Starts `phpmq web` for the broker with more flags; stopped after the test, its log
+    printed (pytest shows it when the test failed)."""
     started: list[ConsoleProcess] = []
 
     def start(*flags: str) -> ConsoleProcess:
@@ -34,6 +35,7 @@ def start_console(broker: BrokerProcess, tmp_path: Path) -> Iterator[Console]:
     yield start
     for process in started:
         process.stop()
+        print(f"--- {process.log_path.name}:\n{process.log()}")  # shown if the test failed
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 10.0) -> Any:

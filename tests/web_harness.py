@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from harness import REPO, free_port
+from harness import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -55,20 +55,34 @@ def write_users(path: Path) -> Path:
 
 
 class ConsoleProcess:
-    """`phpmq web` on a free loopback port, answering when constructed; SIGTERM at the end."""
+    """`phpmq web` on a loopback port it picks itself (and reports: its first line says where
+    it listens, so no port is raced), answering with the broker's figures when constructed;
+    SIGTERM at the end."""
 
     def __init__(self, broker: str, log_path: Path, *flags: str) -> None:
-        self.port = free_port()
-        scheme = "https" if "--certfile" in flags else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.scheme = "https" if "--certfile" in flags else "http"
         self.log_path = log_path
         command = [
             sys.executable, "-m", "phpmq", "web", "--broker", broker,
-            "--bind", f"127.0.0.1:{self.port}", "--interval", "0.5", *flags,
+            "--bind", "127.0.0.1:0", "--interval", "0.5", *flags,
         ]  # fmt: skip
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.port = self._reported_port()
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         self._wait_until_answering()
+
+    def _reported_port(self) -> int:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            found = re.search(rf"phpmq web: {self.scheme}://127\.0\.0\.1:(\d+)/", self.log())
+            if found:
+                return int(found.group(1))
+            if self.process.poll() is not None:
+                raise AssertionError(f"phpmq web exited: {self.log()}")
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"phpmq web did not say where it listens: {self.log()}")
 
     def _wait_until_answering(self) -> None:
         deadline = time.monotonic() + 20
@@ -76,14 +90,19 @@ class ConsoleProcess:
             if self.process.poll() is not None:
                 raise AssertionError(f"phpmq web exited: {self.log()}")
             try:
-                urllib.request.urlopen(
-                    f"{self.url}/static/console.css", timeout=1, context=UNVERIFIED
-                ).close()
-                return
+                with urllib.request.urlopen(
+                    f"{self.url}/login", timeout=1, context=UNVERIFIED
+                ) as answer:
+                    page = answer.read().decode()
+                if 'id="login"' in page:
+                    return  # with users: the figures are behind the login
+                if 'id="status"' in page and "the broker's first answer" not in page:
+                    return  # its first poll is in: every page has the broker's figures
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         self.stop()
-        raise AssertionError(f"phpmq web did not answer: {self.log()}")
+        raise AssertionError(f"phpmq web did not answer with the broker's figures: {self.log()}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
