@@ -87,6 +87,38 @@ def test_a_refusal_after_its_requester_timed_out_is_dropped_not_kept_for_close()
     assert len(connection.refusals.sends) == 1
 
 
+def test_a_refusal_after_the_reply_came_is_dropped_not_kept_for_close() -> None:
+    """A replicated shard's leader dispatched the request and died before its confirm: the
+    reply came, then the shard the client talks to refuses the request's tag (503). The
+    requester has its answer; close() has nothing to raise (a failover test once saw it)."""
+    connection = Connection()
+    connection.start(0.0)
+    tag, correlation = opened(connection)
+    connection.receive(reply(correlation, b"answered"), 1.0)
+    outcome = connection.requests.close(correlation, tag)
+    assert isinstance(outcome, p.Reply)
+    connection.take_answers([tag])
+    lost = p.Error(503, "shard lost before it answered", tag=tag, refused=p.MessageType.SEND)
+    assert connection.receive(p.encode(lost), 2.0) == ()
+    assert not connection.refusals.sends and not connection.errors
+
+
+def test_a_refusal_of_a_request_lost_with_its_transport_is_dropped() -> None:
+    """A rejoin on the same socket lost the request (RequestLost told its requester); a
+    refusal of its tag that the broker sent after is not a send refusal for close()."""
+    connection = Connection()
+    connection.start(0.0)
+    tag, correlation = opened(connection)
+    connection.receive(p.encode(p.Disconnect("unknown peer: say HELLO")), 1.0)
+    assert isinstance(connection.requests.outcome(correlation), Lost)
+    assert isinstance(connection.requests.close(correlation, tag), Lost)
+    connection.take_answers([tag])
+    refusal = p.Error(503, "no leader yet", tag=tag, refused=p.MessageType.SEND)
+    assert connection.receive(p.encode(refusal), 2.0) == ()
+    assert not connection.refusals.sends and not connection.errors
+    assert connection.requests.dropped == 1
+
+
 def test_a_replaced_transport_or_a_rejoin_loses_every_awaited_request() -> None:
     connection = Connection()
     told: list[str] = []

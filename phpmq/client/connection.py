@@ -570,7 +570,7 @@ class Connection:
             if self._answers.refused(message):  # raised to the sender, not logged
                 self._pauses.refused(message)
                 return None
-            if self.requests.late_refusal(message):  # its requester timed out: told
+            if self.requests.late_refusal(message):  # a request's, its requester told
                 return None
             self.errors.append(message)
             self.error_count += 1

@@ -55,8 +55,8 @@ class Requests:
         self._outcomes: dict[str, Outcome | None] = {}
         #: The tag each request was sent with -> its correlation (to match a refusal).
         self._tags: dict[int, str] = {}
-        #: Tags of the latest requests given up without an outcome (timed out): a refusal
-        #: of one that comes after is dropped, its requester told already.
+        #: Tags of the latest requests done without a refusal (timed out, answered, lost): a
+        #: refusal of one that comes after is dropped, its requester told already.
         self._given_up: dict[int, None] = {}
         #: Replies (and refusals) no request awaited: late (after a timeout), repeated, or
         #: unknown.
@@ -80,10 +80,12 @@ class Requests:
 
     def close(self, correlation: str, tag: int) -> Outcome | None:
         """The requester is done waiting (answered or not): a reply or refusal after this is
-        dropped."""
+        dropped. (A refusal can follow the reply: a replicated shard's leader that dispatched
+        the request and died before its confirm; the shard the client talks to then answers
+        the request's tag with 503, and the requester has its reply.)"""
         self._tags.pop(tag, None)
         outcome = self._outcomes.pop(correlation, None)
-        if outcome is None:
+        if type(outcome) is not Error:
             given_up = self._given_up
             if len(given_up) >= MAX_GIVEN_UP:
                 del given_up[next(iter(given_up))]
@@ -91,11 +93,22 @@ class Requests:
         return outcome
 
     def late_refusal(self, error: Error) -> bool:
-        """Whether `error` refuses a request its requester gave up on (then it is dropped:
-        the requester was told, by its timeout)."""
-        if error.tag is None or error.tag not in self._given_up:
+        """Whether `error` refuses a request that has its outcome already (a reply, or lost
+        with its transport) or whose requester gave up on it: then it is dropped, the
+        requester told already. (A request still waiting takes it as its outcome.)"""
+        tag = error.tag
+        if tag is None:
             return False
-        del self._given_up[error.tag]
+        correlation = self._tags.get(tag)
+        if correlation is not None:
+            if self._outcomes.get(correlation) is None:
+                self._set(correlation, error)
+            else:
+                self.dropped += 1
+            return True
+        if tag not in self._given_up:
+            return False
+        del self._given_up[tag]
         self.dropped += 1
         return True
 
