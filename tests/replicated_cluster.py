@@ -7,16 +7,32 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import zmq
 
 import phpmq.protocol as p
 from harness import raw_dealer
+from phpmq import ClientError
 from phpmq.broker.shell.cluster_file import Replica
 from phpmq.testing import LocalCluster
 
 NODES = ("a", "b", "c")
+T = TypeVar("T")
+
+
+def until_done(call: Callable[[], T], within: float = 60.0) -> T:
+    """`call()` again after a ClientError (503 while a shard elects, Unconfirmed), as an
+    application would, for at most `within` seconds; what it returned."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return call()
+        except ClientError:
+            assert time.monotonic() < deadline, "never done"
+            time.sleep(0.2)
 
 
 class ReplicatedCluster(LocalCluster):

@@ -11,7 +11,6 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from harness import wait_for
 from lan import in_ci
 from phpmq import Client, ClientError
-from replicated_cluster import Producer, drain, replicated_cluster
+from replicated_cluster import Producer, drain, replicated_cluster, until_done
 
 pytestmark = [pytest.mark.xdist_group("replication"), pytest.mark.timeout(240)]
 
@@ -215,19 +214,6 @@ def test_events_reach_every_bound_queue_through_a_failover(tmp_path: Path) -> No
         for queue in queues:
             got = {c.decode() for c in drain(cluster.address("a"), [queue], expect=20)}
             assert {f"e-{i}" for i in range(20)} <= got, (queue, sorted(got))
-
-
-def until_done(call: Callable[[], object], within: float = 60.0) -> None:
-    """`call()` again after a ClientError (503 while a shard elects, Unconfirmed), as an
-    application would, for at most `within` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            call()
-            return
-        except ClientError:
-            assert time.monotonic() < deadline, "never done"
-            time.sleep(0.2)
 
 
 def test_a_schedule_runs_once_per_due_time_through_a_failover(tmp_path: Path) -> None:

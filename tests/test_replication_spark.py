@@ -15,7 +15,7 @@ import pytest
 
 from harness import wait_for
 from pipeline_harness import assert_exactly_once, skip_without_spark, to_parquet
-from replicated_cluster import ReplicatedCluster, replicated_cluster
+from replicated_cluster import ReplicatedCluster, replicated_cluster, until_done
 
 try:
     from pyspark.sql import SparkSession
@@ -46,7 +46,14 @@ def test_the_source_reads_exactly_once_through_a_failover(
         queue = cluster.queue_of(shard)
         entry, leader = entry_and_leader(cluster, shard)
         with Client(cluster.address(entry), confirm_timeout=10) as client:
-            sent = [client.send(queue, b"m-%05d" % i, confirm=True) for i in range(600)]
+            # Keyed and sent again until confirmed: a leader elected anew under load (its
+            # followers starved past the election timeout) loses an unconfirmed send.
+            sent = [
+                until_done(
+                    lambda i=i: client.send(queue, b"m-%05d" % i, confirm=True, key=f"m-{i}")
+                )
+                for i in range(600)
+            ]
         reader = spark.readStream.format("phpmq").option("broker", cluster.address(entry))
         frame = reader.option("queue", queue).options(
             maxRecordsPerTrigger="100", brokerTimeout="60s"
