@@ -167,12 +167,14 @@ class Intake:
         return self._queues.by_name.get(name)
 
     def take_run(self, peer: Peer, queue: Queue, ttl: int | None, run: SendRun) -> int:
-        """Put the run's contents into `queue` as as many 001s without headers or request
-        packets (`ttl` None: the stock form; a tag each or none; with tags, an idempotency key
-        each or none) that `on_send` would take, each as `put` would; returns how many were
-        handled: the rest, from the first the queue is full for or the broker over its memory
-        limit, are for `on_send` (a refusal, or room made)."""
+        """Put the run's contents into `queue` as as many 001s without request packets (`ttl`
+        None: the stock form; a tag each or none; with tags, an idempotency key each or none;
+        with keys, headers and a message key each or neither) that `on_send` would take, each
+        as `put` would; returns how many were handled: the rest, from the first the queue is
+        full for or the broker over its memory limit, are for `on_send` (a refusal, or room
+        made)."""
         contents, tags, keys = run.contents, run.tags, run.keys
+        headers, message_keys = run.headers or [], run.message_keys  # both, or neither
         if tags is not None:
             peer.opt_in()  # asking for an answer is speaking the extensions
         elif ttl is not None:
@@ -199,8 +201,12 @@ class Intake:
                     repeats += 1
                     continue
             message_id = new_id()
-            record = make(message_id + content, expires_at)
-            ctx.held_bytes += len(content) + RECORD_OVERHEAD_BYTES
+            if message_keys is None:
+                record = make(message_id + content, expires_at)
+                ctx.held_bytes += len(content) + RECORD_OVERHEAD_BYTES
+            else:
+                header, message_key = headers[taken], message_keys[taken]
+                record = self._keyed_record(message_id, content, expires_at, header, message_key)
             place(queue, record, False)
             journal_put(name, record, message_id, content)
             if watch is not None:
@@ -220,6 +226,23 @@ class Intake:
         if put and queue.windows:
             ctx.mark_dirty(queue)
         return taken
+
+    def _keyed_record(
+        self, message_id: bytes, content: bytes, expires_at: int, headers: bytes, message_key: bytes
+    ) -> Record:
+        """A record with the headers and message key of a send (either may be empty), counted
+        against memory as `put` counts it."""
+        if message_key:
+            record: Record = self._routed_record(
+                message_id + content, expires_at, message_key=message_key
+            )
+        else:
+            record = self._record(message_id + content, expires_at)
+        if headers:
+            record.headers = headers  # passed on untouched, never parsed
+        size = len(content) + len(message_key) + len(headers) + RECORD_OVERHEAD_BYTES
+        self._ctx.held_bytes += size
+        return record
 
     def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
         """`put` for a request (its reply route kept with it, §6.6) or a delayed send (§6.7)."""

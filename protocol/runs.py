@@ -25,6 +25,7 @@ from typing import NamedTuple
 from .constants import (
     MAX_INTEGER_DIGITS,
     MESSAGE_HEADER_BYTES,
+    MIN_CONTROL_PACKET_BYTES,
     PACKET_HEADER_BYTES,
     MessageType,
     PacketType,
@@ -45,9 +46,12 @@ _TTL_FIXED = b"P%02d%s" % (PacketType.TTL, _ZEROS)
 _ID_FIXED = b"P%02d%s" % (PacketType.MESSAGE_ID, _ZEROS)
 _TAG_FIXED = b"P%02d%s" % (PacketType.TAG, _ZEROS)
 _KEY_FIXED = b"P%02d%s" % (PacketType.KEY, _ZEROS)
+_HEADERS_FIXED = b"P%02d%s" % (PacketType.HEADERS, _ZEROS)
+_MESSAGE_KEY_FIXED = b"P%02d%s" % (PacketType.MESSAGE_KEY, _ZEROS)
 #: The headers of the forms `send_run` reads -> their packet counts: RUN_HEADERS' two,
-#: (QUEUE, CONTENT, TTL, TAG), a confirmed `send_many`'s, and that with a KEY (idempotent).
-SEND_RUN_HEADERS = {message_header(MessageType.SEND, count): count for count in (2, 3, 4, 5)}
+#: (QUEUE, CONTENT, TTL, TAG), a confirmed `send_many`'s, that with a KEY (idempotent), and
+#: that with HEADERS and a MESSAGE_KEY too (a Spark sink's keyed rows).
+SEND_RUN_HEADERS = {message_header(MessageType.SEND, count): count for count in (2, 3, 4, 5, 7)}
 #: The header of the 004 `ack_run` reads: (QUEUE, MESSAGE_ID).
 ACK_RUN_HEADER = message_header(MessageType.ACK, 2)
 #: Longest queue name and ID `ack_run` reads: longer ones (refused by the decoder when over
@@ -297,13 +301,17 @@ class SendRun(NamedTuple):
     tags: list[bytes] | None
     #: Each send's KEY packet's content (valid UTF-8), None in the forms without.
     keys: list[bytes] | None
-    #: The bytes of each send besides its content, its tag's digits and its key.
+    #: Each send's HEADERS and MESSAGE_KEY packets' contents, None in the forms without.
+    headers: list[bytes] | None
+    message_keys: list[bytes] | None
+    #: The bytes of each send besides its content, its tag's digits, its key, headers and
+    #: message key.
     overhead: int
 
     def offset_of(self, index: int) -> int:
         """Where send `index` starts in the frame."""
         varying = sum(map(len, self.contents[:index]))
-        for parts in (self.tags, self.keys):
+        for parts in (self.tags, self.keys, self.headers, self.message_keys):
             if parts is not None:
                 varying += sum(map(len, parts[:index]))
         return self.overhead * index + varying
@@ -312,8 +320,9 @@ class SendRun(NamedTuple):
 def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
     """The sends of `data` when it is made only of whole canonical 001s to one queue
     (SEND_RUN_HEADERS: the stock form, the README's with one TTL for all, and that one with a
-    TAG each, as `send_many` packs confirmed sends, and a KEY each too): a producer's frame.
-    Read by their headers; None for anything else (the decoder then reads the frame)."""
+    TAG each, as `send_many` packs confirmed sends, a KEY each too, and HEADERS and a
+    MESSAGE_KEY each too): a producer's frame. Read by their headers; None for anything else
+    (the decoder then reads the frame, and refuses what it refuses)."""
     form = SEND_RUN_HEADERS.get(data[:MESSAGE_HEADER_BYTES])
     if form is None:
         return None
@@ -322,11 +331,14 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
         return None
     head_length = MESSAGE_HEADER_BYTES + PACKET_HEADER_BYTES + queue_length
     head = data[:head_length]
-    with_ttl, tagged, keyed = form > 2, form > 3, form > 4
+    with_ttl, tagged, keyed, extras = form > 2, form > 3, form > 4, form > 5
     tail = b""
     contents: list[bytes] = []
     tags: list[bytes] | None = [] if tagged else None
     keys: list[bytes] | None = [] if keyed else None
+    headers: list[bytes] | None = [] if extras else None
+    message_keys: list[bytes] | None = [] if extras else None
+    message_key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
     lengths = _content_lengths
     end = len(data)
     pos = 0
@@ -355,23 +367,67 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
                 return None
             pos += len(tail)
         if tags is not None:
-            tag = _number_packet_at(data, pos, _TAG_FIXED)
-            if not tag:
-                return None
-            tags.append(tag[PACKET_HEADER_BYTES:])
-            pos += len(tag)
-        if keys is not None:
-            key_length = _length_at(data, pos, _KEY_FIXED)
             start = pos + PACKET_HEADER_BYTES
-            pos = start + key_length
-            if not 0 <= key_length <= _RUN_MAX_KEY_BYTES or pos > end:
+            length = _tag_lengths[data[pos:start]]
+            pos = start + length
+            tag = data[start:pos]
+            if not 1 <= length <= MAX_INTEGER_DIGITS or len(tag) != length or not tag.isdigit():
+                return None  # (what the decoder takes as a number: 1-18 digits)
+            tags.append(tag)
+        if keys is not None:
+            pos = _packet_into(keys, data, pos, _key_lengths, _RUN_MAX_KEY_BYTES)
+            if pos < 0:
                 return None
-            keys.append(data[start:pos])
+        if headers is not None and message_keys is not None:
+            pos = _packet_into(headers, data, pos, _headers_lengths, max_content_bytes)
+            if pos < 0:
+                return None
+            pos = _packet_into(message_keys, data, pos, _message_key_lengths, message_key_limit)
+            if pos < 0:
+                return None
     if pos != end or (keys and not _all_utf8(keys)):
         return None
     queue = data[head_length - queue_length : head_length]
-    overhead = head_length + PACKET_HEADER_BYTES * (1 + tagged + keyed) + len(tail)
-    return SendRun(queue, tail[PACKET_HEADER_BYTES:], contents, tags, keys, overhead)
+    packets = 1 + tagged + keyed + 2 * extras
+    overhead = head_length + PACKET_HEADER_BYTES * packets + len(tail)
+    return SendRun(
+        queue, tail[PACKET_HEADER_BYTES:], contents, tags, keys, headers, message_keys, overhead
+    )
+
+
+class _Lengths(dict[bytes, int]):
+    """Packet headers of one type -> their lengths, as read once (most repeat: keys and
+    headers of a few sizes); bounded as the others. -1: not a header of this type."""
+
+    __slots__ = ("fixed",)
+
+    def __init__(self, fixed: bytes) -> None:
+        super().__init__()
+        self.fixed = fixed
+
+    def __missing__(self, header: bytes) -> int:
+        length = _length_at(header, 0, self.fixed)
+        if length >= 0 and len(self) < MAX_REMEMBERED_LENGTHS:
+            self[header] = length
+        return length
+
+
+_tag_lengths = _Lengths(_TAG_FIXED)
+_key_lengths = _Lengths(_KEY_FIXED)
+_headers_lengths = _Lengths(_HEADERS_FIXED)
+_message_key_lengths = _Lengths(_MESSAGE_KEY_FIXED)
+
+
+def _packet_into(parts: list[bytes], data: bytes, pos: int, lengths: _Lengths, limit: int) -> int:
+    """The content of the packet of `lengths`' type at `pos` onto `parts`, if it is whole and
+    at most `limit` bytes: where it ends, else -1."""
+    start = pos + PACKET_HEADER_BYTES
+    length = lengths[data[pos:start]]
+    end = start + length
+    if not 0 <= length <= limit or end > len(data):
+        return -1
+    parts.append(data[start:end])
+    return end
 
 
 def _all_utf8(parts: list[bytes]) -> bool:

@@ -129,8 +129,9 @@ def test_a_cut_short_ack_run_is_left_to_the_decoder() -> None:
 
 
 #: One frame of a producer: (its queue, its TTL: None the stock form, its contents' sizes,
-#: whether each send has a tag (a confirmed send's), and an idempotency key: None, or which of
-#: a few each send takes, "" the bad one).
+#: whether each send has a tag (a confirmed send's), an idempotency key: None, or which of
+#: a few each send takes, "" the bad one; and with keys, whether each send has headers and a
+#: message key, either of them possibly empty, as a Spark sink's keyed rows).
 send_frames = st.tuples(
     st.sampled_from(["a", "b", "bad name", "new"]),
     st.sampled_from([None, 0, 30]),
@@ -138,6 +139,12 @@ send_frames = st.tuples(
     st.booleans(),
     st.none()
     | st.lists(st.sampled_from(["k1", "k2", "k3", "", "k\u00e9"]), min_size=20, max_size=20),
+    st.none()
+    | st.lists(
+        st.tuples(st.sampled_from([b"", b'{"n":"1"}']), st.sampled_from([b"", b"mk", b"\xff"])),
+        min_size=20,
+        max_size=20,
+    ),
 )
 send_scenarios = st.fixed_dictionaries(
     {
@@ -168,11 +175,13 @@ def _play_sends(scenario: dict[str, Any]) -> tuple[list, dict]:
         core.send(PRODUCER, p.Hello(scenario["hello"]))
     received = []
     tags = iter(range(5, 10**6, 7))
-    for n, (queue, ttl, sizes, tagged, keys) in enumerate(scenario["frames"]):
+    for n, (queue, ttl, sizes, tagged, keys, extras) in enumerate(scenario["frames"]):
         frame = [
             p.Send(
                 queue, bytes([65 + n]) * size, ttl or 0, tag=next(tags),
                 key=None if keys is None else keys[i] and f"{keys[i]}{n % 2}",
+                headers=None if keys is None or extras is None else extras[i][0],
+                message_key=None if keys is None or extras is None else extras[i][1],
             )
             if tagged or keys is not None
             else p.Send(queue, bytes([65 + n]) * size, ttl)
@@ -192,7 +201,10 @@ def _play_sends(scenario: dict[str, Any]) -> tuple[list, dict]:
             name: (queue.ready_count, queue.published, queue.refused, len(queue.dead))
             for name, queue in queues.items()
         },
-        "contents": {name: [r.content for r in queues[name].ready] for name in queues},
+        "contents": {
+            name: [(r.content, r.headers, r.message_key) for r in queues[name].ready]
+            for name in queues
+        },
         "held_bytes": core.core.ctx.held_bytes,
     }
     return received, figures
@@ -231,7 +243,14 @@ def test_a_producers_sends_are_read_without_a_message_object(
     core.send(PRODUCER, *[p.Send("jobs", b"y" * n, 60) for n in range(5)])
     confirms = core.send(PRODUCER, *[p.Send("jobs", b"z", 0, tag=n * 100) for n in range(5)])
     assert [c.tag for c in confirms] == [0, 100, 200, 300, 400]
-    assert core.core.counters.received == 16 and core.stats("jobs")["ready"] == 16
+    rows = [
+        p.Send("jobs", b"r", 0, tag=n, key=f"k{n}", headers=b'{"n":"1"}', message_key=b"m")
+        for n in range(5)
+    ]
+    assert len(core.send(PRODUCER, *rows)) == 5  # a Spark sink's keyed rows: confirmed
+    assert core.core.counters.received == 21 and core.stats("jobs")["ready"] == 21
+    kept = core.core.queues["jobs"].ready[-1]
+    assert (kept.headers, kept.message_key) == (b'{"n":"1"}', b"m")
 
 
 @pytest.mark.parametrize(

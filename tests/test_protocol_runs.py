@@ -188,12 +188,32 @@ one_send = st.builds(
     ttls,
     st.none() | st.integers(0, 10**6),
 )
+#: A confirmed, idempotent send, with headers and a message key or not (a Spark sink's row).
+one_keyed_send = st.builds(
+    lambda q, c, ttl, tag, key, headers, message_key: [
+        p.encode(
+            p.Send(q, c, ttl or 0, tag=tag, key=key, headers=headers, message_key=message_key)
+        )
+    ],
+    queues,
+    contents,
+    ttls,
+    st.integers(0, 10**6),
+    st.sampled_from(["k", "k2", "\u00e9"]),
+    st.none() | st.sampled_from([b"", b'{"a":"b"}']),
+    st.none() | st.sampled_from([b"", b"m", b"\xff\x00"]),
+)
 one_ack = st.builds(lambda q, i: [p.encode(p.Ack(q, i))], queues, ids)
 one_confirm = st.builds(lambda i, tag: [p.encode_confirm(i, tag)], ids, st.integers(0, 10**6))
 #: Frames of one kind (runs, or nearly) and mixed ones.
 run_frames = st.one_of(
-    *(st.lists(kind, min_size=2, max_size=6) for kind in (one_send, one_ack, one_confirm)),
-    st.lists(st.one_of(one_send, one_ack, one_confirm, others), min_size=1, max_size=10),
+    *(
+        st.lists(kind, min_size=2, max_size=6)
+        for kind in (one_send, one_keyed_send, one_ack, one_confirm)
+    ),
+    st.lists(
+        st.one_of(one_send, one_keyed_send, one_ack, one_confirm, others), min_size=1, max_size=10
+    ),
 )
 
 
@@ -232,6 +252,13 @@ def test_the_run_readers_read_what_the_decoder_reads(parts: list, cut: int) -> N
         assert sends.contents == [m.content for m in decoded]
         tags = [m.tag for m in decoded]
         assert sends.tags == (None if tags[0] is None else [b"%d" % t for t in tags])
+        keys = [m.key for m in decoded]
+        assert sends.keys == (None if keys[0] is None else [k.encode() for k in keys])
+        headers = [m.headers for m in decoded]
+        message_keys = [m.message_key for m in decoded]
+        assert (sends.headers, sends.message_keys) == (
+            (None, None) if headers[0] is None else (headers, message_keys)
+        )
         starts = [0]
         for message in decoded[:-1]:
             starts.append(starts[-1] + len(p.encode(message)))
