@@ -124,3 +124,50 @@ def test_a_command_after_one_given_up_on_gets_its_own_answer_from_a_real_broker(
         with pytest.raises(ClientError, match="no answer"):
             client.admin("stats", timeout=1e-9)
         assert client.admin("queue-peek", queue="orders")["queue"] == "orders"
+
+
+@pytest.mark.parametrize("driver", ["sync", "asyncio"])
+def test_leases_and_key_holds_have_typed_methods_on_both_clients(
+    broker: BrokerProcess, driver: str
+) -> None:
+    """What `phpmq queue leases/release` and `phpmq keys holds/release` call."""
+    with broker.client() as client:
+        client.send_many("events", [b"a", b"b", b"c"], confirm=True)
+        leased = client.admin("lease", queue="events", lease="r/1", max_messages=2, max_bytes=1024)
+        assert leased["messages"] == 2
+        client.admin("key-hold", scope="query-1", queue="out")
+        client.send("out", b"row", confirm=True, key="query-1/0/0/0")
+
+    def check(leases: dict, released: int, holds: dict, keys_released: int) -> None:
+        [lease] = leases["leases"]
+        assert (lease["queue"], lease["lease"], lease["messages"]) == ("events", "r/1", 2)
+        assert released == 2
+        [hold] = holds["holds"]
+        assert (hold["scope"], hold["held_keys"]) == ("query-1", 1)
+        assert keys_released == 1
+
+    if driver == "sync":
+        with Client(broker.address) as client:
+            check(
+                client.leases("events"),
+                client.release_lease("events", "r/1"),
+                client.key_holds(),
+                client.release_key_hold("query-1"),
+            )
+            assert client.release_lease("events", "r/1") == 0 and client.leases()["leases"] == []
+        return
+
+    async def run() -> None:
+        client = AsyncClient(broker.address)
+        try:
+            check(
+                await client.leases("events"),
+                await client.release_lease("events", "r/1"),
+                await client.key_holds(),
+                await client.release_key_hold("query-1"),
+            )
+            assert await client.release_lease("events", "r/1") == 0
+        finally:
+            await client.close()
+
+    asyncio.run(run())

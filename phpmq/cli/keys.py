@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from ..protocol import admin_commands as cmd
 from .shared import broker_option, fail, refusal_fails, timeout_option, with_client
 
 
@@ -30,11 +29,7 @@ def holds(address: str, timeout: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    result = with_client(
-        address,
-        timeout,
-        lambda c: refusal_fails(lambda: c.admin_pages(cmd.KEY_HOLDS, "holds", timeout)),
-    )
+    result = with_client(address, timeout, lambda c: refusal_fails(lambda: c.key_holds(timeout)))
     table = Table(title=f"key holds on {address}")
     for column in ("scope", "committed", "held keys", "batches", "owner", "made"):
         table.add_column(column, justify="right" if column == "held keys" else "left")
@@ -58,10 +53,10 @@ def release(address: str, timeout: float, scope: str, yes: bool) -> None:
     from now, then go. A query that runs again later may then queue its last batch twice."""
     if not yes:
         click.confirm(f"Release key hold {scope} on {address}?", abort=True)
-    result = with_client(
-        address, timeout, lambda c: refusal_fails(lambda: c.admin(cmd.KEY_RELEASE, scope=scope))
+    released = with_client(
+        address, timeout, lambda c: refusal_fails(lambda: c.release_key_hold(scope, timeout))
     )
-    click.echo(f"released key hold {scope!r}: {result['released']} key(s) get the window")
+    click.echo(f"released key hold {scope!r}: {released} key(s) get the window")
 
 
 @keys.command()

@@ -126,11 +126,8 @@ def queue_leases(address: str, timeout: float, name: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    options = {"queue": name} if name else {}
     result = with_client(
-        address,
-        timeout,
-        lambda c: refusal_fails(lambda: c.admin_pages("leases", "leases", timeout, **options)),
+        address, timeout, lambda c: refusal_fails(lambda: c.leases(name or None, timeout))
     )
     table = Table(title=f"batch leases on {address}")
     for column in ("queue", "lease", "messages", "bytes", "idle s", "timeout s"):
@@ -160,14 +157,12 @@ def queue_release(address: str, timeout: float, name: str, lease: str, yes: bool
     query still reading it fails (the lease is gone)."""
     if not yes:
         click.confirm(f"Release lease {lease} of {name} on {address}?", abort=True)
-    result = with_client(
-        address,
-        timeout,
-        lambda c: refusal_fails(lambda: c.admin("lease-release", queue=name, lease=lease)),
+    released = with_client(
+        address, timeout, lambda c: refusal_fails(lambda: c.release_lease(name, lease, timeout))
     )
-    if not result["released"]:
+    if not released:
         fail(f"no lease {lease!r} on queue {name!r} (committed, released or timed out)")
-    click.echo(f"released {result['released']} messages of lease {lease} back to {name}")
+    click.echo(f"released {released} messages of lease {lease} back to {name}")
 
 
 def _deleted(result: dict) -> str:

@@ -108,6 +108,32 @@ class AsyncAdmin:
         reply = await self.admin(cmd.DLQ_PURGE, queue=queue)
         return int(reply["purged"])
 
+    # ------------------------------------------------------------------ leases and holds
+
+    async def leases(self, queue: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
+        """The batch leases (a Spark source's micro-batches) of `queue`, or of every queue of
+        the shard asked: `leases` (`queue`, `lease`, `messages`, `bytes`, `idle_seconds`,
+        `timeout_ms`), however many pages they take."""
+        options = {} if queue is None else {"queue": queue}
+        return await self.admin_pages(cmd.LEASES, "leases", timeout, **options)
+
+    async def release_lease(self, queue: str, lease: str, timeout: float = 5.0) -> int:
+        """Put the messages of `queue`'s batch lease `lease` back at the head of the queue
+        now, as its timeout would; how many (0: no such lease, or committed already)."""
+        reply = await self.admin(cmd.LEASE_RELEASE, timeout, queue=queue, lease=lease)
+        return int(reply["released"])
+
+    async def key_holds(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The key holds (a Spark sink query's idempotency keys, kept until its next commit):
+        `holds` (`scope`, `committed`, `held_keys`, `batches`, `owner`, `created`) and
+        `held_keys`, however many pages they take."""
+        return await self.admin_pages(cmd.KEY_HOLDS, "holds", timeout)
+
+    async def release_key_hold(self, scope: str, timeout: float = 5.0) -> int:
+        """Drop the key hold `scope`: its keys get the dedup window from now; how many."""
+        reply = await self.admin(cmd.KEY_RELEASE, timeout, scope=scope)
+        return int(reply["released"])
+
     # ------------------------------------------------------------------ schedules
 
     async def schedule(
