@@ -171,3 +171,31 @@ def test_leases_and_key_holds_have_typed_methods_on_both_clients(
             await client.close()
 
     asyncio.run(run())
+
+
+def test_admin_commands_of_many_tasks_at_once_each_get_their_own_answer(
+    broker: BrokerProcess,
+) -> None:
+    """The web console polls `stats` while a page asks `schedule-list` on the same client:
+    each gets its own answer (a page once showed a KeyError for the stats it was given)."""
+
+    async def run() -> list[tuple[str, dict[str, Any]]]:
+        client = AsyncClient(broker.address)
+        try:
+            await client.send("orders", b"x", confirm=True)
+            asked = ["stats", "schedule-list", "queue-peek"] * 5
+            answers = await asyncio.gather(
+                *(
+                    client.admin(
+                        command, timeout=10, **({"queue": "orders"} if "peek" in command else {})
+                    )
+                    for command in asked
+                )
+            )
+            return list(zip(asked, answers, strict=True))
+        finally:
+            await client.close()
+
+    for command, answer in asyncio.run(run()):
+        expected = {"stats": "counters", "schedule-list": "schedules", "queue-peek": "entries"}
+        assert expected[command] in answer, (command, sorted(answer))

@@ -124,6 +124,7 @@ def console(broker: str, log_path: Path, *flags: str) -> Iterator[ConsoleProcess
         yield process
     finally:
         process.stop()
+        print(f"--- {log_path.name}:\n{process.log()}")  # shown if the test failed
 
 
 class Session:

@@ -35,7 +35,7 @@ class AsyncAdmin:
                 return await link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
-        async with self._lock:
+        async with self._admin_lock, self._lock:
             await self._read_available()
             await self._send_frame(connection.admin(command, options))
             sent_on = self._reconnected

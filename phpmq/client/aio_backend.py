@@ -33,6 +33,12 @@ def client_locks() -> tuple[contextlib.nullcontext[None], asyncio.Lock]:
     return contextlib.nullcontext(), asyncio.Lock()
 
 
+def admin_lock() -> asyncio.Lock:
+    """One ADMIN at a time per client: a connection awaits one reply, the one with the ref
+    of its last command, so two tasks' commands at once would each drop the other's."""
+    return asyncio.Lock()
+
+
 def sending(send_lock: asyncio.Lock) -> bool:
     """Whether another task is handing a frame to the socket now (a send that would not wait
     leaves it to the next wait)."""

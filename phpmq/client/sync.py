@@ -109,6 +109,7 @@ class Client(
             address, connection, settings, routed_by=_routed_by, follow_leader=follow_leader
         )
         self._lock, self._send_lock = backend.client_locks()
+        self._admin_lock = backend.admin_lock()
         self._dealer = self._connect()
         self._in_flight = backend.InFlight(self)  # requests (sync_requests.py)
         self._init_background()

@@ -35,7 +35,7 @@ class SyncAdmin:
                 return link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
-        with self._lock:
+        with self._admin_lock, self._lock:
             self._read_available()
             self._send_frame(connection.admin(command, options))
             sent_on = self._reconnected

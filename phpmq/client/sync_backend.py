@@ -42,6 +42,12 @@ def client_locks() -> tuple[threading.RLock, threading.RLock]:
     return lock, lock
 
 
+def admin_lock() -> contextlib.nullcontext[None]:
+    """One ADMIN at a time per client: the client's lock, which the command holds, is that
+    already."""
+    return contextlib.nullcontext()
+
+
 def sending(send_lock: threading.RLock) -> bool:
     """False: whoever asks holds the lock itself, so no other thread is mid-send."""
     return False
