@@ -85,10 +85,11 @@ def free_ports(count: int) -> str:
 
 
 def _free_run(count: int) -> int:
-    """The first of `count` consecutive ports that can all be bound, below the ephemeral range."""
-    highest = _ephemeral_start() - count
+    """The first of `count` consecutive ports that can all be bound, below the ephemeral range
+    (in this pytest-xdist worker's slice of it)."""
+    lowest, highest = _picked_range(count)
     while True:
-        port = random.randint(LOWEST_PICKED_PORT, highest)
+        port = random.randint(lowest, highest)
         try:
             for offset in range(count):
                 with socket.socket() as probe:
@@ -96,6 +97,21 @@ def _free_run(count: int) -> int:
             return port
         except OSError:
             continue
+
+
+def _picked_range(count: int) -> tuple[int, int]:
+    """Where a run of `count` ports is picked from: below the ephemeral range, and under
+    pytest-xdist in the calling worker's own slice of it, so that two workers never race
+    for a port (a broker killed and started again on its port found it taken by another
+    worker's pick)."""
+    lowest, highest = LOWEST_PICKED_PORT, _ephemeral_start() - count
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker[:2] == "gw" and worker[2:].isdigit() and workers.isdigit() and int(workers) > 1:
+        width = (highest + count - lowest) // int(workers)
+        lowest += int(worker[2:]) % int(workers) * width
+        highest = lowest + width - count
+    return lowest, highest
 
 
 def _ephemeral_start() -> int:

@@ -412,3 +412,23 @@ def test_router_socket_is_mandatory_and_bounded(broker: BrokerProcess) -> None:
         stats = broker.stats()["queues"]["flood"]
         assert stats["in_flight"] == 1000
         assert stats["ready"] == 2000
+
+
+def test_each_xdist_worker_picks_ports_from_its_own_slice(monkeypatch) -> None:
+    """Two workers never race for a port: a broker killed and started again on its port once
+    found it taken by another worker's pick."""
+    from itertools import pairwise
+
+    from phpmq.testing import _picked_range, free_ports
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    slices = []
+    for worker in range(4):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
+        slices.append(_picked_range(3))
+        first = int(free_ports(3).rpartition(":")[2])
+        assert slices[-1][0] <= first <= slices[-1][1]
+    for (_, high), (low, _) in pairwise(slices):
+        assert high + 3 <= low  # a run of three from one slice ends before the next begins
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert _picked_range(1)[0] == slices[0][0]  # one process: the whole range
