@@ -325,3 +325,35 @@ def test_publishes_waiting_for_their_copies_count_against_the_key_s_quota() -> N
     got = [m for peer, f in entry.end_turn().frames if peer == PEER for m in p.decode_frame(f)[0]]
     [error] = [m for m in got if type(m) is p.Error]
     assert error.tag == 3 and error.code == 429 and "quota_publishes is 2" in error.reason
+
+
+def test_forwarded_admin_commands_are_answered_with_their_refs_even_when_the_owner_is_lost() -> (
+    None
+):
+    """docs/protocol.md §9 `ref`: the owner's answer carries it; so do the entry shard's own
+    503s, for a command to an owner that is down and for commands a lost owner never answered
+    (each with its own ref, in order)."""
+    pair = Pair()
+    pair.peer_turn(p.Send(REMOTE, b"x", 0))
+    [answered] = pair.peer_turn(p.Admin({"command": "queue-peek", "queue": REMOTE, "ref": 7}))
+    assert answered.options["ref"] == 7 and "error" not in answered.options, answered
+    entry = pair.entry.core
+    entry.begin_turn()  # two commands forwarded, and the owner never answers them
+    entry.handle_frame(
+        PEER,
+        p.encode_all(
+            [p.Admin({"command": "queue-peek", "queue": REMOTE, "ref": ref}) for ref in (8, 9)]
+        ),
+    )
+    assert entry.end_turn().forwards
+    entry.forwarding.link_down("t/1", "silent for 3.2s")  # type: ignore[union-attr]
+    entry.begin_turn()
+    lost = [
+        m
+        for peer, frame in entry.end_turn().frames
+        if peer == PEER
+        for m in p.decode_frame(frame)[0]
+    ]
+    assert [(m.options["ref"], m.options["error"]["code"]) for m in lost] == [(8, 503), (9, 503)]
+    [down] = pair.peer_turn(p.Admin({"command": "queue-peek", "queue": REMOTE, "ref": 10}))
+    assert down.options["ref"] == 10 and down.options["error"]["code"] == 503, down
