@@ -285,10 +285,6 @@ def ack_run(data: bytes) -> tuple[bytes, list[bytes]] | None:
     return queue, [data[at : at + id_length] for at in range(head_length, end, stride)]
 
 
-#: Content packet headers `send_run` has read -> their lengths: bounded as the others.
-_content_lengths: dict[bytes, int] = {}
-
-
 class SendRun(NamedTuple):
     """A frame of plain sends to one queue, read by `send_run`."""
 
@@ -347,13 +343,9 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
             return None
         start = pos + head_length + PACKET_HEADER_BYTES
         header = data[start - PACKET_HEADER_BYTES : start]
-        length = lengths.get(header, -1)
+        length = lengths[header]
         if length < 0:
-            length = _length_at(header, 0, _CONTENT_FIXED)
-            if length < 0:
-                return None
-            if len(lengths) < MAX_REMEMBERED_LENGTHS:
-                lengths[header] = length
+            return None
         pos = start + length
         if length > max_content_bytes or pos > end:
             return None
@@ -412,6 +404,8 @@ class _Lengths(dict[bytes, int]):
         return length
 
 
+#: The packet headers `send_run` has read, per type.
+_content_lengths = _Lengths(_CONTENT_FIXED)
 _tag_lengths = _Lengths(_TAG_FIXED)
 _key_lengths = _Lengths(_KEY_FIXED)
 _headers_lengths = _Lengths(_HEADERS_FIXED)

@@ -47,7 +47,7 @@ _headers = msgspec.json.Encoder()
 class Requests:
     """The requests one connection has in flight, by correlation."""
 
-    __slots__ = ("_correlations", "_given_up", "_outcomes", "_tags", "dropped", "notify")
+    __slots__ = ("_correlations", "_closed", "_outcomes", "_tags", "dropped", "notify")
 
     def __init__(self) -> None:
         self._correlations = itertools.count(1)
@@ -57,7 +57,7 @@ class Requests:
         self._tags: dict[int, str] = {}
         #: Tags of the latest requests done without a refusal (timed out, answered, lost): a
         #: refusal of one that comes after is dropped, its requester told already.
-        self._given_up: dict[int, None] = {}
+        self._closed: dict[int, None] = {}
         #: Replies (and refusals) no request awaited: late (after a timeout), repeated, or
         #: unknown.
         self.dropped = 0
@@ -86,10 +86,10 @@ class Requests:
         self._tags.pop(tag, None)
         outcome = self._outcomes.pop(correlation, None)
         if type(outcome) is not Error:
-            given_up = self._given_up
-            if len(given_up) >= MAX_GIVEN_UP:
-                del given_up[next(iter(given_up))]
-            given_up[tag] = None
+            closed = self._closed
+            if len(closed) >= MAX_GIVEN_UP:
+                del closed[next(iter(closed))]
+            closed[tag] = None
         return outcome
 
     def late_refusal(self, error: Error) -> bool:
@@ -106,9 +106,9 @@ class Requests:
             else:
                 self.dropped += 1
             return True
-        if tag not in self._given_up:
+        if tag not in self._closed:
             return False
-        del self._given_up[tag]
+        del self._closed[tag]
         self.dropped += 1
         return True
 
