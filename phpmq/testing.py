@@ -65,6 +65,27 @@ LOWEST_PICKED_PORT = 10_000
 EPHEMERAL_START_DEFAULT = 32_768
 
 
+def process_state(pid: int) -> str:
+    """The process's state letter from /proc (R, S, D, T, t, Z, ...); "X": no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "X"
+    return stat.rpartition(")")[2].split()[0]
+
+
+def _stopped(pid: int, deadline: float) -> bool:
+    """Wait for a process sent SIGSTOP to be stopped: True once it is, False if it is gone
+    (exited, or a zombie) or still runs at `deadline`."""
+    while True:
+        state = process_state(pid)
+        if state in "Tt":
+            return True
+        if state in "XZ" or time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago, for what must know its port before
     it binds: a broker that comes back at the same address after a restart, a cluster file,
@@ -478,19 +499,33 @@ class LocalCluster:
     def pid(self, replica: Any, timeout: float = 10.0) -> int:
         """The process id of the replica's latest start (its node's ready file, which the
         supervisor writes again once a restarted replica serves: waited for, up to
-        `timeout`, while the file still names a process that is gone)."""
+        `timeout`, while the file still names a process that is gone or a zombie: one that
+        exited and that its supervisor has not reaped yet, which no signal reaches)."""
         deadline = time.monotonic() + timeout
         while True:
             endpoints = self.nodes[replica.node].ready_endpoints() or {}
             for shard in endpoints.get("shards", []):
-                if shard["shard"] == replica.shard and Path(f"/proc/{shard['pid']}").exists():
+                if shard["shard"] == replica.shard and process_state(shard["pid"]) not in "XZ":
                     return int(shard["pid"])
             if time.monotonic() > deadline:
                 raise LookupError(f"replica of {replica.shard} on {replica.node} is not serving")
             time.sleep(0.05)
 
-    def signal(self, replica: Any, signum: int) -> None:
-        os.kill(self.pid(replica), signum)
+    def signal(self, replica: Any, signum: int, timeout: float = 10.0) -> None:
+        """Send `signum` to the replica's process. SIGSTOP returns once the process is
+        stopped; if it exited first (a replica that handed leadership on restarts), the
+        signal goes to its next start."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pid = self.pid(replica, timeout=max(deadline - time.monotonic(), 0.0))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+                if signum != signal.SIGSTOP:
+                    return
+                if _stopped(pid, deadline):
+                    return
+            if time.monotonic() > deadline:
+                raise LookupError(f"replica of {replica.shard} on {replica.node} did not stop")
 
     def kill_node(self, node: str) -> None:
         """kill -9 the node's supervisor and every replica process of it at once: the host

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness import wait_for
 from phpmq import Client
-from phpmq.testing import ANY_PORT, BrokerProcess, BrokerStartError
+from phpmq.testing import (
+    ANY_PORT,
+    BrokerProcess,
+    BrokerStartError,
+    LocalCluster,
+    _stopped,
+    process_state,
+)
 
 #: Far below start_timeout: a broker that fails at start-up is reported, not waited for.
 START_FAILURE_BOUND_S = 8.0
@@ -105,3 +116,51 @@ def test_kill_is_a_crash() -> None:
     broker = BrokerProcess()
     assert broker.kill() == -signal.SIGKILL
     assert broker.stop() == -signal.SIGKILL  # already gone: nothing more to do
+
+
+def test_process_states_tell_a_stopped_process_and_a_zombie_from_a_running_one() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert process_state(child.pid) in "RS"
+        child.send_signal(signal.SIGSTOP)
+        assert _stopped(child.pid, time.monotonic() + 5)
+        child.send_signal(signal.SIGKILL)
+        wait_for(lambda: process_state(child.pid) == "Z", "the unreaped child to be a zombie")
+        assert not _stopped(child.pid, time.monotonic() + 5)  # no signal reaches a zombie
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) == "X"
+
+
+class _ReadyFile:
+    """A node's ready file as its supervisor rewrites it: the replica's pid of each start."""
+
+    def __init__(self, shard: str, pid: int) -> None:
+        self.shard, self.pid = shard, pid
+
+    def ready_endpoints(self) -> dict[str, Any]:
+        return {"shards": [{"shard": self.shard, "pid": self.pid}]}
+
+
+def test_a_replica_is_signalled_at_its_next_start_when_the_file_names_a_zombie(
+    tmp_path: Path,
+) -> None:
+    """A replica that handed leadership on exits and is restarted: until its supervisor
+    reaps it, the ready file names a zombie, which a SIGSTOP would not stop (the restarted
+    replica would then serve, unpaused, a test that thinks it paused)."""
+    cluster = LocalCluster(tmp_path)
+    replica = cluster.replica_sets["a/0"][1]
+    exited = subprocess.Popen(["true"])
+    wait_for(lambda: process_state(exited.pid) == "Z", "the exited replica to be a zombie")
+    restarted = subprocess.Popen(["sleep", "30"])
+    ready = _ReadyFile(replica.shard, exited.pid)
+    cluster.nodes[replica.node] = ready  # type: ignore[assignment]
+    threading.Timer(0.3, lambda: setattr(ready, "pid", restarted.pid)).start()
+    try:
+        cluster.signal(replica, signal.SIGSTOP)
+        assert process_state(restarted.pid) == "T"
+    finally:
+        for child in (exited, restarted):
+            child.kill()
+            child.wait()
