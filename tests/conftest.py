@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cpu_accounting
 import pytest
 from driven import connect
 
@@ -77,6 +78,21 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.stop()
+
+
+#: Where each test's CPU is written (tests/cpu_accounting.py); unset: not measured.
+CPU_LOG = os.environ.get("PHPMQ_TEST_CPU")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if CPU_LOG is None:
+        return (yield)
+    before = cpu_accounting.cpu_now()
+    try:
+        return (yield)
+    finally:
+        cpu_accounting.record(CPU_LOG, item.nodeid, before, cpu_accounting.cpu_now())
 
 
 #: The xdist groups whose tests share the process's local Spark (the `spark` fixture).

@@ -6,6 +6,8 @@ queue and read a late `stats` as the purge's answer)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -199,3 +201,48 @@ def test_admin_commands_of_many_tasks_at_once_each_get_their_own_answer(
     for command, answer in asyncio.run(run()):
         expected = {"stats": "counters", "schedule-list": "schedules", "queue-peek": "entries"}
         assert expected[command] in answer, (command, sorted(answer))
+
+
+def test_a_command_that_waited_its_whole_timeout_for_the_client_is_not_sent(
+    broker: BrokerProcess,
+) -> None:
+    """A purge queued behind another command of the same client for longer than its timeout
+    is refused without being sent: no one would be waiting for its answer, so the caller
+    must be able to tell that it did not run."""
+
+    def ready() -> int:
+        return broker.stats()["queues"]["orders"]["ready"]
+
+    with Client(broker.address) as client:
+        client.send("orders", b"x", confirm=True)
+        failures: list[BaseException] = []
+
+        def purge() -> None:
+            try:
+                client.admin("queue-purge", timeout=0.3, queue="orders")
+            except ClientError as exc:
+                failures.append(exc)
+
+        with client._lock:  # another thread's command holds the client
+            waiting = threading.Thread(target=purge)
+            waiting.start()
+            time.sleep(0.6)
+        waiting.join(10)
+        assert len(failures) == 1 and "was not sent" in str(failures[0])
+    assert ready() == 1
+
+    async def run() -> None:
+        client = AsyncClient(broker.address)
+        try:
+            async with client._admin_lock:  # another task's command holds the client
+                purge = asyncio.create_task(
+                    client.admin("queue-purge", timeout=0.3, queue="orders")
+                )
+                await asyncio.sleep(0.6)
+            with pytest.raises(ClientError, match="was not sent"):
+                await purge
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+    assert ready() == 1

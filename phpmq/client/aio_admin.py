@@ -11,6 +11,7 @@ from typing import Any
 
 from ..protocol import ErrorCode
 from ..protocol import admin_commands as cmd
+from . import aio_backend as backend
 from .errors import BrokerRefused, ClientError
 from .schedules import Duration, schedule_options
 
@@ -26,7 +27,8 @@ class AsyncAdmin:
 
         Raises:
             BrokerRefused: the broker refused the command (bad command or options).
-            ClientError: no answer within `timeout` seconds.
+            ClientError: no answer within `timeout` seconds, or the command was not sent: the
+                client's other admin commands (one at a time) took the whole `timeout`.
         """
         queue = options.get("queue")
         if self._routing is not None and isinstance(queue, str) and command != cmd.STATS:
@@ -35,7 +37,7 @@ class AsyncAdmin:
                 return await link.admin(command, timeout, **options)
         connection = self._connection
         deadline = time.monotonic() + timeout
-        async with self._admin_lock, self._lock:
+        async with backend.admin_turn(self._admin_lock, self._lock, timeout, command):
             await self._read_available()
             await self._send_frame(connection.admin(command, options))
             sent_on = self._reconnected

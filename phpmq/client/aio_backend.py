@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import zmq
@@ -37,6 +38,32 @@ def admin_lock() -> asyncio.Lock:
     """One ADMIN at a time per client: a connection awaits one reply, the one with the ref
     of its last command, so two tasks' commands at once would each drop the other's."""
     return asyncio.Lock()
+
+
+@contextlib.asynccontextmanager
+async def admin_turn(
+    admin_lock: asyncio.Lock, _client_lock: object, timeout: float, command: str
+) -> AsyncIterator[None]:
+    """Holds `admin_lock` for one command. Waited for more than `timeout` seconds (another
+    task's commands held it), the command is not sent: it would run with no one waiting for
+    its answer, and the caller could not tell."""
+    if not admin_lock.locked():
+        await admin_lock.acquire()  # free: taken at once, however short the timeout
+    else:
+        try:
+            await asyncio.wait_for(admin_lock.acquire(), timeout)
+        except TimeoutError:
+            raise _admin_not_sent(command, timeout) from None
+    try:
+        yield
+    finally:
+        admin_lock.release()
+
+
+def _admin_not_sent(command: str, timeout: float) -> ClientError:
+    return ClientError(
+        f"{command} was not sent: the client's other admin commands took the whole {timeout}s"
+    )
 
 
 def sending(send_lock: asyncio.Lock) -> bool:

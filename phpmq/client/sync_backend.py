@@ -13,11 +13,13 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import zmq
 
 from .dealer import Dealer as Dealer
+from .errors import ClientError
 
 log = logging.getLogger("phpmq.client")
 
@@ -46,6 +48,23 @@ def admin_lock() -> contextlib.nullcontext[None]:
     """One ADMIN at a time per client: the client's lock, which the command holds, is that
     already."""
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def admin_turn(
+    _admin_lock: object, client_lock: threading.RLock, timeout: float, command: str
+) -> Iterator[None]:
+    """Holds the client's lock for one command. Waited for more than `timeout` seconds
+    (another thread's calls held it), the command is not sent: it would run with no one
+    waiting for its answer, and the caller could not tell."""
+    if not client_lock.acquire(timeout=max(timeout, 0.0)):
+        raise ClientError(
+            f"{command} was not sent: the client's other calls took the whole {timeout}s"
+        )
+    try:
+        yield
+    finally:
+        client_lock.release()
 
 
 def sending(send_lock: threading.RLock) -> bool:
