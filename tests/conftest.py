@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,11 +89,11 @@ CPU_LOG = os.environ.get("PHPMQ_TEST_CPU")
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     if CPU_LOG is None:
         return (yield)
-    before = cpu_accounting.cpu_now()
+    start, before = time.monotonic(), cpu_accounting.cpu_now()
     try:
         return (yield)
     finally:
-        cpu_accounting.record(CPU_LOG, item.nodeid, before, cpu_accounting.cpu_now())
+        cpu_accounting.record(CPU_LOG, item.nodeid, before, cpu_accounting.cpu_now(), start)
 
 
 #: The xdist groups whose tests share the process's local Spark (the `spark` fixture).
