@@ -82,7 +82,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 
 
 #: Where each test's CPU is written (tests/cpu_accounting.py); unset: not measured.
-CPU_LOG = os.environ.get("PHPMQ_TEST_CPU")
+CPU_LOG = os.environ.get("TEST_CPU_LOG")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,4 +1,4 @@
-"""Each test's CPU time, with that of every process it started (`PHPMQ_TEST_CPU=FILE`): where
+"""Each test's CPU time, with that of every process it started (`TEST_CPU_LOG=FILE`): where
 the suite's CPU goes on a machine it keeps busy (issue #29). Off by default.
 
 A test's CPU is the pytest process's own (its threads: clients, helpers) and its descendants':
