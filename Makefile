@@ -50,6 +50,8 @@ test: $(VENV)/.test
 	@# 180 ms start), and pytest its test files in each worker. So the bytecode is written
 	@# first, and written by the run, even where PYTHONDONTWRITEBYTECODE is set.
 	$(BIN)/python -m compileall -q -j 0 $(PY_SOURCES) >/dev/null
+	@# Spark's classes parsed once for all the run's JVMs (tests/spark_cds.py; kept in the venv).
+	$(BIN)/python tests/spark_cds.py
 	env -u PYTHONDONTWRITEBYTECODE \
 	  $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --no-loadscope-reorder --durations=25 $(ARGS); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status

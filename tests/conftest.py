@@ -8,6 +8,7 @@ from typing import Any
 
 import cpu_accounting
 import pytest
+import spark_cds
 from driven import connect
 
 import lan
@@ -17,9 +18,9 @@ from harness import BrokerProcess, CoreHarness
 __all__ = ["connect"]  # a fixture: either client (tests/driven.py)
 
 #: The JVMs of the Spark tests (and of the drivers and commands they start, which inherit the
-#: environment) compile with the quick JIT only and collect with one thread: a test's JVM lives
-#: seconds, and the optimizing JIT and parallel GC cost it a third more CPU on 2 cores.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+#: environment): the quick JIT, one GC thread, and Spark's classes from the archive `make test`
+#: builds (tests/spark_cds.py).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.jvm_options())
 
 
 #: Set on a worker whose pytest-xdist could not group the xdist_group tests.
@@ -30,7 +31,7 @@ UNGROUPED: list[str] = []
 #: running alone at the end.
 LONGEST_GROUPS = (
     "replication", "spark-b", "spark", "lan", "replication-b", "spark-cluster", "shards",
-    "timing", "replication-cli",
+    "timing", "replication-cli", "docs-pipeline", "docs-cli",
 )  # fmt: skip
 
 
