@@ -25,6 +25,8 @@ from pathlib import Path
 #: The JVM options of every Spark JVM of the suite: the quick JIT only and a one-thread GC (a
 #: test's JVM lives seconds, and the optimizing JIT and parallel GC cost it a third more CPU).
 BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: Building the archive takes about 30 s; past this, the suite goes on without it.
+BUILD_TIMEOUT_S = 300
 #: A JVM that cannot map the archive warns on stdout; these keep it quiet.
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 #: What the archive is built from: classes of batch, Parquet, streaming and Arrow Python work.
@@ -81,17 +83,21 @@ def build() -> int:
     partial = archive.with_suffix(f".{os.getpid()}.partial")
     options = f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={partial} {QUIET}"
     with tempfile.TemporaryDirectory() as scratch:
-        run = subprocess.run(
-            [sys.executable, "-c", _WORKLOAD, scratch],
-            env={**os.environ, "SPARK_SUBMIT_OPTS": options, "PYSPARK_PYTHON": sys.executable},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    if run.returncode != 0 or not partial.exists():
+        try:
+            run = subprocess.run(
+                [sys.executable, "-c", _WORKLOAD, scratch],
+                env={**os.environ, "SPARK_SUBMIT_OPTS": options, "PYSPARK_PYTHON": sys.executable},
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT_S,
+            )
+            problem = None if run.returncode == 0 else f"status {run.returncode}: {run.stderr}"
+        except subprocess.TimeoutExpired:
+            problem = f"not done within {BUILD_TIMEOUT_S} s"
+    if problem is not None or not partial.exists():
         # The suite runs without the archive, only slower: say so, and go on.
         partial.unlink(missing_ok=True)
-        print(f"no Spark class archive (status {run.returncode}):\n{run.stderr[-2000:]}")
+        print(f"no Spark class archive ({(problem or 'none written')[-2000:]})")
         return 0
     os.replace(partial, archive)  # whole or not at all, for a JVM that maps it meanwhile
     print(f"Spark class archive: {archive}")
