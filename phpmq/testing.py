@@ -46,6 +46,7 @@ import zmq
 from .client import Client, Curve
 from .protocol import admin_commands as cmd
 from .protocol.cluster import ClusterMap, Shard
+from .testing_forks import ForkedProcess, forked
 
 __all__ = [
     "ANY_PORT",
@@ -143,6 +144,20 @@ def _ephemeral_start() -> int:
         return EPHEMERAL_START_DEFAULT
 
 
+#: Whether BrokerProcess forks its brokers from a process that imported the broker once
+#: (phpmq.testing_forks) instead of starting `python -m phpmq broker` each time.
+_fork_brokers = False
+
+
+def fork_brokers(on: bool = True) -> None:
+    """Start every later BrokerProcess by forking it from a process of this one that imported
+    the broker once (phpmq.testing_forks): the same command line, environment and log, with
+    about 0.01 s of CPU to start instead of 0.13 s. For a suite that starts many brokers on a
+    busy machine; the broker then runs as it would, only its start is cheaper."""
+    global _fork_brokers
+    _fork_brokers = on
+
+
 class BrokerStartError(RuntimeError):
     """Raised when the broker exits during start-up or is not ready in time; the message
     ends with the broker's log (for a bad flag: its one-line error)."""
@@ -198,13 +213,19 @@ class BrokerProcess:
             command += ["--tcp-bind", ANY_PORT]
         if data_dir is not None:
             command += ["--data-dir", str(data_dir)]
-        with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-            self.process = subprocess.Popen(
-                [*command, *flags],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=None if env is None else {**os.environ, **env},
+        self.process: subprocess.Popen[bytes] | ForkedProcess
+        if _fork_brokers:
+            self.process = forked(
+                [*command[3:], *flags], {**os.environ, **(env or {})}, str(self.log_path)
             )
+        else:
+            with open(self.log_path, "wb") as log:  # the child keeps its own copy of it
+                self.process = subprocess.Popen(
+                    [*command, *flags],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=None if env is None else {**os.environ, **env},
+                )
         try:
             self.endpoints: dict[str, Any] = self._wait_until_ready(start_timeout)
         except BaseException:
