@@ -18,6 +18,10 @@ the broker stops), and a broker that exits at start-up or is not ready in time r
 BrokerStartError with its log. Leaving the `with` block stops it: SIGTERM, then SIGKILL after
 `stop_timeout`. Needs no test framework.
 
+`fork_brokers()` makes every later BrokerProcess a fork of one process that imported the broker
+once (phpmq.testing_forks): the same broker, started for a tenth of the CPU, for a suite that
+starts many.
+
 `LocalCluster` starts a replicated cluster the same way (docs/cluster.md "Replicated queues"):
 one node per loopback address 127.0.0.1, .2, .3, each a supervisor of its replicas.
 """

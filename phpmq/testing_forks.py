@@ -12,7 +12,8 @@ each one's exit status, so `ForkedProcess` offers what BrokerProcess uses of a P
 `poll`, `wait`, `returncode`, `send_signal`, `terminate`, `kill`.
 
 The forker never starts a thread or a ZeroMQ context (a fork would copy them half-made); its
-children start fresh, as a new process would.
+children start fresh, as a new process would (`ps` shows them with the forker's command line).
+When its test process is gone, even killed, the forker kills the brokers still running.
 """
 
 from __future__ import annotations
@@ -44,14 +45,18 @@ def serve() -> None:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
     pending = b""
+    children: set[int] = set()
     while True:
         readable, _, _ = select.select([0, wake_read], [], [])
         if wake_read in readable:
             os.read(wake_read, 4096)
-            _report_exits()
+            children -= _report_exits()
         if 0 in readable:
             chunk = os.read(0, 65536)
-            if not chunk:
+            if not chunk:  # the test process is gone (even killed): so go its brokers
+                for pid in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 return
             pending += chunk
             *lines, pending = pending.split(b"\n")
@@ -62,6 +67,7 @@ def serve() -> None:
                     os.close(wake_read)
                     os.close(wake_write)
                     _run_in_child(request)
+                children.add(pid)
                 _answer({"id": request["id"], "pid": pid})
 
 
@@ -69,14 +75,17 @@ def _answer(message: dict[str, Any]) -> None:
     os.write(1, json.dumps(message).encode() + b"\n")
 
 
-def _report_exits() -> None:
+def _report_exits() -> set[int]:
+    """Reap the children that exited and report each one's status; their pids."""
+    exited: set[int] = set()
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return exited
         if pid == 0:
-            return
+            return exited
+        exited.add(pid)
         _answer({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 

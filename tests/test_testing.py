@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -21,8 +22,10 @@ from phpmq.testing import (
     BrokerStartError,
     LocalCluster,
     _stopped,
+    fork_brokers,
     process_state,
 )
+from phpmq.testing_forks import ForkedProcess
 
 #: Far below start_timeout: a broker that fails at start-up is reported, not waited for.
 START_FAILURE_BOUND_S = 8.0
@@ -164,3 +167,46 @@ def test_a_replica_is_signalled_at_its_next_start_when_the_file_names_a_zombie(
         for child in (exited, restarted):
             child.kill()
             child.wait()
+
+
+def test_a_forked_broker_gets_its_environment_log_and_exit_status(tmp_path: Path) -> None:
+    """The suite forks its brokers (tests/conftest.py): each still gets its own environment
+    and log, and reports its exit status as a Popen would."""
+    with pytest.raises(BrokerStartError, match="PHPMQ_MAX_WINDOW"):
+        BrokerProcess(env={"PHPMQ_MAX_WINDOW": "many"}, log_path=tmp_path / "bad.log")
+    assert "PHPMQ_MAX_WINDOW" in (tmp_path / "bad.log").read_text()
+    broker = BrokerProcess("--grace-seconds", "0")
+    assert isinstance(broker.process, ForkedProcess)  # the suite's brokers are forked
+    assert broker.stop() == 0
+    broker = BrokerProcess()
+    assert broker.kill() == -signal.SIGKILL
+
+
+def test_without_forking_a_broker_is_a_process_of_its_own() -> None:
+    fork_brokers(False)
+    try:
+        broker = BrokerProcess("--grace-seconds", "0")
+    finally:
+        fork_brokers(True)
+    assert isinstance(broker.process, subprocess.Popen)
+    assert broker.stop() == 0
+
+
+def test_the_brokers_of_a_killed_test_process_are_killed_with_it(tmp_path: Path) -> None:
+    """A test process killed (pytest -x stopping its workers) leaves no forked broker behind."""
+    script = (
+        "from phpmq.testing import BrokerProcess, fork_brokers\n"
+        "fork_brokers()\n"
+        "broker = BrokerProcess()\n"
+        "print(broker.process.pid, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    test_process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert test_process.stdout is not None
+        broker_pid = int(test_process.stdout.readline())
+        assert process_state(broker_pid) in "RS"
+    finally:
+        test_process.kill()
+        test_process.wait()
+    wait_for(lambda: process_state(broker_pid) in "XZ", "the broker to be killed with it")
