@@ -219,23 +219,28 @@ class Forker:
 
     def _read(self) -> None:
         assert self._process.stdout is not None
-        for line in self._process.stdout:
-            message = json.loads(line)
-            with self._lock:
-                if "exit" in message:
-                    child = self._children.pop(message["exit"], None)
-                    if child is not None:
-                        child._exit(message["code"])
-                    continue
-                done, answer, args = self._started.pop(message["id"])
-                self._children[message["pid"]] = ForkedProcess(message["pid"], args)
-                answer.append(message["pid"])
-                done.set()
-        with self._lock:  # the forker is gone, and no exit would be reported: kill them
-            for child in self._children.values():
-                child.kill()
-                child._exit(-signal.SIGKILL)
-            self._children.clear()
+        try:
+            for line in self._process.stdout:
+                self._take(json.loads(line))
+        finally:
+            with self._lock:  # the forker is gone, and no exit would be reported: kill them
+                for child in self._children.values():
+                    child.kill()
+                    child._exit(-signal.SIGKILL)
+                self._children.clear()
+
+    def _take(self, message: dict[str, Any]) -> None:
+        """An answer to a request (the child's pid) or a child's exit status."""
+        with self._lock:
+            if "exit" in message:
+                child = self._children.pop(message["exit"], None)
+                if child is not None:
+                    child._exit(message["code"])
+                return
+            done, answer, args = self._started.pop(message["id"])
+            self._children[message["pid"]] = ForkedProcess(message["pid"], args)
+            answer.append(message["pid"])
+            done.set()
 
 
 _forker: Forker | None = None
