@@ -49,7 +49,7 @@ test: $(VENV)/.test
 	@# Python workers): without bytecode each compiled our sources again (80 ms of a broker's
 	@# 180 ms start), and pytest its test files in each worker. So the bytecode is written
 	@# first, and written by the run, even where PYTHONDONTWRITEBYTECODE is set.
-	$(BIN)/python -m compileall -q -j 0 $(PY_SOURCES) >/dev/null
+	$(BIN)/python -m compileall -q -j 0 $(PY_SOURCES)
 	@# Spark's classes parsed once for all the run's JVMs (tests/spark_cds.py; kept in the venv).
 	$(BIN)/python tests/spark_cds.py
 	env -u PYTHONDONTWRITEBYTECODE \

@@ -57,8 +57,10 @@ __all__ = [
     "BrokerProcess",
     "BrokerStartError",
     "LocalCluster",
+    "fork_brokers",
     "free_port",
     "free_ports",
+    "process_state",
 ]
 
 #: A loopback endpoint on a port the system picks when the broker binds (ZeroMQ's `*`).
@@ -217,19 +219,7 @@ class BrokerProcess:
             command += ["--tcp-bind", ANY_PORT]
         if data_dir is not None:
             command += ["--data-dir", str(data_dir)]
-        self.process: subprocess.Popen[bytes] | ForkedProcess
-        if _fork_brokers:
-            self.process = forked(
-                [*command[3:], *flags], {**os.environ, **(env or {})}, str(self.log_path)
-            )
-        else:
-            with open(self.log_path, "wb") as log:  # the child keeps its own copy of it
-                self.process = subprocess.Popen(
-                    [*command, *flags],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=None if env is None else {**os.environ, **env},
-                )
+        self.process: subprocess.Popen[bytes] | ForkedProcess = self._start(command, flags, env)
         try:
             self.endpoints: dict[str, Any] = self._wait_until_ready(start_timeout)
         except BaseException:
@@ -240,6 +230,23 @@ class BrokerProcess:
         self.tcp_port = None if self.tcp_address is None else _port(self.tcp_address)
         #: Where /metrics is served (host:port) with `--metrics-bind`, else None.
         self.metrics_address: str | None = self.endpoints.get("metrics_bind")
+
+    def _start(
+        self, command: list[str], flags: tuple[str, ...], env: dict[str, str] | None
+    ) -> subprocess.Popen[bytes] | ForkedProcess:
+        """The broker's process: forked (`fork_brokers`) where the environment allows it."""
+        if _fork_brokers:
+            whole_environment = {**os.environ, **(env or {})}
+            process = forked([*command[3:], *flags], whole_environment, str(self.log_path))
+            if process is not None:
+                return process
+        with open(self.log_path, "wb") as log:  # the child keeps its own copy of it
+            return subprocess.Popen(
+                [*command, *flags],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=None if env is None else {**os.environ, **env},
+            )
 
     def _wait_until_ready(self, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

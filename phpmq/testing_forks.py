@@ -27,8 +27,11 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any, TextIO
 
+#: How long a start waits for the forker's answer.
+START_TIMEOUT_S = 30.0
 #: Modules the forker imports once, so that its children need not.
 PRELOADED = ("phpmq.cli", "phpmq.cli.broker", "phpmq.broker.shell.server")
 
@@ -116,7 +119,8 @@ def _run_in_child(request: dict[str, Any]) -> None:
 
 
 def _text_stream(fd: int, mode: str, write_through: bool, errors: str = "strict") -> TextIO:
-    """A new sys stream on `fd`, line-buffered as a new interpreter's would be on a file."""
+    """A new sys stream on `fd`, line-buffered (a new interpreter's stdout on a file would be
+    block-buffered: the log is only more prompt)."""
     raw = io.FileIO(fd, mode, closefd=False)
     buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
     return io.TextIOWrapper(
@@ -186,14 +190,16 @@ class Forker:
     """This process's forker (started with its first broker), and the brokers it forked."""
 
     def __init__(self) -> None:
+        #: The interpreter's own variables the forker started with: its children have them.
+        self.interpreter_environment = _interpreter_variables(os.environ)
         command = f"from {__name__} import serve; serve()"
         self._process = subprocess.Popen(
             [sys.executable, "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         self._lock = threading.Lock()
         self._next_id = 0
-        #: Requests not answered yet: (answered, the pid once it is, the command line).
-        self._started: dict[int, tuple[threading.Event, list[int], list[str]]] = {}
+        #: Requests not answered yet: (answered, the process once it is, the command line).
+        self._started: dict[int, tuple[threading.Event, list[ForkedProcess], list[str]]] = {}
         self._children: dict[int, ForkedProcess] = {}
         self._reader = threading.Thread(target=self._read, name="phpmq-forker", daemon=True)
         self._reader.start()
@@ -201,7 +207,7 @@ class Forker:
     def start(self, args: list[str], env: dict[str, str], log: str) -> ForkedProcess:
         """Fork a `phpmq ARGS` with `env` and its stdout and stderr into `log`."""
         done: threading.Event = threading.Event()
-        answer: list[int] = []
+        answer: list[ForkedProcess] = []
         with self._lock:
             self._next_id += 1
             request_id = self._next_id
@@ -210,9 +216,9 @@ class Forker:
             assert self._process.stdin is not None
             self._process.stdin.write(json.dumps(request).encode() + b"\n")
             self._process.stdin.flush()
-        if not done.wait(30) or not answer:
+        if not done.wait(START_TIMEOUT_S) or not answer:
             raise RuntimeError("the broker forker did not answer (it exited?)")
-        return self._children[answer[0]]
+        return answer[0]  # kept from the answer: a broker that exited at once is reaped
 
     def alive(self) -> bool:
         return self._process.poll() is None and self._reader.is_alive()
@@ -228,6 +234,9 @@ class Forker:
                     child.kill()
                     child._exit(-signal.SIGKILL)
                 self._children.clear()
+                for done, _answer, _args in self._started.values():
+                    done.set()  # unanswered: start() raises at once
+                self._started.clear()
 
     def _take(self, message: dict[str, Any]) -> None:
         """An answer to a request (the child's pid) or a child's exit status."""
@@ -238,8 +247,8 @@ class Forker:
                     child._exit(message["code"])
                 return
             done, answer, args = self._started.pop(message["id"])
-            self._children[message["pid"]] = ForkedProcess(message["pid"], args)
-            answer.append(message["pid"])
+            child = self._children[message["pid"]] = ForkedProcess(message["pid"], args)
+            answer.append(child)
             done.set()
 
 
@@ -247,11 +256,22 @@ _forker: Forker | None = None
 _forker_lock = threading.Lock()
 
 
-def forked(args: list[str], env: dict[str, str], log: str) -> ForkedProcess:
-    """A `phpmq ARGS` forked from this process's forker (started on the first call)."""
+def forked(
+    args: list[str | os.PathLike[str]], env: dict[str, str], log: str
+) -> ForkedProcess | None:
+    """A `phpmq ARGS` forked from this process's forker (started on the first call); None if
+    `env` sets the interpreter's own variables (PYTHONPATH, PYTHONHASHSEED, ...) otherwise
+    than the forker had them, which a fork cannot change: start that one afresh."""
     global _forker
     with _forker_lock:
         if _forker is None or not _forker.alive():
             _forker = Forker()
         forker = _forker
-    return forker.start(args, env, log)
+    if _interpreter_variables(env) != forker.interpreter_environment:
+        return None
+    return forker.start([os.fspath(arg) for arg in args], env, os.path.abspath(log))
+
+
+def _interpreter_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables the interpreter reads as it starts (a fork keeps the forker's)."""
+    return {key: value for key, value in env.items() if key.startswith("PYTHON")}

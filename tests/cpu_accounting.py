@@ -29,7 +29,8 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _descendants_cpu() -> float:
-    """CPU seconds of the live processes below this one (each one's own, not its children's)."""
+    """CPU seconds of the live processes below this one: each one's own and that of the
+    children it reaped (the pytest process's own reaped ones are RUSAGE_CHILDREN)."""
     parents: dict[int, int] = {}
     spent: dict[int, float] = {}
     for entry in os.scandir("/proc"):
@@ -41,7 +42,8 @@ def _descendants_cpu() -> float:
             continue
         pid = int(entry.name)
         parents[pid] = int(fields[1])
-        spent[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+        # Its own CPU and its reaped children's: a forker's brokers, a forkserver's replicas.
+        spent[pid] = sum(int(field) for field in fields[11:15]) / _TICKS
     below = {os.getpid()}
     total = 0.0
     grew = True

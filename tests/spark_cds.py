@@ -5,7 +5,7 @@ jars: a local session that counts ten rows costs 7-9 s of CPU. The JDK's dynamic
 keeps those classes parsed on disk (`-XX:ArchiveClassesAtExit` writes one as a JVM exits,
 `-XX:SharedArchiveFile` maps it); with it, the same session costs 4.4 s. The suite's Spark
 tests start dozens of JVMs on a CPU-bound 2-core machine, so `make test` builds the archive
-once per Java and pyspark (`python tests/spark_cds.py`, about 15 s, kept with the venv) and
+once per Java and pyspark (`python tests/spark_cds.py`, about 30 s, kept with the venv) and
 tests/conftest.py hands it to every Spark JVM of the run through SPARK_SUBMIT_OPTS.
 
 A JVM that cannot use the archive (another class path: a standalone cluster's daemons) runs
@@ -95,7 +95,8 @@ def build() -> int:
         except subprocess.TimeoutExpired:
             problem = f"not done within {BUILD_TIMEOUT_S} s"
     if problem is not None or not partial.exists():
-        # The suite runs without the archive, only slower: say so, and go on.
+        # The suite runs without the archive, only slower: say so (with the end of what
+        # the build said), and go on.
         partial.unlink(missing_ok=True)
         print(f"no Spark class archive ({(problem or 'none written')[-2000:]})")
         return 0

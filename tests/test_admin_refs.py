@@ -226,7 +226,7 @@ def test_a_command_that_waited_its_whole_timeout_for_the_client_is_not_sent(
         with client._lock:  # another thread's command holds the client
             waiting = threading.Thread(target=purge)
             waiting.start()
-            time.sleep(0.6)
+            time.sleep(2.0)  # far past the purge's timeout, however late its thread runs
         waiting.join(10)
         assert len(failures) == 1 and "was not sent" in str(failures[0])
     assert ready() == 1
@@ -238,7 +238,7 @@ def test_a_command_that_waited_its_whole_timeout_for_the_client_is_not_sent(
                 purge = asyncio.create_task(
                     client.admin("queue-purge", timeout=0.3, queue="orders")
                 )
-                await asyncio.sleep(0.6)
+                await asyncio.sleep(2.0)
             with pytest.raises(ClientError, match="was not sent"):
                 await purge
         finally:

@@ -66,9 +66,9 @@ def test_a_leader_without_its_majority_confirms_nothing(tmp_path: Path) -> None:
         assert producer.send(queue, "before", time.monotonic() + 10)
         # Both followers paused: the leader can commit nothing (a partition, as the leader
         # sees it), so it must not confirm, and steps down once it heard no majority.
-        for follower in followers:
-            cluster.signal(follower, signal.SIGSTOP)
         try:
+            for follower in followers:
+                cluster.signal(follower, signal.SIGSTOP)
             confirmed = producer.send(queue, "cut-off", time.monotonic() + 3, wait=1.0)
             states = {r.node: process_state(cluster.pid(r)) for r in followers}
             assert not confirmed, f"confirmed by {leader} with its followers in {states}"

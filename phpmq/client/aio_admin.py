@@ -28,7 +28,8 @@ class AsyncAdmin:
         Raises:
             BrokerRefused: the broker refused the command (bad command or options).
             ClientError: no answer within `timeout` seconds, or the command was not sent: the
-                client's other admin commands (one at a time) took the whole `timeout`.
+                client was busy the whole `timeout` (the asyncio client's other admin commands,
+                which go one at a time; any other call of the blocking client's threads).
         """
         queue = options.get("queue")
         if self._routing is not None and isinstance(queue, str) and command != cmd.STATS:

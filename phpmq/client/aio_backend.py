@@ -47,13 +47,13 @@ async def admin_turn(
     """Holds `admin_lock` for one command. Waited for more than `timeout` seconds (another
     task's commands held it), the command is not sent: it would run with no one waiting for
     its answer, and the caller could not tell."""
-    if not admin_lock.locked():
-        await admin_lock.acquire()  # free: taken at once, however short the timeout
-    else:
-        try:
-            await asyncio.wait_for(admin_lock.acquire(), timeout)
-        except TimeoutError:
-            raise _admin_not_sent(command, timeout) from None
+    try:
+        # A free lock is taken without waiting, however short the timeout; one that looks free
+        # but has a woken waiter is waited for like a held one.
+        async with asyncio.timeout(max(timeout, 0.0)):
+            await admin_lock.acquire()
+    except TimeoutError:
+        raise _admin_not_sent(command, timeout) from None
     try:
         yield
     finally:
@@ -62,7 +62,8 @@ async def admin_turn(
 
 def _admin_not_sent(command: str, timeout: float) -> ClientError:
     return ClientError(
-        f"{command} was not sent: the client's other admin commands took the whole {timeout}s"
+        f"{command} was not sent: the client's other admin commands held it for the whole"
+        f" {timeout}s"
     )
 
 

@@ -57,9 +57,9 @@ def admin_turn(
     """Holds the client's lock for one command. Waited for more than `timeout` seconds
     (another thread's calls held it), the command is not sent: it would run with no one
     waiting for its answer, and the caller could not tell."""
-    if not client_lock.acquire(timeout=max(timeout, 0.0)):
+    if not client_lock.acquire(timeout=min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
         raise ClientError(
-            f"{command} was not sent: the client's other calls took the whole {timeout}s"
+            f"{command} was not sent: the client's other calls held it for the whole {timeout}s"
         )
     try:
         yield
