@@ -46,7 +46,7 @@ test: $(VENV)/.test
 	done
 	$(BIN)/ruff check .
 	$(BIN)/python tools/unasync.py --check
-	@# The suite starts about 1,600 Python processes (brokers, CLI runs, workers, Spark's
+	@# The suite starts about 1,650 Python processes (brokers, CLI runs, workers, Spark's
 	@# Python workers): without bytecode each compiled our sources again (80 ms of a broker's
 	@# 180 ms start), and pytest its test files in each worker. So the bytecode is written
 	@# first, and written by the run, even where PYTHONDONTWRITEBYTECODE is set.

@@ -23,6 +23,7 @@ import re
 import resource
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -79,11 +80,17 @@ def record(
         out.write(json.dumps(line) + "\n")
 
 
+def _by_file(per_test: Mapping[str, float]) -> collections.Counter[str]:
+    """The tests' figures summed by the file (or document) each test is in."""
+    by_file: collections.Counter[str] = collections.Counter()
+    for test, spent in per_test.items():
+        by_file[test.split("::")[0]] += spent
+    return by_file
+
+
 def report(path: str, top: int = 40) -> None:
     tests = [json.loads(line) for line in Path(path).read_text().splitlines()]
-    by_file: collections.Counter[str] = collections.Counter()
-    for test in tests:
-        by_file[test["test"].split("::")[0]] += test["own"] + test["children"]
+    by_file = _by_file({test["test"]: test["own"] + test["children"] for test in tests})
     total = sum(by_file.values())
     print(f"{len(tests)} tests, {total:.0f} CPU seconds")
     for name, spent in by_file.most_common(top):
@@ -128,9 +135,7 @@ def from_perf(path: str, perf_script: str, top: int = 40) -> None:
                 per_test[test] += 1
                 per_comm[sample[1]] += 1
     seconds = 1 / 49  # one sample per CPU every 1/49 s
-    by_file: collections.Counter[str] = collections.Counter()
-    for test, count in per_test.items():
-        by_file[test.split("::")[0]] += count
+    by_file = _by_file(per_test)
     print(f"{samples} samples ({samples * seconds:.0f} CPU s); in tests {sum(per_test.values())}")
     for name, count in by_file.most_common(top):
         print(f"{count * seconds:8.1f}  {name}")

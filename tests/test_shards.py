@@ -20,7 +20,7 @@ from harness import BrokerProcess, hello_answer, phpmq, raw_dealer, recv_message
 from phpmq.broker.shell.shards import shard_address, started_pids
 from phpmq.client import Client
 from phpmq.protocol.cluster import ClusterMap
-from phpmq.testing import free_ports
+from phpmq.testing import free_ports, process_state
 
 QUEUES = [f"q{i}" for i in range(20)]
 
@@ -119,11 +119,7 @@ def test_stats_of_a_sharded_broker_cover_every_shard(tmp_path: Path) -> None:
 
 def _running(pid: int) -> bool:
     """Alive and not a zombie (an orphan's parent may be slow to reap it, or never)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    return process_state(pid) not in "XZ"
 
 
 def _start_supervisor(log: Path, address: str, data: Path) -> BrokerProcess:
