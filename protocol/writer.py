@@ -218,8 +218,8 @@ def encode_send(
 ) -> bytes:
     """001 on the client's hot path; `ttl=None` writes the stock client's pre-TTL form. A
     `tag` asks for a CONFIRM (it needs a TTL packet before it), a `key` makes it idempotent;
-    `headers` (JSON bytes) and a `message_key` go in packets 17 and 27; `reply_to` and
-    `correlation` make it a request (§6.6)."""
+    `headers` (JSON bytes) and a `message_key` go in packets 17 and 27 (b"": an empty packet,
+    which the broker takes as none); `reply_to` and `correlation` make it a request (§6.6)."""
     if ttl is None:
         extended = reply_to is not None or correlation is not None or message_key is not None
         if tag is not None or key is not None or headers or extended:
@@ -244,7 +244,7 @@ def encode_send(
     if key is not None:
         key_bytes = key.encode()
         parts += (_KEY_HEADERS[len(key_bytes)], key_bytes)
-    if headers:
+    if headers is not None:
         parts += (_HEADERS_HEADERS[len(headers)], headers)
     if reply_to is not None:
         reply_to_bytes = reply_to.encode()

@@ -17,6 +17,7 @@ from harness import BrokerProcess, configured_broker
 from phpmq.client import ClientError, InvalidArgument, PartialSend, Paused, Unconfirmed
 from phpmq.client.batches import BATCH_MESSAGES, messages_per_frame, partly_sent
 from phpmq.client.connection import Connection
+from phpmq.protocol.runs import send_run
 
 
 def consumed(client: Any, queue: str, count: int) -> list[Any]:
@@ -147,12 +148,31 @@ def test_publish_batches_pack_one_event_with_per_message_packets() -> None:
     [(frame, count, tags)] = list(batches)
     messages, error = p.decode_frame(frame)
     assert error is None and count == 2 and tags == [0, 1]
-    assert messages == [
-        p.Publish("a.b", b"x", 5, 0, "k1", b'{"h":1}'),
-        p.Publish("a.b", b"y", 5, 1, "k2", None, b"m"),
+    assert messages == [  # an empty packet for none (the broker takes it so)
+        p.Publish("a.b", b"x", 5, 0, "k1", b'{"h":1}', b""),
+        p.Publish("a.b", b"y", 5, 1, "k2", b"", b"m"),
     ]
     with pytest.raises(InvalidArgument):
         connection.publish_batches("a.*", [b"x"])
+
+
+def test_a_keyed_frame_with_some_headers_and_message_keys_missing_is_read_as_one_run() -> None:
+    """A message without headers or a message key carries an empty packet for it, so every
+    message of a keyed frame has one form and the broker reads the frame by its packet headers
+    (protocol/runs.py `send_run`, as a Spark sink's rows), not message by message."""
+    connection = Connection()
+    connection.start(0.0)
+    contents = [b"%d" % n for n in range(6)]
+    batches = connection.send_batches(
+        "orders", contents, 60, [f"k{n}" for n in range(6)], confirm=True,
+        headers=[{"n": 0}, None, {}, b'{"n":3}', None, None],
+        message_keys=[None, b"m1", None, "m3", b"", None],
+    )  # fmt: skip
+    [(frame, count, _)] = list(batches)
+    run = send_run(frame, p.DEFAULT_MAX_CONTENT_BYTES)
+    assert count == 6 and run is not None and run.contents == contents
+    assert run.headers == [b'{"n":0}', b"", b"", b'{"n":3}', b"", b""]
+    assert run.message_keys == [b"", b"m1", b"", b"m3", b"", b""]
 
 
 def test_confirmed_frames_hold_no_more_than_may_be_out_unconfirmed() -> None:

@@ -234,7 +234,6 @@ def test_a_send_or_publish_with_headers_and_message_key_is_encoded_and_decoded_f
     def general_path(*args: object) -> None:
         raise AssertionError("decoded by the general path")
 
-    headers = headers or None  # an empty HEADERS packet is not written
     send = Send(name, content, ttl, tag, key, headers, message_key=message_key)
     publish = Publish(name, content, ttl, tag, key, headers, message_key)
     sent = encode_send(queue_packet(name), content, ttl, tag, key, headers, message_key)
@@ -466,7 +465,6 @@ def test_a_request_s_send_matches_encode(
     message_key: bytes | None,
 ) -> None:
     # Every packet a 001 may carry but DELAY_MS: the most packets encode_send writes.
-    headers = headers or None
     sent = encode_send(
         queue_packet(queue),
         content,

@@ -153,13 +153,18 @@ def send_batches(
             message_key = next(key_items, _MISSING)
             if header is _MISSING or message_key is _MISSING:
                 raise ValueError("fewer headers or message keys than messages")
+            # Every message carries both packets, an empty one for none (the broker takes it
+            # so, docs/protocol.md §6): one form for the whole frame, which the broker then
+            # reads as a run by its packet headers instead of decoding each message.
             if header:
                 header = _encoded_headers(header)
                 if len(header) > max_content_bytes:
                     raise too_large(queue, len(header), max_content_bytes, "headers (as JSON)")
             else:
-                header = None
-            if message_key is not None:
+                header = b""
+            if message_key is None:
+                message_key = b""
+            else:
                 if message_key.__class__ is str:
                     message_key = message_key.encode()
                 if len(message_key) > key_limit:
