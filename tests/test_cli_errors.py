@@ -17,12 +17,14 @@ INTERRUPTED = 130
 
 
 def start_phpmq(*args: str) -> subprocess.Popen:
+    # faulthandler: a command that does not stop is made to print where each thread is.
     return subprocess.Popen(
         [sys.executable, "-m", "phpmq", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
 
 
@@ -31,6 +33,12 @@ def interrupt(process: subprocess.Popen) -> tuple[int, str, str]:
     process.send_signal(signal.SIGINT)
     try:
         stdout, stderr = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        stdout, stderr = process.communicate(timeout=10)
+        raise AssertionError(
+            f"still running 10 s after Ctrl-C; its stacks and output:\n{stderr}\n{stdout}"
+        ) from None
     finally:
         process.kill()
     return process.returncode, stdout, stderr
