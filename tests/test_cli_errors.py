@@ -34,14 +34,24 @@ def interrupt(process: subprocess.Popen) -> tuple[int, str, str]:
     try:
         stdout, stderr = process.communicate(timeout=10)
     except subprocess.TimeoutExpired:
+        masks = _signal_masks(process.pid)
+        process.send_signal(signal.SIGCONT)  # in case something stopped it
         process.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
         stdout, stderr = process.communicate(timeout=10)
         raise AssertionError(
-            f"still running 10 s after Ctrl-C; its stacks and output:\n{stderr}\n{stdout}"
+            f"still running 10 s after Ctrl-C ({masks}); its stacks and output:\n{stderr}\n{stdout}"
         ) from None
     finally:
         process.kill()
     return process.returncode, stdout, stderr
+
+
+def _signal_masks(pid: int) -> str:
+    """A process's state, and the signals it has pending, blocked, ignored and caught (SIGINT
+    is bit 2)."""
+    with open(f"/proc/{pid}/status") as status:
+        wanted = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+        return ", ".join(line.strip() for line in status if line.startswith(wanted))
 
 
 def test_send_reports_a_full_queue_and_an_oversized_message(tmp_path: Path) -> None:
