@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,14 @@ __all__ = ["connect"]  # a fixture: either client (tests/driven.py)
 #: environment): the quick JIT, one GC thread, and Spark's classes from the archive `make test`
 #: builds (tests/spark_cds.py).
 os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.jvm_options())
+
+
+#: Ctrl-C as a terminal's foreground job gets it: a shell without job control starts its
+#: background jobs (`make test &`) with SIGINT ignored, which every command a test starts
+#: would inherit, and Python then leaves it ignored (the Ctrl-C tests hung, depending on
+#: whether an earlier test in their worker had set a handler of its own).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 #: The suite starts about a thousand brokers: each is forked from a process that imported the

@@ -30,6 +30,8 @@ def start_phpmq(*args: str) -> subprocess.Popen:
 
 def interrupt(process: subprocess.Popen) -> tuple[int, str, str]:
     """Ctrl-C, as a terminal sends it; the exit status and what the command printed."""
+    ignoring = _ignoring_sigint(process.pid)
+    assert not ignoring, f"the command ignores SIGINT, as what started the suite did: {ignoring}"
     process.send_signal(signal.SIGINT)
     try:
         stdout, stderr = process.communicate(timeout=10)
@@ -52,6 +54,14 @@ def _signal_masks(pid: int) -> str:
     with open(f"/proc/{pid}/status") as status:
         wanted = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
         return ", ".join(line.strip() for line in status if line.startswith(wanted))
+
+
+def _ignoring_sigint(pid: int) -> str:
+    """The process's SigIgn line if SIGINT (bit 2) is in it: inherited from whatever started
+    the suite (tests/conftest.py lifts it), else ""."""
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("SigIgn"))
+    return line.strip() if int(line.split()[1], 16) & 1 << (signal.SIGINT - 1) else ""
 
 
 def test_send_reports_a_full_queue_and_an_oversized_message(tmp_path: Path) -> None:
