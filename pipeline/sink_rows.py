@@ -144,6 +144,12 @@ class SinkRows:
         """The runs of `batch`, whose first row is row `first_row` of the task."""
         contents = self._contents(batch)
         headers, message_keys = self._headers(batch), self._message_keys(batch)
+        # Either column gives the rows both (None where absent): rows of one form, which the
+        # broker reads as a run (Client.send_many).
+        if headers is None and message_keys is not None:
+            headers = [None] * len(message_keys)
+        elif message_keys is None and headers is not None:
+            message_keys = [None] * len(headers)
         single = self._single_target()
         if single is not None and not self._columns.has_ttl:  # the batch is one run
             yield Run(*single, self._options.ttl, contents, first_row, headers, message_keys)
@@ -234,20 +240,29 @@ def _headers_json(column: pa.MapArray) -> list[bytes | None] | None:
     """Each row's headers as the client's compact JSON (what `_HEADERS_JSON` writes of the
     row's dict), built in Arrow rather than row by row in Python (1.2 -> 0.36 us a row);
     None (a row without any) for an empty or null map. None for the whole batch when a key or
-    value holds a control character, which only the row-by-row path escapes. Spark's maps
-    have no duplicate keys; a decoder would keep the last of any, as the dict would."""
-    offsets = column.offsets  # into the entries of every row, not only of this slice
-    start, end = offsets[0].as_py(), offsets[-1].as_py()
-    entries = column.values.slice(start, end - start)
-    keys, values = entries.field(0), entries.field(1)
-    for strings in (keys, values):
-        if pc.any(pc.match_substring_regex(strings, _CONTROL_CHARACTER)).as_py():
-            return None
-    value_json = pc.if_else(pc.is_valid(values), _quoted(values), "null")
-    pairs = pc.binary_join_element_wise(_quoted(keys), value_json, ":")
-    rows = pa.ListArray.from_arrays(pc.subtract(offsets, start), pairs)
-    objects = pc.binary_join_element_wise("{", pc.binary_join(rows, ","), "}", "")
-    has_headers = pc.greater(pc.subtract(offsets[1:], offsets[:-1]), 0)
+    value holds a control character, which only the row-by-row path escapes, or text that is
+    not UTF-8, which it refuses. Spark's maps have no duplicate keys; a decoder would keep the
+    last of any, as the dict would."""
+    try:
+        offsets = column.offsets  # into the entries of every row, not only of this slice
+        start, end = offsets[0].as_py(), offsets[-1].as_py()
+        entries = column.values.slice(start, end - start)
+        # Large strings (spark.sql.execution.arrow.useLargeVarTypes) as strings; text that is
+        # not UTF-8 raises here, and the row-by-row path then refuses it as it always did.
+        keys, values = entries.field(0).cast(pa.string()), entries.field(1).cast(pa.string())
+        for strings in (keys, values):
+            strings.validate(full=True)
+            if pc.any(pc.match_substring_regex(strings, _CONTROL_CHARACTER)).as_py():
+                return None
+        value_json = pc.if_else(pc.is_valid(values), _quoted(values), "null")
+        pairs = pc.binary_join_element_wise(_quoted(keys), value_json, ":")
+        rows = pa.ListArray.from_arrays(pc.subtract(offsets, start), pairs)
+        objects = pc.binary_join_element_wise("{", pc.binary_join(rows, ","), "}", "")
+        has_headers = pc.and_(
+            pc.greater(pc.subtract(offsets[1:], offsets[:-1]), 0), column.is_valid()
+        )
+    except (pa.ArrowException, ValueError):
+        return None
     return pc.if_else(has_headers, objects, None).cast(pa.binary()).to_pylist()
 
 

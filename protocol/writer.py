@@ -222,7 +222,7 @@ def encode_send(
     which the broker takes as none); `reply_to` and `correlation` make it a request (§6.6)."""
     if ttl is None:
         extended = reply_to is not None or correlation is not None or message_key is not None
-        if tag is not None or key is not None or headers or extended:
+        if tag is not None or key is not None or headers is not None or extended:
             raise LocalProtocolError(
                 "a tag, key, headers or message key need the TTL form (ttl=0: never expires)"
             )

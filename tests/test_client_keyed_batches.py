@@ -175,6 +175,27 @@ def test_a_keyed_frame_with_some_headers_and_message_keys_missing_is_read_as_one
     assert run.message_keys == [b"", b"m1", b"", b"m3", b"", b""]
 
 
+def test_other_batches_send_no_packet_for_a_message_without_headers_or_a_message_key() -> None:
+    """Only the form the broker reads as a run gets empty packets: a batch given headers
+    alone (a broker from before MESSAGE_KEY refuses packet 27), or one without confirms or
+    keys (decoded message by message anyway), sends none for a message without them."""
+    connection = Connection()
+    connection.start(0.0)
+    [(frame, _, _)] = connection.send_batches(
+        "orders", [b"a", b"b"], 60, ["k1", "k2"], confirm=True, headers=[{"n": 1}, None]
+    )
+    assert p.decode_frame(frame)[0] == [
+        p.Send("orders", b"a", 60, 0, "k1", b'{"n":1}'), p.Send("orders", b"b", 60, 1, "k2")
+    ]
+    [(frame, _, _)] = connection.send_batches(
+        "orders", [b"a", b"b"], 60, headers=[{"n": 1}, None], message_keys=[None, b"m"]
+    )
+    assert p.decode_frame(frame)[0] == [
+        p.Send("orders", b"a", 60, headers=b'{"n":1}'),
+        p.Send("orders", b"b", 60, message_key=b"m"),
+    ]
+
+
 def test_confirmed_frames_hold_no_more_than_may_be_out_unconfirmed() -> None:
     assert messages_per_frame(False, 3) == BATCH_MESSAGES
     assert messages_per_frame(True, 3) == 3

@@ -126,6 +126,13 @@ def send_batches(
     Lazy: contents, keys, headers and message keys are read as the batches are taken."""
     key_iter = iter(keys) if keys is not None else None
     keyed = headers is not None or message_keys is not None
+    # A confirmed, idempotent batch given both gives every message both packets, an empty one
+    # for none (the broker keeps nothing of it, docs/protocol.md §6): one form for the whole
+    # frame, which the broker reads as a run by its packet headers instead of decoding each
+    # message (a Spark sink's rows). Other batches send no packet for none, as older brokers
+    # (before MESSAGE_KEY) and the forms the broker decodes anyway want.
+    one_form = all(given is not None for given in (keys, tags, headers, message_keys))
+    none: bytes | None = b"" if one_form else None
     header_items = iter(headers) if headers is not None else itertools.repeat(None)
     key_items = iter(message_keys) if message_keys is not None else itertools.repeat(None)
     key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
@@ -153,17 +160,14 @@ def send_batches(
             message_key = next(key_items, _MISSING)
             if header is _MISSING or message_key is _MISSING:
                 raise ValueError("fewer headers or message keys than messages")
-            # Every message carries both packets, an empty one for none (the broker takes it
-            # so, docs/protocol.md §6): one form for the whole frame, which the broker then
-            # reads as a run by its packet headers instead of decoding each message.
             if header:
                 header = _encoded_headers(header)
                 if len(header) > max_content_bytes:
                     raise too_large(queue, len(header), max_content_bytes, "headers (as JSON)")
             else:
-                header = b""
+                header = none
             if message_key is None:
-                message_key = b""
+                message_key = none
             else:
                 if message_key.__class__ is str:
                     message_key = message_key.encode()
