@@ -42,6 +42,9 @@ from .shards import ShardRouting, cluster_in
 from .topics import deleted_reason
 
 log = logging.getLogger("phpmq.client")
+#: Reconnect jitter from a generator of its own: the application's `random` (seeded, or
+#: watched as hypothesis watches it) is not drawn from behind its back.
+_JITTER = random.Random()
 
 #: Reconnect delays: the first retry is quick, then doubling (Paranoid Pirate), with jitter so
 #: that a pool of clients does not reconnect in lockstep.
@@ -390,7 +393,7 @@ class Driver:
 
     def _lost(self, why: str, now: float) -> None:
         """The broker is lost: schedule a reconnect after the backoff, with jitter."""
-        delay = self._reconnect_delay * random.uniform(0.5, 1.5)
+        delay = self._reconnect_delay * _JITTER.uniform(0.5, 1.5)
         self._reconnect_delay = min(self._reconnect_delay * 2, RECONNECT_MAX_S)
         self._reconnect_at = now + delay
         addresses = self._addresses
