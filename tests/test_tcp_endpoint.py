@@ -491,6 +491,8 @@ def test_a_peer_that_speaks_the_ttl_form_gets_ttl_form_dispatches(broker: TcpBro
     ttl_peer, stock_peer = broker.peer(), broker.peer()
     ttl_send = b"H0100103" + _packet(1, b"dia") + _packet(2, b"with ttl") + _packet(5, b"60")
     ttl_peer.send(ttl_send)
+    # Queued first: two connections' frames may be read in either order.
+    wait_for(lambda: broker.queue("dia")["ready"] == 1, "the TTL-form send queued")
     stock_peer.send(stock_send("dia", b"without ttl"))
     wait_for(lambda: broker.queue("dia")["ready"] == 2, "both sends queued")
     ttl_peer.send(stock_consume("dia", 1))
