@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,26 +80,6 @@ def _grouped_as_marked(request: pytest.FixtureRequest) -> None:
             f" pytest {pytest.__version__} (pytest-xdist#1386): see pyproject.toml's test extra",
             pytrace=False,
         )
-
-
-class ClientLeftOpen(UserWarning):
-    """A test left a blocking client open: its heartbeat thread outlives the test, and the
-    client goes on reconnecting to whatever later binds its broker's address (a later test's
-    broker, whose messages it may then take)."""
-
-
-def _heartbeat_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("phpmq-heartbeat")}
-
-
-@pytest.fixture(autouse=True)
-def _clients_closed() -> Iterator[None]:
-    """Warns (with the test's id, in pytest's warnings summary) of clients a test left open."""
-    before = _heartbeat_threads()
-    yield
-    left = sorted(t.name for t in _heartbeat_threads() - before if t.is_alive())
-    if left:
-        warnings.warn(ClientLeftOpen(f"{len(left)} client(s) left open: {left}"), stacklevel=1)
 
 
 @pytest.fixture
