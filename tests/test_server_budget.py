@@ -114,16 +114,13 @@ def test_stats_show_the_loops_figures(broker: BrokerProcess) -> None:
     assert server["turns"] > 0
     assert server["turn_budget_ms"] == 5.0
     assert server["longest_turn_ms"] >= server["longest_turn_recent_ms"] >= 0
-    for name in (
-        "turns_cut_by_budget",
-        "backlog_peers",
-        "backlog_frames",
-        "backlog_bytes",
-        "backlog_frames_dropped",
-        "peers_unreadable",
-    ):
+    # A turn of a process the starved machine paused past its 5 ms budget is cut, and what
+    # it did not read waits for the next turn: counted, so present, not necessarily zero.
+    for name in ("turns_cut_by_budget", "backlog_peers", "backlog_frames", "backlog_bytes"):
+        assert isinstance(server[name], int) and server[name] >= 0, name
+    for name in ("backlog_frames_dropped", "peers_unreadable"):  # nothing lost, nobody given up
         assert server[name] == 0, name
-    assert server["input_pending"] is False
+    assert isinstance(server["input_pending"], bool)
 
 
 def test_a_consumer_that_reads_nothing_is_given_up_past_max_backlog_bytes(
