@@ -199,7 +199,10 @@ def _stock_producer(address: str, stop: Any, produced: Any, done: Any, out: Any)
             seq += 1
             produced.value = seq
         time.sleep(STOCK_TICK_S)
-    sock.close()
+    # What the socket still queues (a broker slowed by the flood reads the pair late) goes
+    # out before this process ends: closed with no linger, it was dropped and counted missing.
+    sock.close(linger=int(DRAIN_TIMEOUT_S * 1000))
+    zmq.Context.instance().term()
     done.set()
     out.put((seq, [], 0, []))
 
