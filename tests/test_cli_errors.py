@@ -48,20 +48,20 @@ def interrupt(process: subprocess.Popen) -> tuple[int, str, str]:
     return process.returncode, stdout, stderr
 
 
-def _signal_masks(pid: int) -> str:
-    """A process's state, and the signals it has pending, blocked, ignored and caught (SIGINT
-    is bit 2)."""
+def _signal_masks(pid: int) -> dict[str, str]:
+    """A process's state, and the signals it has pending, blocked, ignored and caught (bit
+    n - 1 for signal n), from /proc/PID/status."""
+    wanted = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
     with open(f"/proc/{pid}/status") as status:
-        wanted = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
-        return ", ".join(line.strip() for line in status if line.startswith(wanted))
+        pairs = (line.split(":", 1) for line in status if line.startswith(wanted))
+        return {name: value.strip() for name, value in pairs}
 
 
 def _ignoring_sigint(pid: int) -> str:
-    """The process's SigIgn line if SIGINT (bit 2) is in it: inherited from whatever started
-    the suite (tests/conftest.py lifts it), else ""."""
-    with open(f"/proc/{pid}/status") as status:
-        line = next(line for line in status if line.startswith("SigIgn"))
-    return line.strip() if int(line.split()[1], 16) & 1 << (signal.SIGINT - 1) else ""
+    """The process's SigIgn mask if SIGINT is in it: inherited from whatever started the suite
+    (tests/conftest.py lifts it), else ""."""
+    ignored = _signal_masks(pid)["SigIgn"]
+    return ignored if int(ignored, 16) & 1 << (signal.SIGINT - 1) else ""
 
 
 def test_send_reports_a_full_queue_and_an_oversized_message(tmp_path: Path) -> None:
