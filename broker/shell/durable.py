@@ -9,6 +9,9 @@ so that the WAL starts over; and it empties the WAL when the broker is idle. Spa
 as queues drain: the database is in `auto_vacuum=INCREMENTAL` mode and the loop gives free
 pages back in bounded slices (`incremental_vacuum(N)`), inside the turn's own transaction when
 it has one, else in idle turns.
+
+While acks keep up with puts, a turn is appended to the store as one row and folded into the
+tables a little later, leaving out what was acked meanwhile (broker/turn_log.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .store_schema import (
     read_keys,
     write,
 )
+from .turn_log import TurnLog, fold_stored
 
 log = logging.getLogger("phpmq.broker")
 
@@ -47,16 +51,31 @@ RECLAIM_FREE_PAGES = 256
 RECLAIM_SLICE_PAGES = 128
 
 
+_HAS_LOGGED_TURNS = (
+    "SELECT 1 FROM sqlite_master WHERE name = 'turn_log' AND EXISTS (SELECT 1 FROM turn_log)"
+)
+
+
+#: What a store without a turn log reports of one (zeros).
+_NO_TURN_LOG = TurnLog()
+
+
 class StorageError(Exception):
     """The store could not write (disk full, I/O error): nothing of the turn was committed."""
 
 
 class DurableStore:
-    def __init__(self, data_dir: str | Path, synchronous: str = "FULL") -> None:
+    def __init__(
+        self, data_dir: str | Path, synchronous: str = "FULL", log_turns: bool = True
+    ) -> None:
         """`synchronous`: SQLite's setting; OFF only where another log (a replica's Raft
-        log, broker/shell/replication.py) is what a confirm waits for."""
+        log, broker/shell/replication.py) is what a confirm waits for. `log_turns`: a busy
+        pipe's turns go to the turn log first (turn_log.py); a replica's store writes its
+        batches straight to the tables."""
         self.directory = Path(data_dir)
         self._synchronous = synchronous
+        #: Turns logged and not yet folded into the tables (None: every turn goes there).
+        self._log: TurnLog | None = TurnLog() if log_turns else None
         lock: DataDirLock | None = None
         self._db: sqlite3.Connection | None = None
         #: While read_with runs: a copy of the store in memory, which the readers read.
@@ -132,6 +151,8 @@ class DurableStore:
             f"{self.path.resolve().as_uri()}?immutable=1", uri=True, check_same_thread=False
         )
         self._reader = self._immutable
+        if self._immutable.execute(_HAS_LOGGED_TURNS).fetchone() is not None:
+            self.read_with([])  # turns a crash left in the log, folded in a copy
         self.free_pages = 0
         self.unopened = str(problem)
         self._open_at = time.monotonic() + REOPEN_S
@@ -191,7 +212,10 @@ class DurableStore:
             self._add_columns(db)
             db.execute("BEGIN")
             keys_into_batches(db)
+            folded = fold_stored(db)
             db.execute("COMMIT")
+            if folded:
+                log.info("folded %d turns the turn log held into the tables", folded)
             # Only leased rows are in it: a lease's commit finds them without a queue scan.
             db.execute(
                 "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
@@ -223,9 +247,9 @@ class DurableStore:
 
     @property
     def reclaimable(self) -> bool:
-        """Whether free pages wait to be given back (the server then polls briefly and calls
-        reclaim() in turns that write nothing)."""
-        return self.free_pages > RECLAIM_FREE_PAGES
+        """Whether free pages wait to be given back, or logged turns to be folded (the
+        server then polls briefly and calls reclaim() in turns that write nothing)."""
+        return self.free_pages > RECLAIM_FREE_PAGES or (self._log is not None and self._log.pending)
 
     def _add_columns(self, db: sqlite3.Connection) -> None:
         """A store written before events, requests or delayed sends lacks their columns: add
@@ -247,6 +271,7 @@ class DurableStore:
 
     def load(self) -> tuple[list[StoredMessage], list[StoredDeadLetter]]:
         """Every message in queue order, and every dead letter oldest first."""
+        self._fold_every_turn()
         messages = [
             StoredMessage(*row)
             for row in self._reader.execute(
@@ -267,6 +292,7 @@ class DurableStore:
     def load_bindings(self) -> tuple[list[tuple[str, str]], list[tuple[str, int]]]:
         """Every (queue, pattern) binding, in the order bound, and every queue's
         delete-when-unused setting (queue, ms)."""
+        self._fold_every_turn()
         reader = self._reader
         bindings = list(reader.execute("SELECT queue, pattern FROM bindings ORDER BY rowid"))
         unused = list(reader.execute("SELECT queue, unused_ms FROM queue_settings"))
@@ -274,14 +300,17 @@ class DurableStore:
 
     def load_schedules(self) -> list[tuple[str, bytes, float | None, int]]:
         """Every schedule: (name, spec JSON, last run wall time or None, runs)."""
+        self._fold_every_turn()
         return list(self._reader.execute("SELECT name, spec, last_run, runs FROM schedules"))
 
     def load_keys(self) -> list[StoredKey]:
         """Every idempotency key on disk (some may have expired while the broker was down)."""
+        self._fold_every_turn()
         return read_keys(self._reader)
 
     def load_holds(self) -> list[StoredHold]:
         """Every key hold (a store written before holds has the table, empty: SCHEMA)."""
+        self._fold_every_turn()
         return [
             StoredHold(*row)
             for row in self._reader.execute(
@@ -309,7 +338,10 @@ class DurableStore:
             self._take_hand_off(db)
         try:
             db.execute("BEGIN")
-            write(db, operations)
+            if self._log is None:
+                write(db, operations)
+            else:
+                self._log.write_turn(db, operations, time.monotonic())
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -327,6 +359,7 @@ class DurableStore:
         if not self.try_open():
             raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
         assert self._db is not None
+        self._fold_every_turn()
         self._db.backup(target)
 
     def restore_from(self, source: sqlite3.Connection) -> None:
@@ -335,6 +368,11 @@ class DurableStore:
             raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
         assert self._db is not None
         source.backup(self._db)
+        if self._log is not None:
+            self._log = TurnLog()  # what it remembered is gone with the tables it was for
+        self._db.execute("BEGIN")
+        fold_stored(self._db)
+        self._db.execute("COMMIT")
 
     def read_with(self, operations: list[tuple]) -> None:
         """Until `read_done()`, load() and the other readers read a copy of the store in
@@ -348,6 +386,7 @@ class DurableStore:
         try:
             self._reader.backup(copy)
             copy.execute("BEGIN")
+            fold_stored(copy)
             write(copy, operations)
             copy.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -374,6 +413,8 @@ class DurableStore:
             raise StorageError("the store is read-only")
         try:
             db.execute("BEGIN")
+            if self._log is not None:
+                self._log.fold(db, time.monotonic())
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -382,6 +423,33 @@ class DurableStore:
                     db.execute("ROLLBACK")
             raise StorageError(str(exc)) from None
         self.free_pages = free_pages
+
+    def room_above_floor(self, room: int) -> None:
+        """The volume's free bytes above the floor sends are refused under (StoreKeeper):
+        the turn log is used only with room to spare."""
+        if self._log is not None:
+            self._log.room_above_floor(room)
+
+    def _fold_every_turn(self) -> None:
+        """Before the tables are read or copied: every logged turn folded into them, in a
+        transaction of its own.
+
+        Raises:
+            StorageError: nothing was folded (the turns stay logged, and are read from there
+                at the next start).
+        """
+        db, turn_log = self._db, self._log
+        if db is None or turn_log is None or not turn_log.pending:
+            return
+        try:
+            db.execute("BEGIN")
+            turn_log.fold(db, time.monotonic(), every=True)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            raise StorageError(f"cannot fold the turn log into the tables: {exc}") from None
 
     def _take_hand_off(self, db: sqlite3.Connection) -> None:
         """Copy the few frames committed since the checkpoint thread's last checkpoint, so
@@ -453,9 +521,12 @@ class DurableStore:
             "checkpoint_at_wal_bytes": self.checkpoint_bytes,
             "wal_limit_bytes": self.wal_limit_bytes,
             "read_only": self.read_only,
+            **(self._log or _NO_TURN_LOG).stats(),
         }
 
     def close(self) -> None:
+        with contextlib.suppress(StorageError):  # left in the log: the next start folds it
+            self._fold_every_turn()
         self.read_done()
         self._checkpointer.stop()
         for db in (self._db, self._immutable):

@@ -161,6 +161,7 @@ class StoreKeeper:
         volume can spare it."""
         floor = self.floor
         floor.measure()
+        self.store.room_above_floor(floor.free - floor.floor)
         reserve = self.store.reserve
         if reserve.held or self.write_failure is not None or time.monotonic() < self._retry_at:
             return

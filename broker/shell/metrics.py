@@ -176,12 +176,24 @@ STORAGE_GAUGES = (
     ),
     ("phpmq_storage_read_only", "1 while the store could not be opened for writing.", "read_only"),
     ("phpmq_storage_wal_limit_bytes", "The WAL's budget.", "wal_limit_bytes"),
+    ("phpmq_storage_turn_log_on", "1 while turns go to the turn log first.", "turn_log_on"),
+    (
+        "phpmq_storage_turn_log_bytes",
+        "Encoded bytes of the turns logged and not yet folded into the tables.",
+        "turn_log_bytes",
+    ),
 )
 STORAGE_COUNTERS = (
     ("phpmq_storage_checkpoints", "WAL checkpoints run.", "checkpoints"),
     ("phpmq_storage_checkpoint_errors", "WAL checkpoints that failed.", "checkpoint_errors"),
     ("phpmq_storage_write_errors", "Commits that failed (disk full, I/O error).", "write_errors"),
     ("phpmq_storage_reserve_releases", "Times the reserve was given up.", "reserve_releases"),
+    ("phpmq_storage_turns_logged", "Turns written to the turn log.", "turns_logged"),
+    (
+        "phpmq_storage_puts_never_written",
+        "Messages the turn log left out of the tables: acked before their turn was folded.",
+        "puts_never_written",
+    ),
 )
 
 

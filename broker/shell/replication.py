@@ -344,7 +344,7 @@ class ReplicaGroup:
         self._leaving = role == "leaving"
         holding_back = self._waiting_for_leader or self._leaving
         _discard_cache(self.directory)
-        self.store = DurableStore(self.directory, synchronous="OFF")
+        self.store = DurableStore(self.directory, synchronous="OFF", log_turns=False)
         self._events: deque[Event] = deque()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)

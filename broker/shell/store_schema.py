@@ -89,6 +89,10 @@ CREATE TABLE IF NOT EXISTS queue_settings (
     queue TEXT PRIMARY KEY,
     unused_ms INTEGER
 );
+CREATE TABLE IF NOT EXISTS turn_log (
+    turn INTEGER PRIMARY KEY,
+    operations BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS schedules (
     name TEXT PRIMARY KEY,
     spec BLOB NOT NULL,

@@ -1,0 +1,326 @@
+"""The turn log (broker/shell/turn_log.py): whatever it logs, folds or leaves out, and
+wherever a crash cuts it, the tables end as writing every turn straight to them leaves them."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness import BrokerProcess
+from phpmq.broker.journal import (
+    BACK,
+    CLEAR,
+    DEAD,
+    DELETE_QUEUE,
+    DROP,
+    FLY,
+    KEY,
+    PUT,
+    UNDEAD,
+)
+from phpmq.broker.shell import turn_log as turn_log_module
+from phpmq.broker.shell.durable import DurableStore
+from phpmq.broker.shell.store_schema import SCHEMA, read_keys, write
+from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored
+
+QUEUES = ("a", "b")
+TABLES = {
+    "messages": "SELECT * FROM messages ORDER BY id",
+    "dead_letters": "SELECT * FROM dead_letters ORDER BY position",
+    "key_batches": "SELECT * FROM key_batches ORDER BY rowid",
+    "turn_log": "SELECT * FROM turn_log",
+}
+
+
+class Model:
+    """Which messages exist, where: enough to journal operations the core could."""
+
+    def __init__(self) -> None:
+        self.next_id = 0
+        self.tail = dict.fromkeys(QUEUES, 0)
+        self.head = dict.fromkeys(QUEUES, 0)
+        #: id -> [queue, seq, in flight]
+        self.live: dict[bytes, list] = {}
+        self.dead: dict[bytes, str] = {}
+
+    def operation(self, action: int, pick: int) -> list[tuple]:
+        queue = QUEUES[pick % 2]
+        live = sorted(self.live)
+        chosen = live[pick % len(live)] if live else None
+        if action <= 3 or chosen is None:  # the common case: a send
+            self.next_id += 1
+            message_id = b"%032d" % self.next_id
+            seq = self.tail[queue]
+            self.tail[queue] += 1
+            self.live[message_id] = [queue, seq, False]
+            return [
+                (PUT, message_id, queue, seq, b"c%d" % seq, b"", 0.0, 0, b"", None, None, 0.0, b"")
+            ]
+        chosen_queue, seq, _ = self.live[chosen]
+        if action == 4:
+            first = self.head[chosen_queue]
+            for state in self.live.values():
+                if state[0] == chosen_queue and first <= state[1] <= seq:
+                    state[2] = True
+            return [(FLY, chosen_queue, first, seq)]
+        if action in (5, 6):
+            del self.live[chosen]
+            return [(DROP, chosen)]
+        if action == 7:
+            self.head[chosen_queue] -= 1
+            self.live[chosen] = [chosen_queue, self.head[chosen_queue], False]
+            return [(BACK, chosen, self.head[chosen_queue], 0.0, 1)]
+        if action == 8:
+            del self.live[chosen]
+            self.dead[chosen] = chosen_queue
+            return [(DEAD, chosen_queue, chosen, b"x", "bad", 1, 1.0, b"", b"")]
+        if action == 9 and self.dead:
+            # A replayed dead letter: the only PUT of an ID that was put before.
+            message_id = sorted(self.dead)[pick % len(self.dead)]
+            dead_queue = self.dead.pop(message_id)
+            seq = self.tail[dead_queue]
+            self.tail[dead_queue] += 1
+            self.live[message_id] = [dead_queue, seq, False]
+            return [
+                (UNDEAD, dead_queue, message_id),
+                (PUT, message_id, dead_queue, seq, b"r", b"", 0.0, 0, b"", None, None, 0.0, b""),
+            ]
+        if action == 10:
+            for message_id, state in list(self.live.items()):
+                if state[0] == queue and not state[2]:
+                    del self.live[message_id]
+            return [(CLEAR, queue)]
+        if action == 11:
+            for message_id, state in list(self.live.items()):
+                if state[0] == queue:
+                    del self.live[message_id]
+            self.dead = {m: q for m, q in self.dead.items() if q != queue}
+            return [(DELETE_QUEUE, queue)]
+        return [(KEY, queue, f"k{pick}", chosen, 100.0 + pick)]
+
+
+def tables(db: sqlite3.Connection) -> dict[str, list]:
+    """What the store holds, its keys as a start reads them too."""
+    found = {name: db.execute(query).fetchall() for name, query in TABLES.items()}
+    return {**found, "keys": read_keys(db)}
+
+
+def new_db() -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.executescript(SCHEMA)
+    return db
+
+
+turn_strategy = st.lists(
+    st.tuples(st.integers(0, 12), st.integers(0, 1000)), min_size=0, max_size=12
+)
+step_strategy = st.tuples(
+    turn_strategy,
+    st.sampled_from((0.0, 0.01, FOLD_AFTER_S)),  # time to the next turn
+    st.integers(0, 9),  # 0: a crash after this turn
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step_strategy, max_size=40), st.booleans(), st.integers(0, 30))
+def test_logged_turns_fold_into_the_tables_as_written_turns_would(
+    steps: list, always_log: bool, cap: int
+) -> None:
+    model = Model()
+    direct, logged = new_db(), new_db()
+    log = TurnLog()
+    now = 0.0
+    turn_log_module.MAX_LOGGED_OPERATIONS, saved_cap = cap, turn_log_module.MAX_LOGGED_OPERATIONS
+    try:
+        for actions, wait, crash in steps:
+            operations = [op for action, pick in actions for op in model.operation(action, pick)]
+            for db in (direct, logged):
+                db.execute("BEGIN")
+            write(direct, operations)
+            if always_log:
+                log.logging = True
+            log.write_turn(logged, operations, now)
+            for db in (direct, logged):
+                db.execute("COMMIT")
+            now += wait
+            if crash == 0:  # what the next start finds: the log's table, folded
+                log = TurnLog()
+                logged.execute("BEGIN")
+                fold_stored(logged)
+                logged.execute("COMMIT")
+                assert tables(logged) == tables(direct)
+        logged.execute("BEGIN")
+        log.fold(logged, now, every=True)
+        logged.execute("COMMIT")
+    finally:
+        turn_log_module.MAX_LOGGED_OPERATIONS = saved_cap
+    assert not log.pending
+    assert tables(logged) == tables(direct)
+
+
+def pipe_turns(turns: int, per_turn: int = 50) -> list[list[tuple]]:
+    """A producer and a consumer keeping up: each turn puts a batch, dispatches the last
+    one and acks the one before."""
+    ids: list[list[bytes]] = []
+    result = []
+    for turn in range(turns):
+        batch = [os.urandom(16) for _ in range(per_turn)]
+        ids.append(batch)
+        operations: list[tuple] = [
+            (
+                PUT,
+                message_id,
+                "q",
+                turn * per_turn + i,
+                b"x",
+                b"",
+                0.0,
+                0,
+                b"",
+                None,
+                None,
+                0.0,
+                b"",
+            )
+            for i, message_id in enumerate(batch)
+        ]
+        if turn >= 1:
+            operations.append((FLY, "q", (turn - 1) * per_turn, turn * per_turn - 1))
+        if turn >= 2:
+            operations.extend((DROP, message_id) for message_id in ids[turn - 2])
+        result.append(operations)
+    return result
+
+
+def test_a_pipe_is_logged_and_its_acked_messages_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(turn_log_module, "MAX_LOGGED_OPERATIONS", 1000)  # ~6 turns
+    store = DurableStore(tmp_path)
+    try:
+        for operations in pipe_turns(200):
+            store.commit(operations)
+        stats = store.stats()
+        assert stats["turn_log_on"] is True
+        with sqlite3.connect(store.path) as db:
+            # The first three turns' messages were written, and deleted when acked; the
+            # folded turns' were never written; the last turns' are still in the log.
+            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+            assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] >= 6
+        messages, _ = store.load()  # folds what is left first
+        assert sorted(m.seq for m in messages) == list(range(198 * 50, 200 * 50))
+        stats = store.stats()
+        assert stats["turn_log_operations"] == 0
+        # Logging starts at the fourth turn: every message put from there on and acked two
+        # turns later, within the log's six, was never written.
+        assert stats["puts_never_written"] == (198 - 3) * 50
+    finally:
+        store.close()
+
+
+def test_a_filling_queue_is_written_straight_to_the_tables(tmp_path: Path) -> None:
+    store = DurableStore(tmp_path)
+    try:
+        for operations in pipe_turns(100):
+            store.commit([op for op in operations if op[0] == PUT])
+        assert store.stats()["turns_logged"] == 0
+        with sqlite3.connect(store.path) as db:
+            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100 * 50
+    finally:
+        store.close()
+
+
+def test_logging_stops_when_its_folds_leave_nothing_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(turn_log_module, "FOLD_AFTER_S", 0.0)  # every turn folded at once
+    store = DurableStore(tmp_path)
+    log = store._log
+    assert log is not None
+    try:
+        log.logging = True
+        for operations in pipe_turns(20):
+            store.commit([op for op in operations if op[0] == PUT])
+        stats = store.stats()
+        assert stats["turn_log_on"] is False
+        assert stats["turn_log_switches"] == 1
+        assert 256 / 50 <= stats["turns_logged"] < 20
+        assert stats["puts_never_written"] == 0
+        with sqlite3.connect(store.path) as db:
+            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 20 * 50
+            assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] == 0
+    finally:
+        store.close()
+
+
+def test_a_start_after_a_crash_folds_the_logged_turns(tmp_path: Path) -> None:
+    store = DurableStore(tmp_path)
+    turns = pipe_turns(40)
+    for operations in turns:
+        store.commit(operations)
+    assert store.stats()["turn_log_operations"] > 0
+    # As kill -9 leaves it: the store's connection gone without a fold.
+    store._log = None
+    store.close()
+    with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] > 0
+    again = DurableStore(tmp_path)
+    try:
+        messages, _ = again.load()
+        assert sorted(m.seq for m in messages) == list(range(38 * 50, 40 * 50))
+        with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
+            assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] == 0
+    finally:
+        again.close()
+
+
+def test_a_broker_killed_while_its_turn_log_holds_turns_keeps_exactly_the_unacked(
+    tmp_path: Path,
+) -> None:
+    """A real broker in a pipe, logging; killed with SIGKILL while the log holds turns not
+    yet folded (sends, their acks, and sends not yet acked): the next start has every
+    confirmed message whose ack it had committed gone, and every other one back."""
+    data = tmp_path / "data"
+    first = BrokerProcess(tmp_path / "1.log", data_dir=data)
+    confirmed: list[bytes] = []
+    acked: set[bytes] = set()
+    try:
+        with first.client() as producer, first.client() as consumer:
+            stream = consumer.consume("pipe", window=100, timeout=5)
+            deadline = time.monotonic() + 20
+            storage: dict = {}
+            while True:
+                assert time.monotonic() < deadline, f"the turn log was never used: {storage}"
+                batch = [b"%d-%d" % (len(confirmed), i) for i in range(100)]
+                producer.send_many("pipe", batch, confirm=True)
+                confirmed.extend(batch)
+                for _ in range(90):  # the consumer stays a little behind
+                    message = next(stream)
+                    message.ack()
+                    acked.add(message.content)
+                consumer.flush()
+                # Answered after the turn that took the acks above was committed.
+                storage = consumer.admin("stats")["storage"]
+                if (
+                    storage["turn_log_on"]
+                    and storage["puts_never_written"] > 0
+                    and storage["turn_log_operations"] > 0
+                ):
+                    break
+            first.kill()
+    finally:
+        first.stop()
+    second = BrokerProcess(tmp_path / "2.log", data_dir=data)
+    try:
+        assert "folded" in second.log()
+        with second.client() as client:
+            recovered = [m.content for m in client.consume("pipe", window=1000, timeout=1)]
+    finally:
+        second.stop()
+    assert sorted(recovered) == sorted(set(confirmed) - acked)
