@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_disk_space import fill, small_volume
 
 from harness import BrokerProcess
 from phpmq.broker.journal import (
@@ -324,3 +325,27 @@ def test_a_broker_killed_while_its_turn_log_holds_turns_keeps_exactly_the_unacke
     finally:
         second.stop()
     assert sorted(recovered) == sorted(set(confirmed) - acked)
+
+
+def test_a_start_on_a_full_disk_reads_the_turns_a_crash_left_in_the_log(tmp_path: Path) -> None:
+    """SQLite cannot open the store for writing, so the log cannot be folded into the file:
+    the store reads a copy with it folded."""
+    with small_volume(tmp_path / "volume") as volume:
+        data = volume / "data"
+        store = DurableStore(data)
+        assert store._log is not None
+        store._log.logging = True
+        for operations in pipe_turns(10):
+            store.commit(operations)
+        store._log = None  # as kill -9 leaves it: nothing folded
+        store.close()
+        with sqlite3.connect(data / "phpmq.sqlite3") as db:
+            assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] == 10
+        fill(volume)  # no reserve: the store was not opened by a broker
+        again = DurableStore(data)
+        try:
+            assert again.read_only
+            messages, _ = again.load()
+        finally:
+            again.close()
+    assert sorted(m.seq for m in messages) == list(range(8 * 50, 10 * 50))

@@ -38,7 +38,7 @@ from .store_schema import (
     read_keys,
     write,
 )
-from .turn_log import TurnLog, fold_stored
+from .turn_log import TurnLog, fold_stored, has_logged_turns
 
 log = logging.getLogger("phpmq.broker")
 
@@ -49,11 +49,6 @@ REOPEN_S = 1.0
 RECLAIM_FREE_PAGES = 256
 #: ...at most this many per turn: a slice of about a millisecond (~7.5 us a page, measured).
 RECLAIM_SLICE_PAGES = 128
-
-
-_HAS_LOGGED_TURNS = (
-    "SELECT 1 FROM sqlite_master WHERE name = 'turn_log' AND EXISTS (SELECT 1 FROM turn_log)"
-)
 
 
 #: What a store without a turn log reports of one (zeros).
@@ -151,7 +146,7 @@ class DurableStore:
             f"{self.path.resolve().as_uri()}?immutable=1", uri=True, check_same_thread=False
         )
         self._reader = self._immutable
-        if self._immutable.execute(_HAS_LOGGED_TURNS).fetchone() is not None:
+        if has_logged_turns(self._immutable):
             self.read_with([])  # turns a crash left in the log, folded in a copy
         self.free_pages = 0
         self.unopened = str(problem)

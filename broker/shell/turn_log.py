@@ -233,13 +233,18 @@ class TurnLog:
 def fold_stored(db: sqlite3.Connection) -> int:
     """Inside the open transaction of `db`: fold every turn its log holds into its tables
     (a start after a crash, a copy being read). Returns the turns folded."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'turn_log'").fetchone() is None:
-        return 0  # a store from before the log, read as it is
-    rows = db.execute("SELECT turn, operations FROM turn_log ORDER BY turn").fetchall()
-    if not rows:
+    if not has_logged_turns(db):
         return 0
+    rows = db.execute("SELECT turn, operations FROM turn_log ORDER BY turn").fetchall()
     log = TurnLog()
     for row, blob in rows:
         log.remember(row, 0.0, [tuple(operation) for operation in _decode(blob)], len(blob))
     log.fold(db, 0.0, every=True)
     return len(rows)
+
+
+def has_logged_turns(db: sqlite3.Connection) -> bool:
+    """Whether `db`'s log holds turns (a store from before the log has no table for it)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'turn_log'").fetchone() is None:
+        return False
+    return db.execute("SELECT 1 FROM turn_log LIMIT 1").fetchone() is not None
