@@ -93,9 +93,6 @@ class TurnLog:
     def pending(self) -> bool:
         return bool(self._turns)
 
-    def fold_due(self, now: float) -> bool:
-        return bool(self._turns) and now - self._turns[0][1] >= FOLD_AFTER_S
-
     def room_above_floor(self, room: int) -> None:
         """The volume's free bytes above its floor (sends are refused under it)."""
         self.room = room >= ROOM_FACTOR * MAX_LOGGED_BYTES
