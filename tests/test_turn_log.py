@@ -26,7 +26,7 @@ from phpmq.broker.journal import (
     UNDEAD,
 )
 from phpmq.broker.shell import turn_log as turn_log_module
-from phpmq.broker.shell.durable import DurableStore
+from phpmq.broker.shell.durable import DurableStore, StorageError
 from phpmq.broker.shell.store_schema import SCHEMA, read_keys, write
 from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored
 
@@ -163,6 +163,70 @@ def test_logged_turns_fold_into_the_tables_as_written_turns_would(
         turn_log_module.MAX_LOGGED_OPERATIONS = saved_cap
     assert not log.pending
     assert tables(logged) == tables(direct)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(step_strategy, max_size=30), st.sets(st.integers(0, 29)), st.booleans())
+def test_a_rolled_back_turn_leaves_the_log_as_its_table_says(
+    steps: list, failing: set[int], always_log: bool
+) -> None:
+    """A transaction that fails after the log appended and folded (a full disk at COMMIT)
+    rolls back: the log forgets what it did, and the turn written again (as StoreKeeper
+    does) ends where writing it once would."""
+    model = Model()
+    direct, logged = new_db(), new_db()
+    log = TurnLog()
+    now = 0.0
+    for number, (actions, wait, _) in enumerate(steps):
+        operations = [op for action, pick in actions for op in model.operation(action, pick)]
+        direct.execute("BEGIN")
+        write(direct, operations)
+        direct.execute("COMMIT")
+        if number in failing:
+            logged.execute("BEGIN")
+            log.logging = log.logging or always_log
+            log.write_turn(logged, operations, now)
+            logged.execute("ROLLBACK")
+            log.stale = True  # what DurableStore does on a rollback
+        logged.execute("BEGIN")
+        log.logging = log.logging or always_log
+        log.write_turn(logged, operations, now)
+        logged.execute("COMMIT")
+        now += wait
+    logged.execute("BEGIN")
+    log.fold(logged, now, every=True)
+    logged.execute("COMMIT")
+    assert tables(logged) == tables(direct)
+
+
+def test_a_store_whose_commit_fails_forgets_what_its_log_did_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(turn_log_module, "MAX_LOGGED_OPERATIONS", 400)  # about 3 turns
+    store = DurableStore(tmp_path)
+    log = store._log
+    assert log is not None
+    turns = pipe_turns(12)
+    for number, operations in enumerate(turns[:6]):
+        # The first turns' messages are in the tables; the logged turns hold their acks.
+        log.logging = number >= 3
+        store.commit(operations)
+    reclaim_slice = store._reclaim_slice
+
+    def full(db: sqlite3.Connection) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "_reclaim_slice", full)
+    with pytest.raises(StorageError):
+        store.commit(turns[6])  # appended, and turns 3 and 4 folded, then rolled back
+    monkeypatch.setattr(store, "_reclaim_slice", reclaim_slice)
+    try:
+        for operations in turns[6:]:
+            store.commit(operations)
+        messages, _ = store.load()
+    finally:
+        store.close()
+    assert sorted(m.seq for m in messages) == list(range(10 * 50, 12 * 50))
 
 
 def pipe_turns(turns: int, per_turn: int = 50) -> list[list[tuple]]:

@@ -340,9 +340,7 @@ class DurableStore:
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves it to SQLite
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+            self._roll_back(db)
             raise StorageError(str(exc)) from None
         self.free_pages = free_pages
         self.commits += 1
@@ -413,9 +411,7 @@ class DurableStore:
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+            self._roll_back(db)
             raise StorageError(str(exc)) from None
         self.free_pages = free_pages
 
@@ -441,10 +437,17 @@ class DurableStore:
             turn_log.fold(db, time.monotonic(), every=True)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+            self._roll_back(db)
             raise StorageError(f"cannot fold the turn log into the tables: {exc}") from None
+
+    def _roll_back(self, db: sqlite3.Connection) -> None:
+        """After a failed write: nothing of the transaction stays, so neither does what the
+        turn log remembered of it (it reads its table again before its next write)."""
+        with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves it to SQLite
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        if self._log is not None:
+            self._log.stale = True
 
     def _take_hand_off(self, db: sqlite3.Connection) -> None:
         """Copy the few frames committed since the checkpoint thread's last checkpoint, so

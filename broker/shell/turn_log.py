@@ -88,6 +88,9 @@ class TurnLog:
         self.switches = 0
         #: Folds made early by MAX_LOGGED_OPERATIONS or MAX_LOGGED_BYTES.
         self.early_folds = 0
+        #: A transaction this log wrote in was rolled back: what it remembers may not be
+        #: what its table holds, so it reads the table again first (`_reload`).
+        self.stale = False
 
     @property
     def pending(self) -> bool:
@@ -100,10 +103,11 @@ class TurnLog:
     def write_turn(self, db: sqlite3.Connection, operations: Sequence[tuple], now: float) -> None:
         """Inside the open transaction of `db`: the turn's operations, logged or written
         to the tables, and the logged turns that are due folded."""
+        if self.stale:
+            self._reload(db)
         if not self.logging:
             self._watch(operations, now)
         elif not self.room or self._folds_pay_too_little():
-            self.fold(db, now, every=True)
             self.logging = False
             self._retry_at = now + RETRY_AFTER_S
             self.switches += 1
@@ -112,6 +116,8 @@ class TurnLog:
                 self._append(db, operations, now)
             self.fold(db, now)
             return
+        if self._turns:  # every logged turn goes first: it is older
+            self.fold(db, now, every=True)
         write(db, operations)
 
     def _watch(self, operations: Sequence[tuple], now: float) -> None:
@@ -164,6 +170,8 @@ class TurnLog:
         with `every`) to the tables, oldest first, and delete their rows of the log. Each
         turn is written on its own, as it would have been: a turn's keys share a batch
         that a later turn's keys must not join (store_schema._write_keys)."""
+        if self.stale:
+            self._reload(db)
         turns = self._turns
         last_row = 0
         early = False
@@ -183,6 +191,20 @@ class TurnLog:
             db.execute("DELETE FROM turn_log WHERE turn <= ?", (last_row,))
             self.folds += 1
             self.early_folds += early
+
+    def _reload(self, db: sqlite3.Connection) -> None:
+        """Remember exactly the turns the table holds, and write the next turns straight to
+        the tables (a rolled-back transaction: a disk that is full or failing)."""
+        self._turns.clear()
+        self._kills.clear()
+        self._left_out.clear()  # their DROPs are applied: deleting no row is harmless
+        self.logged_operations = self.logged_bytes = 0
+        for row, blob in db.execute("SELECT turn, operations FROM turn_log ORDER BY turn"):
+            self.remember(row, 0.0, _decoded(blob), len(blob))
+        self.stale = False
+        if self.logging:
+            self.logging = False
+            self.switches += 1
 
     def _left(self, operations: Sequence[tuple]) -> list[tuple]:
         """The operations of a logged turn that change the tables, in their order: without
@@ -235,7 +257,7 @@ def fold_stored(db: sqlite3.Connection) -> int:
     rows = db.execute("SELECT turn, operations FROM turn_log ORDER BY turn").fetchall()
     log = TurnLog()
     for row, blob in rows:
-        log.remember(row, 0.0, [tuple(operation) for operation in _decode(blob)], len(blob))
+        log.remember(row, 0.0, _decoded(blob), len(blob))
     log.fold(db, 0.0, every=True)
     return len(rows)
 
@@ -245,3 +267,7 @@ def has_logged_turns(db: sqlite3.Connection) -> bool:
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'turn_log'").fetchone() is None:
         return False
     return db.execute("SELECT 1 FROM turn_log LIMIT 1").fetchone() is not None
+
+
+def _decoded(blob: bytes) -> list[tuple]:
+    return [tuple(operation) for operation in _decode(blob)]
