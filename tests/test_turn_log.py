@@ -3,6 +3,7 @@ wherever a crash cuts it, the tables end as writing every turn straight to them 
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import time
@@ -18,12 +19,17 @@ from phpmq.broker.journal import (
     BACK,
     CLEAR,
     DEAD,
+    DELAY,
     DELETE_QUEUE,
     DROP,
     FLY,
     KEY,
+    LEASE_DONE,
+    LEASE_TAKEN,
+    LET_GO,
     PUT,
     UNDEAD,
+    UNKEY,
 )
 from phpmq.broker.shell import turn_log as turn_log_module
 from phpmq.broker.shell.durable import DurableStore, StorageError
@@ -35,6 +41,7 @@ TABLES = {
     "messages": "SELECT * FROM messages ORDER BY id",
     "dead_letters": "SELECT * FROM dead_letters ORDER BY position",
     "key_batches": "SELECT * FROM key_batches ORDER BY rowid",
+    "held_keys": "SELECT * FROM held_keys ORDER BY queue, key",
     "turn_log": "SELECT * FROM turn_log",
 }
 
@@ -103,7 +110,23 @@ class Model:
                     del self.live[message_id]
             self.dead = {m: q for m, q in self.dead.items() if q != queue}
             return [(DELETE_QUEUE, queue)]
-        return [(KEY, queue, f"k{pick}", chosen, 100.0 + pick)]
+        if action == 12:
+            return [(KEY, queue, f"k{pick % 7}", chosen, 100.0 + pick % 5)]
+        if action == 13:  # requeued with a delay: at the tail on disk
+            seq = self.tail[chosen_queue]
+            self.tail[chosen_queue] += 1
+            self.live[chosen] = [chosen_queue, seq, False]
+            return [(DELAY, chosen, seq, 0.0, 2)]
+        lease = f"lease-{pick % 3}"
+        if action == 14:
+            return [(LEASE_TAKEN, lease, chosen_queue, self.head[chosen_queue], seq)]
+        if action == 15:  # what it deletes the model does not follow: those IDs are not reused
+            return [(LEASE_DONE, chosen_queue, lease)]
+        if action == 16:
+            return [(KEY, queue, f"k{pick % 7}", chosen, math.inf)]  # held
+        if action == 17:
+            return [(LET_GO, queue, f"k{pick % 7}", chosen, 100.0 + pick % 5)]
+        return [(UNKEY, math.inf if pick % 4 == 0 else 100.0 + pick % 5)]
 
 
 def tables(db: sqlite3.Connection) -> dict[str, list]:
@@ -119,7 +142,7 @@ def new_db() -> sqlite3.Connection:
 
 
 turn_strategy = st.lists(
-    st.tuples(st.integers(0, 12), st.integers(0, 1000)), min_size=0, max_size=12
+    st.tuples(st.integers(0, 18), st.integers(0, 1000)), min_size=0, max_size=12
 )
 step_strategy = st.tuples(
     turn_strategy,
@@ -385,7 +408,10 @@ def test_a_broker_killed_while_its_turn_log_holds_turns_keeps_exactly_the_unacke
     try:
         assert "folded" in second.log()
         with second.client() as client:
-            recovered = [m.content for m in client.consume("pipe", window=1000, timeout=1)]
+            recovered = []
+            for message in client.consume("pipe", window=1000, timeout=1):
+                recovered.append(message.content)
+                message.ack()
     finally:
         second.stop()
     assert sorted(recovered) == sorted(set(confirmed) - acked)
@@ -413,3 +439,76 @@ def test_a_start_on_a_full_disk_reads_the_turns_a_crash_left_in_the_log(tmp_path
         finally:
             again.close()
     assert sorted(m.seq for m in messages) == list(range(8 * 50, 10 * 50))
+
+
+def test_a_log_that_stopped_paying_drains_a_slice_a_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sends acked later than the log keeps its turns: nothing is left out, so logging
+    stops; the turns it holds go to the tables a bounded slice per commit (never the whole
+    log in one turn), and then turns go straight there."""
+    monkeypatch.setattr(turn_log_module, "FOLD_AFTER_S", 3600.0)  # nothing comes of age
+    store = DurableStore(tmp_path)
+    log = store._log
+    assert log is not None
+    log.logging = True
+    sends = [[op for op in operations if op[0] == PUT] for operations in pipe_turns(400)]
+    for operations in sends[:60]:
+        store.commit(operations)
+    assert log.logging and log.logged_operations == 60 * 50
+    monkeypatch.setattr(turn_log_module, "MAX_LOGGED_OPERATIONS", 2000)
+    store.commit(sends[60])  # over the cap: folds down to it, and judges (nothing left out)
+    assert log.logging
+    before = log.logged_operations
+    commits = 0
+    while log.logged_operations:
+        store.commit(sends[61 + commits])  # the first stops logging
+        assert not log.logging
+        commits += 1
+        # Its own turn is logged behind the others; at most a drain slice (and the turn
+        # that crosses it) goes to the tables.
+        assert before - log.logged_operations <= turn_log_module.DRAIN_OPERATIONS + 50
+        before = log.logged_operations
+    assert commits >= 2
+    logged = store.stats()["turns_logged"]
+    store.commit(sends[300])
+    assert store.stats()["turns_logged"] == logged  # straight to the tables now
+    try:
+        messages, _ = store.load()
+    finally:
+        store.close()
+    assert len(messages) == (61 + commits + 1) * 50
+
+
+def test_a_start_that_cannot_fold_the_log_yet_reads_a_folded_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store opens, but a fold cannot be written (a disk with no room to spare): the
+    recovery reads a copy with the log folded; the log folds once writes succeed."""
+    store = DurableStore(tmp_path)
+    assert store._log is not None
+    store._log.logging = True
+    for operations in pipe_turns(10):
+        store.commit(operations)
+    store._log = None  # as kill -9 leaves it
+    store.close()
+    real_fold = TurnLog.fold
+
+    def fold_fails_on_disk(self: TurnLog, db: sqlite3.Connection, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if db.execute("PRAGMA database_list").fetchone()[2]:  # a file, not a copy in memory
+            raise sqlite3.OperationalError("database or disk is full")
+        real_fold(self, db, *args, **kwargs)
+
+    monkeypatch.setattr(TurnLog, "fold", fold_fails_on_disk)
+    again = DurableStore(tmp_path)
+    try:
+        messages, _ = again.load()
+        assert sorted(m.seq for m in messages) == list(range(8 * 50, 10 * 50))
+        again.read_done()
+        monkeypatch.setattr(TurnLog, "fold", real_fold)
+        again.commit([])  # the first write: the log reads its table and drains it
+        with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
+            assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] == 0
+            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
+    finally:
+        again.close()

@@ -11,7 +11,7 @@ pages back in bounded slices (`incremental_vacuum(N)`), inside the turn's own tr
 it has one, else in idle turns.
 
 While acks keep up with puts, a turn is appended to the store as one row and folded into the
-tables a little later, leaving out what was acked meanwhile (broker/turn_log.py).
+tables a little later, leaving out what was acked meanwhile (turn_log.py).
 """
 
 from __future__ import annotations
@@ -207,10 +207,8 @@ class DurableStore:
             self._add_columns(db)
             db.execute("BEGIN")
             keys_into_batches(db)
-            folded = fold_stored(db)
             db.execute("COMMIT")
-            if folded:
-                log.info("folded %d turns the turn log held into the tables", folded)
+            self._fold_stored_turns(db)
             # Only leased rows are in it: a lease's commit finds them without a queue scan.
             db.execute(
                 "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
@@ -222,6 +220,23 @@ class DurableStore:
             db.close()
             self._db = None
             raise
+
+    def _fold_stored_turns(self, db: sqlite3.Connection) -> None:
+        """The turns a crash left in the log, folded into the tables. Where that cannot be
+        written (a full disk), the store opens anyway: the readers read a copy with them
+        folded, and the log folds them once it can write (it drains them first)."""
+        try:
+            db.execute("BEGIN")
+            folded = fold_stored(db)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._log is None:
+                raise
+            self._roll_back(db)
+            log.warning("cannot fold the turn log into the tables yet (%s): reading a copy", exc)
+            return
+        if folded:
+            log.info("folded %d turns the turn log held into the tables", folded)
 
     def _incremental_vacuum_on(self, db: sqlite3.Connection) -> None:
         """A store written before auto_vacuum was set never gives space back: rebuild it once
@@ -266,7 +281,7 @@ class DurableStore:
 
     def load(self) -> tuple[list[StoredMessage], list[StoredDeadLetter]]:
         """Every message in queue order, and every dead letter oldest first."""
-        self._fold_every_turn()
+        self._settle_reader()
         messages = [
             StoredMessage(*row)
             for row in self._reader.execute(
@@ -287,7 +302,7 @@ class DurableStore:
     def load_bindings(self) -> tuple[list[tuple[str, str]], list[tuple[str, int]]]:
         """Every (queue, pattern) binding, in the order bound, and every queue's
         delete-when-unused setting (queue, ms)."""
-        self._fold_every_turn()
+        self._settle_reader()
         reader = self._reader
         bindings = list(reader.execute("SELECT queue, pattern FROM bindings ORDER BY rowid"))
         unused = list(reader.execute("SELECT queue, unused_ms FROM queue_settings"))
@@ -295,17 +310,17 @@ class DurableStore:
 
     def load_schedules(self) -> list[tuple[str, bytes, float | None, int]]:
         """Every schedule: (name, spec JSON, last run wall time or None, runs)."""
-        self._fold_every_turn()
+        self._settle_reader()
         return list(self._reader.execute("SELECT name, spec, last_run, runs FROM schedules"))
 
     def load_keys(self) -> list[StoredKey]:
         """Every idempotency key on disk (some may have expired while the broker was down)."""
-        self._fold_every_turn()
+        self._settle_reader()
         return read_keys(self._reader)
 
     def load_holds(self) -> list[StoredHold]:
         """Every key hold (a store written before holds has the table, empty: SCHEMA)."""
-        self._fold_every_turn()
+        self._settle_reader()
         return [
             StoredHold(*row)
             for row in self._reader.execute(
@@ -421,6 +436,17 @@ class DurableStore:
         if self._log is not None:
             self._log.room_above_floor(room)
 
+    def _settle_reader(self) -> None:
+        """Before the tables are read: every logged turn folded into them; where that
+        cannot be written (a full disk), the readers read a copy with them folded, until
+        read_done()."""
+        if self._copy is not None:
+            return  # a copy is read: it was folded when it was made
+        try:
+            self._fold_every_turn()
+        except StorageError:
+            self.read_with([])
+
     def _fold_every_turn(self) -> None:
         """Before the tables are read or copied: every logged turn folded into them, in a
         transaction of its own.
@@ -431,7 +457,7 @@ class DurableStore:
         """
         db, turn_log = self._db, self._log
         if db is None or turn_log is None or not turn_log.pending:
-            return
+            return  # read-only: the reader is a copy, folded (_read_only)
         try:
             db.execute("BEGIN")
             turn_log.fold(db, time.monotonic(), every=True)

@@ -191,7 +191,8 @@ STORAGE_COUNTERS = (
     ("phpmq_storage_turns_logged", "Turns written to the turn log.", "turns_logged"),
     (
         "phpmq_storage_puts_never_written",
-        "Messages the turn log left out of the tables: acked before their turn was folded.",
+        "Messages the turn log never wrote to the tables: acked or dead-lettered before"
+        " their turn was folded.",
         "puts_never_written",
     ),
 )

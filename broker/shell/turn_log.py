@@ -48,10 +48,14 @@ START_KILL_SHARE = 0.5
 START_MIN_PUTS = 32.0
 #: Logging stops when folds leave out less than this share of the puts they fold...
 STOP_SKIP_SHARE = 0.25
-#: ...judged over at least this many recent folded puts;
-STOP_MIN_FOLDED = 256.0
+#: ...judged again after every this many folded puts;
+JUDGED_EVERY_PUTS = 256
 #: and it is not tried again for this long (seconds).
 RETRY_AFTER_S = 5.0
+#: Once logging stopped, the log still holds turns: each commit logs its own turn too, and
+#: folds at most this many operations beyond those due, until the log is empty (one fold of
+#: the whole log would stall a turn for up to a couple of hundred milliseconds).
+DRAIN_OPERATIONS = 1024
 
 #: The operations that remove a message, and where their message ID is.
 _KILLS = {DROP: 1, DEAD: 2}
@@ -79,8 +83,11 @@ class TurnLog:
         self._retry_at = 0.0
         self._recent_puts = 0.0
         self._recent_kills = 0.0
-        self._folded_puts = 0.0
-        self._folded_left_out = 0.0
+        #: The folded puts since the last judgement, and how many of them were left out;
+        #: whether logging paid at the last one.
+        self._window_puts = 0
+        self._window_left_out = 0
+        self._pays = True
         # Counters (the store's stats).
         self.turns_logged = 0
         self.folds = 0
@@ -94,7 +101,8 @@ class TurnLog:
 
     @property
     def pending(self) -> bool:
-        return bool(self._turns)
+        """Whether the log's table may hold turns."""
+        return bool(self._turns) or self.stale
 
     def room_above_floor(self, room: int) -> None:
         """The volume's free bytes above its floor (sends are refused under it)."""
@@ -104,20 +112,18 @@ class TurnLog:
         """Inside the open transaction of `db`: the turn's operations, logged or written
         to the tables, and the logged turns that are due folded."""
         if self.stale:
-            self._reload(db)
+            self._reload(db, now)
         if not self.logging:
             self._watch(operations, now)
-        elif not self.room or self._folds_pay_too_little():
+        elif not self.room or not self._pays:
             self.logging = False
             self._retry_at = now + RETRY_AFTER_S
             self.switches += 1
-        if self.logging:
+        if self.logging or self._turns:  # the log's turns are older: they go first
             if operations:
                 self._append(db, operations, now)
-            self.fold(db, now)
+            self.fold(db, now, beyond_due=0 if self.logging else DRAIN_OPERATIONS)
             return
-        if self._turns:  # every logged turn goes first: it is older
-            self.fold(db, now, every=True)
         write(db, operations)
 
     def _watch(self, operations: Sequence[tuple], now: float) -> None:
@@ -134,14 +140,9 @@ class TurnLog:
             and self._recent_kills >= START_KILL_SHARE * self._recent_puts
         ):
             self.logging = True
-            self._folded_puts = self._folded_left_out = 0.0
+            self._window_puts = self._window_left_out = 0
+            self._pays = True
             self.switches += 1
-
-    def _folds_pay_too_little(self) -> bool:
-        return (
-            self._folded_puts >= STOP_MIN_FOLDED
-            and self._folded_left_out < STOP_SKIP_SHARE * self._folded_puts
-        )
 
     def _append(self, db: sqlite3.Connection, operations: Sequence[tuple], now: float) -> None:
         row = self._next_row
@@ -165,24 +166,30 @@ class TurnLog:
         self.logged_bytes += size
         self._next_row = max(self._next_row, row + 1)
 
-    def fold(self, db: sqlite3.Connection, now: float, every: bool = False) -> None:
+    def fold(
+        self, db: sqlite3.Connection, now: float, every: bool = False, beyond_due: int = 0
+    ) -> None:
         """Inside the open transaction of `db`: write the logged turns that are due (all
-        with `every`) to the tables, oldest first, and delete their rows of the log. Each
-        turn is written on its own, as it would have been: a turn's keys share a batch
-        that a later turn's keys must not join (store_schema._write_keys)."""
+        with `every`; and about `beyond_due` operations more) to the tables, oldest first,
+        and delete their rows of the log. Each turn is written on its own, as it would have
+        been: a turn's keys share a batch that a later turn's keys must not join
+        (store_schema._write_keys)."""
         if self.stale:
-            self._reload(db)
+            self._reload(db, now)
         turns = self._turns
         last_row = 0
         early = False
         while turns:
             if not every and now - turns[0][1] < FOLD_AFTER_S:
                 if (
-                    self.logged_operations <= MAX_LOGGED_OPERATIONS
-                    and self.logged_bytes <= MAX_LOGGED_BYTES
+                    self.logged_operations > MAX_LOGGED_OPERATIONS
+                    or self.logged_bytes > MAX_LOGGED_BYTES
                 ):
+                    early = True
+                elif beyond_due > 0:
+                    beyond_due -= len(turns[0][2])
+                else:
                     break
-                early = True
             last_row, _, operations, size = turns.popleft()
             self.logged_operations -= len(operations)
             self.logged_bytes -= size
@@ -192,9 +199,10 @@ class TurnLog:
             self.folds += 1
             self.early_folds += early
 
-    def _reload(self, db: sqlite3.Connection) -> None:
-        """Remember exactly the turns the table holds, and write the next turns straight to
-        the tables (a rolled-back transaction: a disk that is full or failing)."""
+    def _reload(self, db: sqlite3.Connection, now: float) -> None:
+        """Remember exactly the turns the table holds, and stop logging: they drain, and
+        later turns go straight to the tables (a rolled-back transaction: a disk that is
+        full or failing)."""
         self._turns.clear()
         self._kills.clear()
         self._left_out.clear()  # their DROPs are applied: deleting no row is harmless
@@ -202,6 +210,7 @@ class TurnLog:
         for row, blob in db.execute("SELECT turn, operations FROM turn_log ORDER BY turn"):
             self.remember(row, 0.0, _decoded(blob), len(blob))
         self.stale = False
+        self._retry_at = now + RETRY_AFTER_S
         if self.logging:
             self.logging = False
             self.switches += 1
@@ -232,8 +241,11 @@ class TurnLog:
                         continue  # its row was never written
             kept.append(operation)
         self.puts_never_written += never
-        self._folded_puts = self._folded_puts * DECAY + puts + never
-        self._folded_left_out = self._folded_left_out * DECAY + never
+        self._window_puts += puts + never
+        self._window_left_out += never
+        if self._window_puts >= JUDGED_EVERY_PUTS:
+            self._pays = self._window_left_out >= STOP_SKIP_SHARE * self._window_puts
+            self._window_puts = self._window_left_out = 0
         return kept
 
     def stats(self) -> dict[str, int | bool]:
