@@ -512,3 +512,27 @@ def test_a_start_that_cannot_fold_the_log_yet_reads_a_folded_copy(
             assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
     finally:
         again.close()
+
+
+def test_acks_that_come_too_late_make_the_log_try_again_less_and_less_often() -> None:
+    """Acks a second after their sends: nothing is ever left out. Logging keeps seeming
+    worth a try (acks keep up with sends), so it is tried at 5, 10, 20, 40 and 80 s."""
+    db = new_db()
+    log = TurnLog()
+    per_turn, lag_turns, step = 50, 20, 0.05  # 20 turns a second
+    put: list[list[bytes]] = []
+    for turn in range(int(160 / step)):
+        batch = [os.urandom(16) for _ in range(per_turn)]
+        put.append(batch)
+        operations: list[tuple] = [
+            (PUT, m, "q", turn * per_turn + i, b"x", b"", 0.0, 0, b"", None, None, 0.0, b"")
+            for i, m in enumerate(batch)
+        ]
+        if turn >= lag_turns:
+            operations.extend((DROP, m) for m in put[turn - lag_turns])
+        db.execute("BEGIN")
+        log.write_turn(db, operations, turn * step)
+        db.execute("COMMIT")
+    assert log.puts_never_written == 0
+    starts = (log.switches + 1) // 2
+    assert 4 <= starts <= 6, log.switches  # 0-5-15-35-75-155 s; every 5 s would be 30

@@ -50,8 +50,10 @@ START_MIN_PUTS = 32.0
 STOP_SKIP_SHARE = 0.25
 #: ...judged again after every this many folded puts;
 JUDGED_EVERY_PUTS = 256
-#: and it is not tried again for this long (seconds).
+#: and it is not tried again for this long (seconds), twice as long after each stop in a row
+#: that found it did not pay, up to the longest.
 RETRY_AFTER_S = 5.0
+LONGEST_RETRY_AFTER_S = 300.0
 #: Once logging stopped, the log still holds turns: each commit logs its own turn too, and
 #: folds at most this many operations beyond those due, until the log is empty (one fold of
 #: the whole log would stall a turn for up to a couple of hundred milliseconds).
@@ -81,6 +83,7 @@ class TurnLog:
         self._next_row = 1
         self.logging = False
         self._retry_at = 0.0
+        self._retry_after = RETRY_AFTER_S
         self._recent_puts = 0.0
         self._recent_kills = 0.0
         #: The folded puts since the last judgement, and how many of them were left out;
@@ -117,7 +120,9 @@ class TurnLog:
             self._watch(operations, now)
         elif not self.room or not self._pays:
             self.logging = False
-            self._retry_at = now + RETRY_AFTER_S
+            self._retry_at = now + self._retry_after
+            if not self._pays:  # acks come too late: try again less and less often
+                self._retry_after = min(2 * self._retry_after, LONGEST_RETRY_AFTER_S)
             self.switches += 1
         if self.logging or self._turns:  # the log's turns are older: they go first
             if operations:
@@ -246,6 +251,8 @@ class TurnLog:
         if self._window_puts >= JUDGED_EVERY_PUTS:
             self._pays = self._window_left_out >= STOP_SKIP_SHARE * self._window_puts
             self._window_puts = self._window_left_out = 0
+            if self._pays:
+                self._retry_after = RETRY_AFTER_S
         return kept
 
     def stats(self) -> dict[str, int | bool]:
