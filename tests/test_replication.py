@@ -6,6 +6,7 @@ confirms nothing, and a node whose data is wiped catches up from the others.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -19,6 +20,7 @@ import pytest
 from harness import wait_for
 from lan import in_ci
 from phpmq import Client, ClientError
+from phpmq.broker.shell.turn_log import read_folded
 from phpmq.testing import process_state
 from replicated_cluster import Producer, drain, replicated_cluster, until_done
 
@@ -105,10 +107,11 @@ def test_a_node_whose_data_is_wiped_catches_up(tmp_path: Path) -> None:
 
         def caught_up() -> bool:
             try:
-                with sqlite3.connect(store / "phpmq.sqlite3") as db:
-                    return db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
+                db = read_folded(store / "phpmq.sqlite3")
             except sqlite3.Error:
                 return False
+            with contextlib.closing(db):
+                return db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
 
         wait_for(caught_up, "the wiped replica to hold every message again", timeout=60)
 

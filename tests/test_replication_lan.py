@@ -16,6 +16,7 @@ nothing is lost when the other nodes are killed one by one afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
@@ -31,6 +32,7 @@ import pytest
 import lan
 from harness import wait_for
 from phpmq.broker.shell.store_schema import read_keys
+from phpmq.broker.shell.turn_log import read_folded
 from replicated_lan import NODE_NAMES, LanCluster
 
 # The LAN tests build network namespaces and run brokers in them: one LAN at a time.
@@ -342,21 +344,23 @@ def stored_contents(store: Path) -> tuple[frozenset, frozenset] | None:
     """A replica store's message IDs and queues, and its idempotency keys (None: not
     readable now)."""
     try:
-        with sqlite3.connect(store) as db:
-            messages = frozenset(db.execute("SELECT id, queue, content FROM messages"))
-            keys = frozenset((k.queue, k.key, k.id) for k in read_keys(db))
+        db = read_folded(store)  # the turn log folded in: what the store holds
     except sqlite3.Error:
         return None
+    with contextlib.closing(db):
+        messages = frozenset(db.execute("SELECT id, queue, content FROM messages"))
+        keys = frozenset((k.queue, k.key, k.id) for k in read_keys(db))
     return messages, keys
 
 
 def stored_messages(store: Path) -> int | None:
     """Messages in a replica's store (None: not readable yet)."""
     try:
-        with sqlite3.connect(store) as db:
-            return int(db.execute("SELECT count(*) FROM messages").fetchone()[0])
+        db = read_folded(store)
     except sqlite3.Error:
         return None
+    with contextlib.closing(db):
+        return int(db.execute("SELECT count(*) FROM messages").fetchone()[0])
 
 
 def test_a_node_joins_and_another_leaves_under_load_and_nothing_is_lost(

@@ -61,14 +61,20 @@ class StorageError(Exception):
 
 class DurableStore:
     def __init__(
-        self, data_dir: str | Path, synchronous: str = "FULL", log_turns: bool = True
+        self,
+        data_dir: str | Path,
+        synchronous: str = "FULL",
+        log_turns: bool = True,
+        fold_on_read: bool = True,
     ) -> None:
         """`synchronous`: SQLite's setting; OFF only where another log (a replica's Raft
         log, broker/shell/replication.py) is what a confirm waits for. `log_turns`: a busy
-        pipe's turns go to the turn log first (turn_log.py); a replica's store writes its
-        batches straight to the tables."""
+        pipe's turns go to the turn log first (turn_log.py). `fold_on_read`: the readers
+        fold the log into the tables first; without it (a replica's store, which another
+        thread writes) they read a copy with it folded."""
         self.directory = Path(data_dir)
         self._synchronous = synchronous
+        self._fold_on_read = fold_on_read
         #: Turns logged and not yet folded into the tables (None: every turn goes there).
         self._log: TurnLog | None = TurnLog() if log_turns else None
         lock: DataDirLock | None = None
@@ -442,7 +448,11 @@ class DurableStore:
         read_done()."""
         if self._copy is not None:
             return  # a copy is read: it was folded when it was made
+        if self._log is None or not self._log.pending:
+            return
         try:
+            if not self._fold_on_read:
+                raise StorageError("another thread writes the store")
             self._fold_every_turn()
         except StorageError:
             self.read_with([])

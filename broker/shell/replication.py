@@ -344,7 +344,8 @@ class ReplicaGroup:
         self._leaving = role == "leaving"
         holding_back = self._waiting_for_leader or self._leaving
         _discard_cache(self.directory)
-        self.store = DurableStore(self.directory, synchronous="OFF", log_turns=False)
+        # The Raft thread writes the store; the loop reads it once, at a promotion.
+        self.store = DurableStore(self.directory, synchronous="OFF", fold_on_read=False)
         self._events: deque[Event] = deque()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)

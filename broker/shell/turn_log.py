@@ -25,6 +25,7 @@ from __future__ import annotations
 import sqlite3
 from collections import deque
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
@@ -290,3 +291,18 @@ def has_logged_turns(db: sqlite3.Connection) -> bool:
 
 def _decoded(blob: bytes) -> list[tuple]:
     return [tuple(operation) for operation in _decode(blob)]
+
+
+def read_folded(path: str | Path) -> sqlite3.Connection:
+    """A copy in memory of the store at `path`, its log folded into its tables: what it
+    holds, read without writing to it (a store in use by a broker; tools and tests)."""
+    source = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    copy = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        source.backup(copy)
+    finally:
+        source.close()
+    copy.execute("BEGIN")
+    fold_stored(copy)
+    copy.execute("COMMIT")
+    return copy
