@@ -34,7 +34,7 @@ from phpmq.broker.journal import (
 from phpmq.broker.shell import turn_log as turn_log_module
 from phpmq.broker.shell.durable import DurableStore, StorageError
 from phpmq.broker.shell.store_schema import SCHEMA, read_keys, write
-from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored
+from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored, read_folded
 
 QUEUES = ("a", "b")
 TABLES = {
@@ -536,3 +536,25 @@ def test_acks_that_come_too_late_make_the_log_try_again_less_and_less_often() ->
     assert log.puts_never_written == 0
     starts = (log.switches + 1) // 2
     assert 4 <= starts <= 6, log.switches  # 0-5-15-35-75-155 s; every 5 s would be 30
+
+
+def test_a_store_another_thread_writes_is_read_through_a_folded_copy(tmp_path: Path) -> None:
+    """A replica's store (the Raft thread writes it): a promotion reads what it holds
+    without writing to it, and `read_folded` shows the same from outside."""
+    store = DurableStore(tmp_path, synchronous="OFF", fold_on_read=False)
+    assert store._log is not None
+    store._log.logging = True
+    try:
+        for operations in pipe_turns(10):
+            store.commit(operations)
+        messages, _ = store.load()
+        store.read_done()
+        assert sorted(m.seq for m in messages) == list(range(8 * 50, 10 * 50))
+        assert store.stats()["turn_log_operations"] > 0  # nothing folded by the read
+        outside = read_folded(store.path)
+        try:
+            assert outside.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
+        finally:
+            outside.close()
+    finally:
+        store.close()
