@@ -558,3 +558,52 @@ def test_a_store_another_thread_writes_is_read_through_a_folded_copy(tmp_path: P
             outside.close()
     finally:
         store.close()
+
+
+def test_a_snapshot_from_an_older_broker_is_brought_up_to_date(tmp_path: Path) -> None:
+    """A replica takes in a snapshot its group wrote before the turn log (and before the
+    newer columns): the store it becomes has them, and logs turns like any other."""
+    old = sqlite3.connect(":memory:", isolation_level=None)
+    old.executescript(
+        "CREATE TABLE messages (id TEXT PRIMARY KEY, queue TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " content BLOB NOT NULL, headers BLOB NOT NULL, expires_wall REAL NOT NULL,"
+        " deliveries INTEGER NOT NULL, in_flight INTEGER NOT NULL);"
+        "INSERT INTO messages VALUES (x'6f6c64', 'q', -1, x'6f6c64', x'', 0, 0, 0);"
+    )
+    store = DurableStore(tmp_path, synchronous="OFF", fold_on_read=False)
+    assert store._log is not None
+    try:
+        store.restore_from(old)
+        assert store._log is not None
+        store._log.logging = True
+        for operations in pipe_turns(10):
+            store.commit(operations)
+        messages, _ = store.load()
+        store.read_done()
+    finally:
+        store.close()
+    assert sorted(m.seq for m in messages) == [-1, *range(8 * 50, 10 * 50)]
+
+
+def test_a_quiet_store_folds_its_log_in_reclaim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a single broker's idle turns, and a replica's Raft ticks, call: the turns that
+    came of age are folded, and the store stops asking for idle calls."""
+    store = DurableStore(tmp_path)
+    assert store._log is not None
+    store._log.logging = True
+    try:
+        for operations in pipe_turns(10):
+            store.commit(operations)
+        assert store.reclaimable
+        store.reclaim()  # nothing came of age yet
+        assert store.stats()["turn_log_operations"] > 0
+        monkeypatch.setattr(turn_log_module, "FOLD_AFTER_S", 0.0)
+        store.reclaim()
+        assert store.stats()["turn_log_operations"] == 0
+        assert not store.reclaimable
+        with sqlite3.connect(store.path) as db:
+            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
+    finally:
+        store.close()

@@ -208,24 +208,30 @@ class DurableStore:
             # fsyncs need not record a growing file. Idle, the WAL is emptied anyway.
             db.execute("PRAGMA wal_autocheckpoint=0")
             db.execute(f"PRAGMA journal_size_limit={self.wal_limit_bytes}")
-            db.executescript(SCHEMA)
-            self._ids_as_blobs(db)
-            self._add_columns(db)
-            db.execute("BEGIN")
-            keys_into_batches(db)
-            db.execute("COMMIT")
+            self._up_to_date(db)
             self._fold_stored_turns(db)
-            # Only leased rows are in it: a lease's commit finds them without a queue scan.
-            db.execute(
-                "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
-                " WHERE lease IS NOT NULL"
-            )
             self._incremental_vacuum_on(db)
             self.free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
         except sqlite3.Error:
             db.close()
             self._db = None
             raise
+
+    def _up_to_date(self, db: sqlite3.Connection) -> None:
+        """A store written by an older broker (opened, or restored from a replica's
+        snapshot) gets what this one's has: the tables, columns and index added since, IDs
+        as blobs, keys in batches."""
+        db.executescript(SCHEMA)
+        self._ids_as_blobs(db)
+        self._add_columns(db)
+        db.execute("BEGIN")
+        keys_into_batches(db)
+        db.execute("COMMIT")
+        # Only leased rows are in it: a lease's commit finds them without a queue scan.
+        db.execute(
+            "CREATE INDEX IF NOT EXISTS messages_by_lease ON messages (queue, lease)"
+            " WHERE lease IS NOT NULL"
+        )
 
     def _fold_stored_turns(self, db: sqlite3.Connection) -> None:
         """The turns a crash left in the log, folded into the tables. Where that cannot be
@@ -377,16 +383,30 @@ class DurableStore:
         self._db.backup(target)
 
     def restore_from(self, source: sqlite3.Connection) -> None:
-        """Replace the whole store with `source` (a replica's snapshot)."""
+        """Replace the whole store with `source` (a replica's snapshot), brought up to date
+        (it may come from an older broker) with its logged turns folded.
+
+        Raises:
+            StorageError: the snapshot could not be taken in (the store is as it was, or
+                holds it without its log folded: the next commit folds it).
+        """
         if not self.try_open():
             raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
-        assert self._db is not None
-        source.backup(self._db)
+        db = self._db
+        assert db is not None
         if self._log is not None:
-            self._log = TurnLog()  # what it remembered is gone with the tables it was for
-        self._db.execute("BEGIN")
-        fold_stored(self._db)
-        self._db.execute("COMMIT")
+            # What it remembered is gone with the tables it was for; the volume is the same.
+            room, self._log = self._log.room, TurnLog()
+            self._log.room = room
+        try:
+            source.backup(db)
+            self._up_to_date(db)
+            db.execute("BEGIN")
+            fold_stored(db)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._roll_back(db)
+            raise StorageError(f"cannot take in the snapshot: {exc}") from None
 
     def read_with(self, operations: list[tuple]) -> None:
         """Until `read_done()`, load() and the other readers read a copy of the store in

@@ -450,6 +450,7 @@ class ReplicaGroup:
             self._raft._SyncObj__raftElectionDeadline = time.monotonic() + NEVER_S
 
     def _on_tick(self) -> None:
+        self._fold_when_quiet()
         address, self._hand_to = self._hand_to, None
         if address is not None:
             self._raft.transferLeadership(address)
@@ -483,6 +484,18 @@ class ReplicaGroup:
             )
             self.removed = True
             self._push(Broken("removed from its group"))
+
+    def _fold_when_quiet(self) -> None:
+        """On the Raft thread, the store's writer: logged turns come of age and are folded
+        (and free pages given back) between batches, as a single broker does in its idle
+        turns, so a replica promoted after its leader's death rarely has any left."""
+        store = self.store
+        if self._raft.broken or not store.reclaimable:
+            return
+        try:
+            store.reclaim()
+        except StorageError as exc:
+            log.debug("folding the turn log failed (retried at the next tick): %s", exc)
 
     def _change_membership(self, now: float) -> None:
         """On the leader: one change at a time toward the wanted members. New members
@@ -604,6 +617,8 @@ class ReplicaGroup:
         now = time.monotonic()
         if now - self._room_checked >= ROOM_CHECK_S:
             self._room_checked = now
+            with contextlib.suppress(OSError):  # room_problem says so
+                self.store.room_above_floor(free_and_total(self.directory)[0] - self._floor)
             problem = room_problem(self.directory, self._floor)
             if problem is not None and self._room_problem is None:
                 log.error("%s: this replica takes no more entries and stops", problem)

@@ -300,9 +300,12 @@ def read_folded(path: str | Path) -> sqlite3.Connection:
     copy = sqlite3.connect(":memory:", isolation_level=None)
     try:
         source.backup(copy)
+        copy.execute("BEGIN")
+        fold_stored(copy)
+        copy.execute("COMMIT")
+    except sqlite3.Error:
+        copy.close()
+        raise
     finally:
         source.close()
-    copy.execute("BEGIN")
-    fold_stored(copy)
-    copy.execute("COMMIT")
     return copy
