@@ -51,10 +51,6 @@ RECLAIM_FREE_PAGES = 256
 RECLAIM_SLICE_PAGES = 128
 
 
-#: What a store without a turn log reports of one (zeros).
-_NO_TURN_LOG = TurnLog()
-
-
 class StorageError(Exception):
     """The store could not write (disk full, I/O error): nothing of the turn was committed."""
 
@@ -64,19 +60,17 @@ class DurableStore:
         self,
         data_dir: str | Path,
         synchronous: str = "FULL",
-        log_turns: bool = True,
         fold_on_read: bool = True,
     ) -> None:
         """`synchronous`: SQLite's setting; OFF only where another log (a replica's Raft
-        log, broker/shell/replication.py) is what a confirm waits for. `log_turns`: a busy
-        pipe's turns go to the turn log first (turn_log.py). `fold_on_read`: the readers
+        log, broker/shell/replication.py) is what a confirm waits for. `fold_on_read`: the readers
         fold the log into the tables first; without it (a replica's store, which another
         thread writes) they read a copy with it folded."""
         self.directory = Path(data_dir)
         self._synchronous = synchronous
         self._fold_on_read = fold_on_read
-        #: Turns logged and not yet folded into the tables (None: every turn goes there).
-        self._log: TurnLog | None = TurnLog() if log_turns else None
+        #: A busy pipe's turns, logged and not yet folded into the tables (turn_log.py).
+        self._log = TurnLog()
         lock: DataDirLock | None = None
         self._db: sqlite3.Connection | None = None
         #: While read_with runs: a copy of the store in memory, which the readers read.
@@ -242,8 +236,6 @@ class DurableStore:
             folded = fold_stored(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
-            if self._log is None:
-                raise
             self._roll_back(db)
             log.warning("cannot fold the turn log into the tables yet (%s): reading a copy", exc)
             return
@@ -271,7 +263,7 @@ class DurableStore:
     def reclaimable(self) -> bool:
         """Whether free pages wait to be given back, or logged turns to be folded (the
         server then polls briefly and calls reclaim() in turns that write nothing)."""
-        return self.free_pages > RECLAIM_FREE_PAGES or (self._log is not None and self._log.pending)
+        return self.free_pages > RECLAIM_FREE_PAGES or self._log.pending
 
     def _add_columns(self, db: sqlite3.Connection) -> None:
         """A store written before events, requests or delayed sends lacks their columns: add
@@ -360,10 +352,7 @@ class DurableStore:
             self._take_hand_off(db)
         try:
             db.execute("BEGIN")
-            if self._log is None:
-                write(db, operations)
-            else:
-                self._log.write_turn(db, operations, time.monotonic())
+            self._log.write_turn(db, operations, time.monotonic())
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -394,10 +383,9 @@ class DurableStore:
             raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
         db = self._db
         assert db is not None
-        if self._log is not None:
-            # What it remembered is gone with the tables it was for; the volume is the same.
-            room, self._log = self._log.room, TurnLog()
-            self._log.room = room
+        # What the log remembered is gone with the tables it was for; the volume is the same.
+        room, self._log = self._log.room, TurnLog()
+        self._log.room = room
         try:
             source.backup(db)
             self._up_to_date(db)
@@ -447,8 +435,7 @@ class DurableStore:
             raise StorageError("the store is read-only")
         try:
             db.execute("BEGIN")
-            if self._log is not None:
-                self._log.fold(db, time.monotonic())
+            self._log.fold(db, time.monotonic())
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -459,8 +446,7 @@ class DurableStore:
     def room_above_floor(self, room: int) -> None:
         """The volume's free bytes above the floor sends are refused under (StoreKeeper):
         the turn log is used only with room to spare."""
-        if self._log is not None:
-            self._log.room_above_floor(room)
+        self._log.room_above_floor(room)
 
     def _settle_reader(self) -> None:
         """Before the tables are read: every logged turn folded into them; where that
@@ -468,7 +454,7 @@ class DurableStore:
         read_done()."""
         if self._copy is not None:
             return  # a copy is read: it was folded when it was made
-        if self._log is None or not self._log.pending:
+        if not self._log.pending:
             return
         try:
             if not self._fold_on_read:
@@ -486,7 +472,7 @@ class DurableStore:
                 at the next start).
         """
         db, turn_log = self._db, self._log
-        if db is None or turn_log is None or not turn_log.pending:
+        if db is None or not turn_log.pending:
             return  # read-only: the reader is a copy, folded (_read_only)
         try:
             db.execute("BEGIN")
@@ -502,8 +488,7 @@ class DurableStore:
         with contextlib.suppress(sqlite3.Error):  # a failed rollback leaves it to SQLite
             if db.in_transaction:
                 db.execute("ROLLBACK")
-        if self._log is not None:
-            self._log.stale = True
+        self._log.stale = True
 
     def _take_hand_off(self, db: sqlite3.Connection) -> None:
         """Copy the few frames committed since the checkpoint thread's last checkpoint, so
@@ -575,7 +560,7 @@ class DurableStore:
             "checkpoint_at_wal_bytes": self.checkpoint_bytes,
             "wal_limit_bytes": self.wal_limit_bytes,
             "read_only": self.read_only,
-            **(self._log or _NO_TURN_LOG).stats(),
+            **self._log.stats(),
         }
 
     def close(self) -> None:
