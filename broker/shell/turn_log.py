@@ -75,7 +75,8 @@ class TurnLog:
         self._turns: deque[tuple[int, float, Sequence[tuple], int]] = deque()
         self.logged_operations = 0
         self.logged_bytes = 0
-        #: Whether the volume has room for the log (StoreKeeper.watch, room_above_floor).
+        #: Whether the volume has room for the log (room_above_floor: StoreKeeper.watch, or
+        #: a replica's floor check).
         self.room = True
         #: Message ID -> DROPs and DEADs of it in logged turns not yet folded.
         self._kills: dict[bytes, int] = {}
