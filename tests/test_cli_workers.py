@@ -35,8 +35,13 @@ def test_workers_find_a_module_in_the_current_directory(
         with broker.client() as client:
             client.send("orders", b"order 17", confirm=True)
         handled = tmp_path / "handled.txt"
-        wait_until(lambda: handled.exists() or pool.poll() is not None, 20, 0.1)
-        assert handled.exists(), f"no worker handled the message; pool status {pool.poll()}"
+
+        def written() -> bool:
+            # The handler's write_bytes creates the file before it writes the content.
+            return handled.exists() and handled.stat().st_size > 0
+
+        wait_until(lambda: written() or pool.poll() is not None, 20, 0.1)
+        assert written(), f"no worker handled the message; pool status {pool.poll()}"
         assert handled.read_bytes() == b"order 17"
     finally:
         pool.send_signal(signal.SIGTERM)
