@@ -365,7 +365,7 @@ def run_durable_pipe(messages: int = 200_000, size: int = 100, window: int = 100
             f"{storage['fsyncs_per_s']:,.0f}" if storage else "-",
             f"{storage['last_commit_ms']:.2f}" if storage else "-",
             # Messages the turn log acked before they reached the tables (docs/durability.md).
-            f"{storage.get('puts_never_written', 0) / r['received']:.0%}" if storage else "-",
+            f"{storage['puts_never_written'] / r['received']:.0%}" if storage else "-",
             f"{r['confirm_p50_ms']:.2f} ms" if "confirm_p50_ms" in r else "-",
             f"{r['confirm_p99_ms']:.2f} ms" if "confirm_p99_ms" in r else "-",
             f"{r['p99_ms']:.2f} ms",

@@ -7,6 +7,7 @@ path.
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
 from phpmq.broker.journal import Journal
+from phpmq.broker.shell.turn_log import fold_stored
 from phpmq.testing import free_port as free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -262,3 +264,21 @@ def phpmq(
 
 def nothing_received(sock: zmq.Socket, wait: float = 0.3) -> bool:
     return not sock.poll(int(wait * 1000))
+
+
+def read_folded(path: str | Path) -> sqlite3.Connection:
+    """A copy in memory of the store at `path`, its log folded into its tables: what it
+    holds, read without writing to it (a store a broker is using)."""
+    source = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    copy = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        source.backup(copy)
+        copy.execute("BEGIN")
+        fold_stored(copy)
+        copy.execute("COMMIT")
+    except sqlite3.Error:
+        copy.close()
+        raise
+    finally:
+        source.close()
+    return copy

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import wait_for
+from harness import read_folded, wait_for
 from lan import in_ci
 from phpmq import Client, ClientError
-from phpmq.broker.shell.turn_log import read_folded
 from phpmq.testing import process_state
 from replicated_cluster import Producer, drain, replicated_cluster, until_done
 

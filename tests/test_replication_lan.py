@@ -30,9 +30,8 @@ from pathlib import Path
 import pytest
 
 import lan
-from harness import wait_for
+from harness import read_folded, wait_for
 from phpmq.broker.shell.store_schema import read_keys
-from phpmq.broker.shell.turn_log import read_folded
 from replicated_lan import NODE_NAMES, LanCluster
 
 # The LAN tests build network namespaces and run brokers in them: one LAN at a time.

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_disk_space import fill, small_volume
 
-from harness import BrokerProcess
+from harness import BrokerProcess, read_folded
 from phpmq.broker.journal import (
     BACK,
     CLEAR,
@@ -34,7 +34,7 @@ from phpmq.broker.journal import (
 from phpmq.broker.shell import turn_log as turn_log_module
 from phpmq.broker.shell.durable import DurableStore, StorageError
 from phpmq.broker.shell.store_schema import SCHEMA, read_keys, write
-from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored, read_folded
+from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored
 
 QUEUES = ("a", "b")
 TABLES = {
@@ -285,6 +285,17 @@ def pipe_turns(turns: int, per_turn: int = 50) -> list[list[tuple]]:
     return result
 
 
+def crashed_with_turns_logged(directory: Path) -> None:
+    """A store that logged ten pipe turns (the last two turns' messages unacked), left as
+    kill -9 leaves it: every turn still in its log."""
+    store = DurableStore(directory)
+    store._log.logging = True
+    for operations in pipe_turns(10):
+        store.commit(operations)
+    store._log = TurnLog()  # the close folds nothing
+    store.close()
+
+
 def test_a_pipe_is_logged_and_its_acked_messages_never_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -419,12 +430,7 @@ def test_a_start_on_a_full_disk_reads_the_turns_a_crash_left_in_the_log(tmp_path
     the store reads a copy with it folded."""
     with small_volume(tmp_path / "volume") as volume:
         data = volume / "data"
-        store = DurableStore(data)
-        store._log.logging = True
-        for operations in pipe_turns(10):
-            store.commit(operations)
-        store._log = TurnLog()  # as kill -9 leaves the file: the close folds nothing
-        store.close()
+        crashed_with_turns_logged(data)
         with sqlite3.connect(data / "phpmq.sqlite3") as db:
             assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] == 10
         fill(volume)  # no reserve: the store was not opened by a broker
@@ -480,12 +486,7 @@ def test_a_start_that_cannot_fold_the_log_yet_reads_a_folded_copy(
 ) -> None:
     """The store opens, but a fold cannot be written (a disk with no room to spare): the
     recovery reads a copy with the log folded; the log folds once writes succeed."""
-    store = DurableStore(tmp_path)
-    store._log.logging = True
-    for operations in pipe_turns(10):
-        store.commit(operations)
-    store._log = TurnLog()  # as kill -9 leaves the file: the close folds nothing
-    store.close()
+    crashed_with_turns_logged(tmp_path)
     real_fold = TurnLog.fold
 
     def fold_fails_on_disk(self: TurnLog, db: sqlite3.Connection, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]

@@ -456,12 +456,13 @@ class DurableStore:
             return  # a copy is read: it was folded when it was made
         if not self._log.pending:
             return
-        try:
-            if not self._fold_on_read:
-                raise StorageError("another thread writes the store")
-            self._fold_every_turn()
-        except StorageError:
-            self.read_with([])
+        if self._fold_on_read:
+            try:
+                self._fold_every_turn()
+                return
+            except StorageError:
+                pass  # a full disk: read a copy
+        self.read_with([])
 
     def _fold_every_turn(self) -> None:
         """Before the tables are read or copied: every logged turn folded into them, in a

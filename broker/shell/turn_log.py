@@ -3,7 +3,7 @@ the tables a little later, by when most of what they put has been acked and is n
 written at all (docs/durability.md, "The turn log").
 
 A message in the tables costs a row: an insert, the in-flight update and a delete, about
-6 µs of SQLite a message however the table is shaped (issue #32). A logged turn costs one
+6 µs of SQLite a message (issue #32). A logged turn costs one
 encoded row, committed and fsynced in the turn's transaction as before, so a confirm still
 means "on disk". The turn's operations stay in memory too, and a later commit folds the
 oldest turns into the tables in its own transaction: a PUT whose message a later DROP or
@@ -25,7 +25,6 @@ from __future__ import annotations
 import sqlite3
 from collections import deque
 from collections.abc import Sequence
-from pathlib import Path
 
 import msgspec
 
@@ -292,21 +291,3 @@ def has_logged_turns(db: sqlite3.Connection) -> bool:
 
 def _decoded(blob: bytes) -> list[tuple]:
     return [tuple(operation) for operation in _decode(blob)]
-
-
-def read_folded(path: str | Path) -> sqlite3.Connection:
-    """A copy in memory of the store at `path`, its log folded into its tables: what it
-    holds, read without writing to it (a store in use by a broker; tools and tests)."""
-    source = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
-    copy = sqlite3.connect(":memory:", isolation_level=None)
-    try:
-        source.backup(copy)
-        copy.execute("BEGIN")
-        fold_stored(copy)
-        copy.execute("COMMIT")
-    except sqlite3.Error:
-        copy.close()
-        raise
-    finally:
-        source.close()
-    return copy
