@@ -120,6 +120,12 @@ async def async_record(message: ReceivedMessage) -> None:
     )
 
 
+async def async_answer(message: ReceivedMessage) -> str:
+    """`answer`'s plain case as an async handler that awaits once, without recording."""
+    await asyncio.sleep(0)
+    return message.content.decode().upper()
+
+
 async def async_slow(message: ReceivedMessage) -> None:
     """`slow` as an async handler: the worker's event loop runs while it sleeps."""
     _record(message, "start")

@@ -49,6 +49,14 @@ MAX_NOTES = 10_000
 PR_SET_PDEATHSIG = 1
 #: How long an orphaned worker may go on with its current job before it exits.
 ORPHAN_GRACE_S = 2.0
+#: While prefetched messages wait, the settles (acks, replies) of those done go out together,
+#: one frame: when none waits any more, or before the next job once the oldest settle's job
+#: began this long ago (so a job that took this long is settled at once). A job that hangs
+#: meanwhile: the client's heartbeat tick sends them.
+SETTLES_WAIT_S = 0.001
+#: The supervisor's pipe is read before a first delivery at most this often (a stop waits
+#: that long); before a redelivery, which a note may concern, always.
+SUPERVISOR_READ_S = 0.005
 
 
 class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -191,6 +199,10 @@ class ChildBase:
         #: kept (the pipe's own `poll` makes a selector per call, twice per job).
         self._supervisor_said = select.poll()
         self._supervisor_said.register(conn.fileno(), select.POLLIN)
+        self._supervisor_read_at = 0.0
+        #: When the job of the oldest settle not yet sent began (0.0: none is held).
+        self._held_since = 0.0
+        self._job_started = 0.0
         self.client = self.client_class(
             spec.broker,
             name=f"{spec.pool}/{spec.index}",
@@ -200,6 +212,7 @@ class ChildBase:
         )
 
     def _read_supervisor(self) -> None:
+        self._supervisor_read_at = time.monotonic() + SUPERVISOR_READ_S
         while self._supervisor_said.poll(0):
             command = self.conn.recv()
             if command[0] == "note":
@@ -212,10 +225,23 @@ class ChildBase:
     def _stop_before(self, message: ReceivedMessage) -> bool:
         """Read the supervisor (a note about this very message, or a stop, may have come
         meanwhile); True if stopping: the message waits again, to go back unstarted."""
-        self._read_supervisor()
+        if message.delivery_count > 1 or time.monotonic() >= self._supervisor_read_at:
+            self._read_supervisor()
         if self.stopping:
             self.picker.put_back(message)
         return self.stopping
+
+    def _receive_now(self) -> bool:
+        """Whether to read the client before the next job: nothing is waiting, or the held
+        settles are due (SETTLES_WAIT_S): a receive that finds nothing sends them."""
+        return not self.picker or (
+            self._held_since != 0.0 and time.monotonic() - self._held_since >= SETTLES_WAIT_S
+        )
+
+    def _settled(self) -> None:
+        if self._held_since == 0.0:
+            # (A settle made without running the handler is as old as the last job run.)
+            self._held_since = self._job_started or time.monotonic()
 
     def _settlement_before(self, message: ReceivedMessage) -> Settlement | None:
         """The end of a message that must not run again, or None (then `_begin` it)."""
@@ -231,7 +257,7 @@ class ChildBase:
 
     def _begin(self, message: ReceivedMessage) -> None:
         timeout = _message_timeout(message, self.spec.timeout)
-        started = time.monotonic()
+        self._job_started = started = time.monotonic()
         self.slot.begin(
             message.id, message.delivery_count, started + timeout if timeout else 0.0, started
         )
@@ -282,9 +308,10 @@ class Child(ChildBase):
         jobs = 0
         try:
             while not self.stopping:
-                self._read_supervisor()
-                if os.getppid() != parent:
-                    return "supervisor gone"
+                if time.monotonic() >= self._supervisor_read_at:
+                    self._read_supervisor()
+                    if os.getppid() != parent:
+                        return "supervisor gone"
                 message = self._next_message()
                 if message is None or not self._handle(message):
                     continue
@@ -299,10 +326,12 @@ class Child(ChildBase):
             self._leave()
 
     def _next_message(self) -> ReceivedMessage | None:
-        message = self.client.receive(timeout=0 if len(self.picker) else 0.1)
-        while message is not None:
-            self.picker.add(message)
-            message = self.client.receive(timeout=0)
+        if self._receive_now():
+            message = self.client.receive(timeout=0 if len(self.picker) else 0.1)
+            while message is not None:
+                self.picker.add(message)
+                message = self.client.receive(timeout=0)
+            self._held_since = 0.0  # the receive that found nothing sent them
         return self.picker.pick()
 
     def _handle(self, message: ReceivedMessage) -> bool:
@@ -319,6 +348,7 @@ class Child(ChildBase):
                 failure = exc
             settlement = self._settlement_after(message, failure, result)
         getattr(message, settlement.method)(*settlement.args)
+        self._settled()
         self.slot.end(settlement.outcome)
         return True
 
@@ -352,9 +382,10 @@ class AsyncChild(ChildBase):
             for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
                 await self.client.subscribe(queue, window, bind=self.spec.bind)
             while not self.stopping:
-                self._read_supervisor()
-                if os.getppid() != parent:
-                    return "supervisor gone"
+                if time.monotonic() >= self._supervisor_read_at:
+                    self._read_supervisor()
+                    if os.getppid() != parent:
+                        return "supervisor gone"
                 message = await self._next_message()
                 if message is None or not await self._handle(message):
                     continue
@@ -369,10 +400,12 @@ class AsyncChild(ChildBase):
             await self._leave()
 
     async def _next_message(self) -> AsyncReceivedMessage | None:
-        message = await self.client.receive(timeout=0 if len(self.picker) else 0.1)
-        while message is not None:
-            self.picker.add(message)
-            message = await self.client.receive(timeout=0)
+        if self._receive_now():
+            message = await self.client.receive(timeout=0 if len(self.picker) else 0.1)
+            while message is not None:
+                self.picker.add(message)
+                message = await self.client.receive(timeout=0)
+            self._held_since = 0.0  # the receive that found nothing sent them
         return self.picker.pick()  # type: ignore[return-value]
 
     async def _handle(self, message: AsyncReceivedMessage) -> bool:
@@ -389,6 +422,7 @@ class AsyncChild(ChildBase):
                 failure = exc
             settlement = self._settlement_after(message, failure, result)
         await getattr(message, settlement.method)(*settlement.args)
+        self._settled()
         self.slot.end(settlement.outcome)
         return True
 

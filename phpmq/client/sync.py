@@ -492,13 +492,15 @@ class Client(
 
     def _tick(self) -> None:
         """Liveness duties, run by the background work and by waits (backend.Background):
-        notice a silent broker, reconnect when due, and send the greeting or a heartbeat when
-        owed."""
+        send the settles held since the caller last read (a worker's handler that runs
+        long), notice a silent broker, reconnect when due, and send the greeting or a
+        heartbeat when owed."""
         connection = self._connection
         now = time.monotonic()
         resubscribes = connection.resubscribes(now)
         if resubscribes and not backend.sending(self._send_lock):
             self._try_send(connection.frame(resubscribes))
+        self._flush_quietly()
         if not connection.heartbeat_interval:
             return
         if self._reconnect_at is not None:
