@@ -17,10 +17,9 @@ from ..protocol import (
     DeadLetter,
     ErrorCode,
     Requeue,
-    encode,
     encode_dispatch,
+    encode_routed_dispatch,
 )
-from ..protocol import Dispatch as DispatchMessage
 from .context import Context
 from .deadletters import DeadLetters
 from .deadlines import DELAY_OVER, LEASE
@@ -43,26 +42,6 @@ from .quotas import CONSUMERS
 #: Messages dispatched in one loop turn at most; a queue with more to give stays marked for
 #: the next turn, so one big window cannot hold up everyone else's heartbeats.
 DISPATCH_PER_TURN = 8_192
-
-
-def _routed_dispatch(queue_name: str, record: Record, now: int) -> bytes:
-    """The 003 of a published copy, a request, a reply or a keyed message, for an extension
-    peer: with the event, the reply route and correlation id, the message key
-    (docs/protocol.md §6.5, §6.6)."""
-    return encode(
-        DispatchMessage(
-            queue_name,
-            record.content,
-            record.id,
-            record.remaining_ttl(now),
-            record.deliveries,
-            record.headers or None,
-            record.event.decode() or None,
-            record.reply_to,
-            record.correlation,
-            record.message_key or None,
-        )
-    )
 
 
 class Dispatch:
@@ -482,7 +461,20 @@ class Dispatch:
             if chunks is None:
                 chunks = outbox[peer.id] = []
             if record.routed and peer.extensions:
-                chunks.append(_routed_dispatch(queue.name, record, now))
+                chunks.append(
+                    encode_routed_dispatch(
+                        packet,
+                        data[ID_BYTES:],
+                        message_id,
+                        record.remaining_ttl(now),
+                        record.deliveries,
+                        record.headers,
+                        record.event,
+                        record.reply_to,
+                        record.correlation,
+                        record.message_key,
+                    )
+                )
             else:
                 chunks.append(
                     encode_dispatch(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..protocol import ErrorCode, Reply
+from ..protocol import ErrorCode, Reply, encode, encode_reply_to_requester
 from .context import Context
 from .dispatch import Dispatch
 from .intake import Intake
@@ -83,18 +83,21 @@ class Replies:
                 "reply-dropped",
             )
             return
-        ctx.reply(
-            requester,
-            Reply(
-                message.content,
-                None,
-                request.id,
-                request.correlation,
-                message.code,
-                message.reason,
-                message.headers,
-            ),
-        )
+        if message.code is None and message.reason is None and message.headers is None:
+            reply = encode_reply_to_requester(message.content, request.id, request.correlation)  # type: ignore[arg-type]
+        else:
+            reply = encode(
+                Reply(
+                    message.content,
+                    None,
+                    request.id,
+                    request.correlation,
+                    message.code,
+                    message.reason,
+                    message.headers,
+                )
+            )
+        ctx.reply_encoded(requester, reply)
         ctx.counters.replied += 1
 
     def _into_queue(self, peer: Peer, request: Record, message: Reply) -> None:

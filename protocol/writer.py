@@ -101,6 +101,7 @@ _HEADERS_PACKET = b"P%02d%%029d" % PacketType.HEADERS
 _MESSAGE_KEY_PACKET = b"P%02d%%029d" % PacketType.MESSAGE_KEY
 _REPLY_TO_PACKET = b"P%02d%%029d" % PacketType.REPLY_TO
 _CORRELATION_PACKET = b"P%02d%%029d" % PacketType.CORRELATION
+_EVENT_PACKET = b"P%02d%%029d" % PacketType.EVENT
 #: Packet headers (or whole number packets) remembered per kind; past it they are formatted
 #: each time, so no peer can grow them.
 MAX_REMEMBERED = 1024
@@ -145,6 +146,12 @@ _MESSAGE_KEY_HEADERS = _Remembered(_MESSAGE_KEY_PACKET.__mod__)
 _DISPATCH_HEADERS = {
     parts: message_header(MessageType.DISPATCH, count)
     for parts, count in ((0, 3), (1, 4), (2, 5), (4, 6))
+}
+
+
+#: 003's message header by its packet count, for the routed form (5 packets and more).
+_ROUTED_DISPATCH_HEADERS = {
+    count: message_header(MessageType.DISPATCH, count) for count in range(5, 11)
 }
 
 
@@ -195,6 +202,53 @@ def encode_dispatch(
             *after_id,
         )
     )
+
+
+def encode_routed_dispatch(
+    queue_packet: bytes,
+    content: bytes,
+    message_id: bytes,
+    ttl: int,
+    delivery_count: int,
+    headers: bytes,
+    event: bytes,
+    reply_to: str | None,
+    correlation: str | None,
+    message_key: bytes,
+) -> bytes:
+    """003 to an extension peer with what a published copy, a request, a reply put into a
+    reply queue or a keyed message carries (the broker's hot path for requests): the bytes
+    `encode(Dispatch(...))` writes, an empty `headers`, `event` or `message_key` left out."""
+    parts = [
+        b"",
+        queue_packet,
+        _CONTENT_HEADERS[len(content)],
+        content,
+        _ID_HEADERS[len(message_id)],
+        message_id,
+        _TTL_PACKETS[ttl],
+        _DELIVERY_PACKETS[delivery_count],
+    ]
+    packets = 5
+    if headers:
+        parts += (_HEADERS_HEADERS[len(headers)], headers)
+        packets += 1
+    if event:
+        parts += (_EVENT_PACKET % len(event), event)
+        packets += 1
+    if reply_to is not None:
+        reply_to_bytes = reply_to.encode()
+        parts += (_REPLY_TO_PACKET % len(reply_to_bytes), reply_to_bytes)
+        packets += 1
+    if correlation is not None:
+        correlation_bytes = correlation.encode()
+        parts += (_CORRELATION_PACKET % len(correlation_bytes), correlation_bytes)
+        packets += 1
+    if message_key:
+        parts += (_MESSAGE_KEY_HEADERS[len(message_key)], message_key)
+        packets += 1
+    parts[0] = _ROUTED_DISPATCH_HEADERS[packets]
+    return b"".join(parts)
 
 
 _SEND_HEADERS = {
@@ -316,6 +370,24 @@ def encode_reply(content: bytes, queue_packet: bytes, message_id: bytes) -> byte
             queue_packet,
             _ID_HEADERS[len(message_id)],
             message_id,
+        )
+    )
+
+
+def encode_reply_to_requester(content: bytes, message_id: bytes, correlation: str) -> bytes:
+    """112 from the broker on its hot path: a worker's answer to the request `message_id`,
+    for its requester, which matches it by `correlation`. An error reply, or one with
+    headers, is rare enough for `encode(Reply(...))`."""
+    correlation_bytes = correlation.encode()
+    return b"".join(
+        (
+            _REPLY_3,
+            _CONTENT_HEADERS[len(content)],
+            content,
+            _ID_HEADERS[len(message_id)],
+            message_id,
+            _CORRELATION_PACKET % len(correlation_bytes),
+            correlation_bytes,
         )
     )
 

@@ -30,6 +30,7 @@ from phpmq.protocol import (
     ProtocolError,
     Publish,
     RemoteProtocolError,
+    Reply,
     Requeue,
     Send,
     TruncatedError,
@@ -41,6 +42,8 @@ from phpmq.protocol import (
     encode_confirm,
     encode_dispatch,
     encode_publish,
+    encode_reply_to_requester,
+    encode_routed_dispatch,
     encode_send,
     event_packet,
     forward_parts,
@@ -266,6 +269,68 @@ def test_encode_dispatch_matches_encode(
     message = Dispatch(queue, content, message_id, ttl, delivery_count)
     fast = encode_dispatch(queue_packet(queue), content, message_id, ttl, delivery_count)
     assert fast == encode(message)
+
+
+@FAST
+@given(
+    texts,
+    contents,
+    ids,
+    integers,
+    integers,
+    st.binary(max_size=30),
+    texts,
+    st.none() | texts,
+    st.none() | texts,
+    st.binary(max_size=30),
+)
+def test_encode_routed_dispatch_matches_encode(
+    queue: str,
+    content: bytes,
+    message_id: bytes,
+    ttl: int,
+    delivery_count: int,
+    headers: bytes,
+    event: str,
+    reply_to: str | None,
+    correlation: str | None,
+    message_key: bytes,
+) -> None:
+    message = Dispatch(
+        queue,
+        content,
+        message_id,
+        ttl,
+        delivery_count,
+        headers or None,
+        event or None,
+        reply_to,
+        correlation,
+        message_key or None,
+    )
+    fast = encode_routed_dispatch(
+        queue_packet(queue),
+        content,
+        message_id,
+        ttl,
+        delivery_count,
+        headers,
+        event.encode(),
+        reply_to,
+        correlation,
+        message_key,
+    )
+    assert fast == encode(message)
+
+
+@FAST
+@given(contents, ids, texts)
+def test_encode_reply_to_requester_matches_encode(
+    content: bytes, message_id: bytes, correlation: str
+) -> None:
+    assert encode_reply_to_requester(content, message_id, correlation) == encode(
+        Reply(content, None, message_id, correlation)
+    )
 
 
 @FAST
