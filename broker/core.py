@@ -209,7 +209,7 @@ class Core:
     def _become_shard(self, config: BrokerConfig) -> None:
         self.forwarding = Forwarding(self.ctx, decode_map(config.cluster.encode()), config.shard)
         self.relayed = RelayedPeers(
-            self.ctx, self._peers, self.guard, self.handle_messages, self.profile
+            self.ctx, self._peers, self.guard, self.handle_frame, self.profile
         )
         self._handlers[Forward] = self.relayed.on_forward
         self.admin.stats.add_section("cluster", self.forwarding.stats)
@@ -395,9 +395,11 @@ class Core:
 
     def _may_read_runs(self, peer_id: bytes) -> bool:
         """False for a peer known to have a rights table: the guard reads each of its
-        messages, so its frames are not scanned for runs first."""
+        messages, so its frames are not scanned for runs first. One not identified yet (a
+        relayed peer its FORWARD just made) holds no rights until `_run_taker` identifies
+        it, which decides."""
         peer = self._peers.by_id.get(peer_id)
-        return peer is None or peer.rights is None
+        return peer is None or peer.rights is None or peer.principal is None
 
     def _run_taker(
         self,

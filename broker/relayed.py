@@ -25,9 +25,6 @@ from ..protocol import (
     Disconnect,
     ErrorCode,
     Forward,
-    Message,
-    ProtocolError,
-    decode_frame,
     forward_parts,
 )
 from .context import Context, Frames
@@ -40,9 +37,9 @@ from .peers import UNKNOWN_PEER_REASON, Peers
 _PREFIX = b"\x00F"
 _ZMQ_ID_BYTES = 5
 
-Handle = Callable[
-    [bytes, list[Message], "ProtocolError | None", PeerProfile, None, Principal], None
-]
+#: The core's `handle_frame`: a relayed peer's frame is read as any peer's (a run of sends
+#: or acks for one queue unread, the rest decoded), with its own rights.
+HandleFrame = Callable[[bytes, bytes, PeerProfile, Principal], None]
 
 
 def relayed_id(link_id: bytes, reference: bytes) -> bytes:
@@ -60,15 +57,20 @@ def route_of(peer_id: bytes) -> tuple[bytes, bytes]:
 
 
 class RelayedPeers:
-    __slots__ = ("_ctx", "_guard", "_handle", "_peers", "_profile")
+    __slots__ = ("_ctx", "_guard", "_handle_frame", "_peers", "_profile")
 
     def __init__(
-        self, ctx: Context, peers: Peers, guard: Guard, handle: Handle, profile: PeerProfile
+        self,
+        ctx: Context,
+        peers: Peers,
+        guard: Guard,
+        handle_frame: HandleFrame,
+        profile: PeerProfile,
     ) -> None:
         self._ctx = ctx
         self._peers = peers
         self._guard = guard
-        self._handle = handle
+        self._handle_frame = handle_frame
         self._profile = profile
 
     def on_forward(self, link: Peer, message: Forward) -> None:
@@ -95,12 +97,11 @@ class RelayedPeers:
             new = peer_id not in self._peers.by_id
             relayed = self._peers.get(peer_id, self._profile)
             _take_flags(relayed, flags, new)
-            messages, error = decode_frame(message.content, self._ctx.config.max_content_bytes)
             principal, admin_granted = self._guard.forwarded_principal(message.principal)
             if relayed.admin_granted != admin_granted:
                 relayed.admin_granted = admin_granted
                 relayed.principal = None  # identified again below
-            self._handle(peer_id, messages, error, self._profile, None, principal)
+            self._handle_frame(peer_id, message.content, self._profile, principal)
         if flags & FORWARD_GONE:
             self._peers.gone(peer_id)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import phpmq.broker.core as core_module
 import phpmq.protocol as p
 from harness import CoreHarness
 from phpmq.broker.copies import COPY_TIMEOUT_S
@@ -357,3 +358,25 @@ def test_forwarded_admin_commands_are_answered_with_their_refs_even_when_the_own
     assert [(m.options["ref"], m.options["error"]["code"]) for m in lost] == [(8, 503), (9, 503)]
     [down] = pair.peer_turn(p.Admin({"command": "queue-peek", "queue": REMOTE, "ref": 10}))
     assert down.options["ref"] == 10 and down.options["error"]["code"] == 503, down
+
+
+def test_a_relayed_peers_runs_of_sends_and_acks_are_read_as_a_direct_peers_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The owner takes a forwarded frame of sends (or acks) to one queue unread, as it would
+    from the peer itself: the FORWARD just made the relayed peer, not identified yet."""
+    pair = Pair()
+    pair.peer_turn(p.Send(REMOTE, b"first", 0))  # the queue exists: a run may fill it
+    decode = core_module.decode_frame
+
+    def sends_and_acks_unread(data: bytes, *args: object) -> object:
+        assert not data.startswith((b"H01001", b"H01004")), "a run was decoded"
+        return decode(data, *args)
+
+    monkeypatch.setattr(core_module, "decode_frame", sends_and_acks_unread)
+    pair.peer_turn(*[p.Send(REMOTE, b"x%d" % n) for n in range(5)])
+    assert pair.owner.stats(REMOTE)["ready"] == 6
+    dispatched = [m for m in pair.peer_turn(p.Consume(REMOTE, 10)) if type(m) is p.Dispatch]
+    assert len(dispatched) == 6
+    pair.peer_turn(*[p.Ack(REMOTE, m.message_id) for m in dispatched])
+    assert pair.owner.core.counters.acked == 6 and pair.owner.stats(REMOTE)["in_flight"] == 0
