@@ -326,7 +326,15 @@ class Forwarding:
                 if entry.copy:
                     flags |= FORWARD_EXTENSIONS
                 principal = Guard.principal_wire(entry.peer)
-                parts.extend(forward_parts(peer_id, entry.chunks, flags, principal))
+                # A FORWARD a frame the peer sent: the owner reads a producer's frame of sends
+                # to one queue (a consumer's of acks) unread, as from the peer itself; the
+                # peer's goodbye goes with its last.
+                chunks = entry.chunks
+                last = len(chunks) - 1
+                early_flags = flags & ~FORWARD_GONE
+                for index, chunk in enumerate(chunks):
+                    kept = flags if index == last else early_flags
+                    parts.extend(forward_parts(peer_id, [chunk], kept, principal))
             frames.append((owner, b"".join(parts)))
         return frames
 

@@ -364,9 +364,10 @@ def test_a_relayed_peers_runs_of_sends_and_acks_are_read_as_a_direct_peers_are(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The owner takes a forwarded frame of sends (or acks) to one queue unread, as it would
-    from the peer itself: the FORWARD just made the relayed peer, not identified yet."""
+    from the peer itself: the FORWARD just made the relayed peer, not identified yet, and a
+    producer's frames of one turn to two queues come in a FORWARD each, not joined."""
     pair = Pair()
-    pair.peer_turn(p.Send(REMOTE, b"first", 0))  # the queue exists: a run may fill it
+    pair.peer_turn(p.Send(REMOTE, b"first", 0), p.Send(REMOTE_TOO, b"first", 0))  # queues made
     decode = core_module.decode_frame
 
     def sends_and_acks_unread(data: bytes, *args: object) -> object:
@@ -374,9 +375,13 @@ def test_a_relayed_peers_runs_of_sends_and_acks_are_read_as_a_direct_peers_are(
         return decode(data, *args)
 
     monkeypatch.setattr(core_module, "decode_frame", sends_and_acks_unread)
-    pair.peer_turn(*[p.Send(REMOTE, b"x%d" % n) for n in range(5)])
-    assert pair.owner.stats(REMOTE)["ready"] == 6
-    dispatched = [m for m in pair.peer_turn(p.Consume(REMOTE, 10)) if type(m) is p.Dispatch]
-    assert len(dispatched) == 6
+    entry = pair.entry.core
+    entry.begin_turn()
+    for queue in (REMOTE, REMOTE_TOO, REMOTE):
+        entry.handle_frame(PEER, p.encode_all([p.Send(queue, b"x%d" % n) for n in range(5)]))
+    pair._carry(entry.end_turn())
+    assert pair.owner.stats(REMOTE)["ready"] == 11 and pair.owner.stats(REMOTE_TOO)["ready"] == 6
+    dispatched = [m for m in pair.peer_turn(p.Consume(REMOTE, 20)) if type(m) is p.Dispatch]
+    assert len(dispatched) == 11
     pair.peer_turn(*[p.Ack(REMOTE, m.message_id) for m in dispatched])
-    assert pair.owner.core.counters.acked == 6 and pair.owner.stats(REMOTE)["in_flight"] == 0
+    assert pair.owner.core.counters.acked == 11 and pair.owner.stats(REMOTE)["in_flight"] == 0
