@@ -62,16 +62,34 @@ MAX_ADMINS_OUT = 10_000
 
 
 class _Pending:
-    """What one peer sent this turn for one owner, and whether it is gone since; `copy`: on
-    behalf of the peer's copy peer (copies.py), which speaks the extensions."""
+    """What one peer sent this turn for one owner, as the FORWARDs to send; `copy`: on
+    behalf of the peer's copy peer (copies.py), which speaks the extensions.
 
-    __slots__ = ("chunks", "copy", "gone", "peer")
+    A frame the peer sent whole is a FORWARD of its own (the owner reads a run of sends or
+    acks to one queue unread, as from the peer itself); messages routed one by one share
+    one, as consecutive messages of a frame would; None: the peer went away there (a
+    FORWARD with the GONE bit; what follows is a new peer's)."""
+
+    __slots__ = ("copy", "forwards", "loose", "peer")
 
     def __init__(self, peer: Peer, copy: bool = False) -> None:
         self.peer = peer
-        self.chunks: list[bytes] = []
-        self.gone = False
+        self.forwards: list[list[bytes] | None] = []
+        #: Whether the last FORWARD takes more messages routed one by one.
+        self.loose = False
         self.copy = copy
+
+    def add(self, data: bytes, whole: bool) -> None:
+        forwards = self.forwards
+        if whole or not self.loose:
+            forwards.append([data])
+            self.loose = not whole
+        else:
+            forwards[-1].append(data)  # type: ignore[union-attr]
+
+    def went_away(self) -> None:
+        self.forwards.append(None)
+        self.loose = False
 
 
 class _Windows:
@@ -183,7 +201,7 @@ class Forwarding:
         for message in messages:
             if type(message) is Consume or type(message) is Cancel:
                 self._remember_window(peer, message)
-        self._add(peer, owner, frame)
+        self._add(peer, owner, frame, whole=True)
         self.forwarded += len(messages)
         return True
 
@@ -198,7 +216,7 @@ class Forwarding:
     def take_frame(self, peer: Peer, owner: str, count: int, frame: bytes) -> None:
         """`take_whole` for a frame read by its headers only: `count` 001s and 004s for
         queues of `owner` (protocol/runs.py `sends_and_acks`)."""
-        self._add(peer, owner, frame)
+        self._add(peer, owner, frame, whole=True)
         self.forwarded += count
 
     def route_admin(self, peer: Peer, message: Admin) -> bool:
@@ -266,8 +284,11 @@ class Forwarding:
             "reason": f"{what}, which cannot be reached: {self.down[owner]}",
         }
 
-    def _add(self, peer: Peer, owner: str, data: bytes, ref: bytes | None = None) -> _Pending:
-        """`data` for `owner` from `peer`, or from its copy peer `ref`."""
+    def _add(
+        self, peer: Peer, owner: str, data: bytes, ref: bytes | None = None, whole: bool = False
+    ) -> _Pending:
+        """`data` for `owner` from `peer`, or from its copy peer `ref`; `whole`: a frame the
+        peer sent, passed on as it came."""
         by_peer = self._pending.get(owner)
         if by_peer is None:
             by_peer = self._pending[owner] = {}
@@ -275,7 +296,8 @@ class Forwarding:
         pending = by_peer.get(key)
         if pending is None:
             pending = by_peer[key] = _Pending(peer, ref is not None)
-        pending.chunks.append(data)
+        if data or whole:
+            pending.add(data, whole)
         return pending
 
     def _refuse(self, peer: Peer, message: Any, owner: str) -> None:
@@ -322,19 +344,15 @@ class Forwarding:
         for owner, by_peer in pending.items():
             parts = []
             for peer_id, entry in by_peer.items():
-                flags = _flags(entry.peer) | (FORWARD_GONE if entry.gone else 0)
+                flags = _flags(entry.peer)
                 if entry.copy:
                     flags |= FORWARD_EXTENSIONS
                 principal = Guard.principal_wire(entry.peer)
-                # A FORWARD a frame the peer sent: the owner reads a producer's frame of sends
-                # to one queue (a consumer's of acks) unread, as from the peer itself; the
-                # peer's goodbye goes with its last.
-                chunks = entry.chunks
-                last = len(chunks) - 1
-                early_flags = flags & ~FORWARD_GONE
-                for index, chunk in enumerate(chunks):
-                    kept = flags if index == last else early_flags
-                    parts.extend(forward_parts(peer_id, [chunk], kept, principal))
+                for content in entry.forwards:
+                    if content is None:
+                        parts.extend(forward_parts(peer_id, [], flags | FORWARD_GONE, principal))
+                    else:
+                        parts.extend(forward_parts(peer_id, content, flags, principal))
             frames.append((owner, b"".join(parts)))
         return frames
 
@@ -385,13 +403,13 @@ class Forwarding:
         if copied_to is not None:
             self._ctx.copies.peer_gone(peer)
             for shard in copied_to:
-                self._add(peer, shard, b"", copy_ref(peer.id)).gone = True
+                self._add(peer, shard, b"", copy_ref(peer.id)).went_away()
         held = self.windows.pop(peer.id, None)
         if held is None:
             return
         for owner in {self.owner_of(queue) for queue in held.consumes}:
             if owner is not None:
-                self._add(peer, owner, b"").gone = True
+                self._add(peer, owner, b"").went_away()
 
     def link_down(self, owner: str, why: str) -> None:
         self.down[owner] = why

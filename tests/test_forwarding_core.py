@@ -385,3 +385,31 @@ def test_a_relayed_peers_runs_of_sends_and_acks_are_read_as_a_direct_peers_are(
     assert len(dispatched) == 11
     pair.peer_turn(*[p.Ack(REMOTE, m.message_id) for m in dispatched])
     assert pair.owner.core.counters.acked == 11 and pair.owner.stats(REMOTE)["in_flight"] == 0
+
+
+def test_a_forwarded_frame_mixing_shards_is_refused_as_a_direct_peer_would_be() -> None:
+    """Messages of a frame for several shards are forwarded one by one, but to the owner
+    they are one FORWARD still: sends to its full queue cost one ERROR with their count, as
+    from a peer of its own; a frame sent whole is a FORWARD of its own."""
+    pair = Pair(max_queue_length=3)
+    pair.peer_turn(p.Hello({}))
+    mixed = [p.Send(REMOTE, b"r%d" % n, 0) for n in range(5)]
+    mixed += [p.Send(LOCAL, b"l%d" % n, 0) for n in range(2)]
+    errors = [m for m in pair.peer_turn(*mixed) if type(m) is p.Error]
+    assert [(e.code, e.queue, e.count) for e in errors] == [(429, REMOTE, 2)]
+    direct = shard("t/1", max_queue_length=3)
+    direct.send(b"\x00d", p.Hello({}))
+    answers = direct.send(b"\x00d", *[p.Send(REMOTE, b"r%d" % n, 0) for n in range(5)])
+    assert [(e.code, e.queue, e.count) for e in answers if type(e) is p.Error] == [(429, REMOTE, 2)]
+
+
+def test_a_peer_that_says_goodbye_and_consumes_again_in_one_turn_is_served() -> None:
+    """The owner learns that the peer went away where it did, in its FORWARDs' order: a
+    CONSUME after its KBAI (the same routing id, a new peer) opens a window that stays."""
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    pair.peer_turn(p.Send(REMOTE, b"a", 0), p.Send(REMOTE, b"b", 0))
+    assert len([m for m in pair.peer_turn(p.Consume(REMOTE, 1)) if type(m) is p.Dispatch]) == 1
+    got = pair.peer_turn(p.Kbai(), p.Hello({}), p.Consume(REMOTE, 5))
+    assert sorted(m.content for m in got if type(m) is p.Dispatch) == [b"a", b"b"]
+    assert pair.owner.stats(REMOTE)["in_flight"] == 2
