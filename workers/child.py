@@ -50,13 +50,11 @@ PR_SET_PDEATHSIG = 1
 #: How long an orphaned worker may go on with its current job before it exits.
 ORPHAN_GRACE_S = 2.0
 #: While prefetched messages wait, the settles (acks, replies) of those done go out together,
-#: one frame: when none waits any more, or before the next job once the oldest settle's job
-#: began this long ago (so a job that took this long is settled at once). A job that hangs
-#: meanwhile: the client's heartbeat tick sends them.
+#: one frame: when none waits any more, before a redelivery (it may be one that kills its
+#: worker), or before the next job once the oldest settle's job began this long ago (so a job
+#: that took this long is settled at once). A job that hangs meanwhile: the client's heartbeat
+#: tick sends them; without heartbeats nothing is held.
 SETTLES_WAIT_S = 0.001
-#: The supervisor's pipe is read before a first delivery at most this often (a stop waits
-#: that long); before a redelivery, which a note may concern, always.
-SUPERVISOR_READ_S = 0.005
 
 
 class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -199,7 +197,9 @@ class ChildBase:
         #: kept (the pipe's own `poll` makes a selector per call, twice per job).
         self._supervisor_said = select.poll()
         self._supervisor_said.register(conn.fileno(), select.POLLIN)
-        self._supervisor_read_at = 0.0
+        #: Settles are held only where the client's heartbeat tick sends what a hung job
+        #: holds back.
+        self._hold_settles = spec.heartbeat_ms > 0
         #: When the job of the oldest settle not yet sent began (0.0: none is held).
         self._held_since = 0.0
         self._job_started = 0.0
@@ -212,7 +212,6 @@ class ChildBase:
         )
 
     def _read_supervisor(self) -> None:
-        self._supervisor_read_at = time.monotonic() + SUPERVISOR_READ_S
         while self._supervisor_said.poll(0):
             command = self.conn.recv()
             if command[0] == "note":
@@ -225,8 +224,7 @@ class ChildBase:
     def _stop_before(self, message: ReceivedMessage) -> bool:
         """Read the supervisor (a note about this very message, or a stop, may have come
         meanwhile); True if stopping: the message waits again, to go back unstarted."""
-        if message.delivery_count > 1 or time.monotonic() >= self._supervisor_read_at:
-            self._read_supervisor()
+        self._read_supervisor()
         if self.stopping:
             self.picker.put_back(message)
         return self.stopping
@@ -234,8 +232,10 @@ class ChildBase:
     def _receive_now(self) -> bool:
         """Whether to read the client before the next job: nothing is waiting, or the held
         settles are due (SETTLES_WAIT_S): a receive that finds nothing sends them."""
-        return not self.picker or (
-            self._held_since != 0.0 and time.monotonic() - self._held_since >= SETTLES_WAIT_S
+        return (
+            not self.picker
+            or not self._hold_settles
+            or (self._held_since != 0.0 and time.monotonic() - self._held_since >= SETTLES_WAIT_S)
         )
 
     def _settled(self) -> None:
@@ -308,10 +308,9 @@ class Child(ChildBase):
         jobs = 0
         try:
             while not self.stopping:
-                if time.monotonic() >= self._supervisor_read_at:
-                    self._read_supervisor()
-                    if os.getppid() != parent:
-                        return "supervisor gone"
+                self._read_supervisor()
+                if os.getppid() != parent:
+                    return "supervisor gone"
                 message = self._next_message()
                 if message is None or not self._handle(message):
                     continue
@@ -327,17 +326,24 @@ class Child(ChildBase):
 
     def _next_message(self) -> ReceivedMessage | None:
         if self._receive_now():
-            message = self.client.receive(timeout=0 if len(self.picker) else 0.1)
-            while message is not None:
-                self.picker.add(message)
-                message = self.client.receive(timeout=0)
-            self._held_since = 0.0  # the receive that found nothing sent them
+            self._take_in(0 if len(self.picker) else 0.1)
         return self.picker.pick()
+
+    def _take_in(self, timeout: float) -> None:
+        """What the broker sent, into the picker; the receive that finds nothing sends the
+        held settles."""
+        message = self.client.receive(timeout=timeout)
+        while message is not None:
+            self.picker.add(message)
+            message = self.client.receive(timeout=0)
+        self._held_since = 0.0
 
     def _handle(self, message: ReceivedMessage) -> bool:
         """Run the message and settle it; False if a stop came first (it did not run)."""
         if self._stop_before(message):
             return False
+        if message.delivery_count > 1 and self._held_since != 0.0:
+            self._take_in(0)
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
@@ -382,10 +388,9 @@ class AsyncChild(ChildBase):
             for queue, window in window_sizes(self.spec.queues, self.spec.prefetch).items():
                 await self.client.subscribe(queue, window, bind=self.spec.bind)
             while not self.stopping:
-                if time.monotonic() >= self._supervisor_read_at:
-                    self._read_supervisor()
-                    if os.getppid() != parent:
-                        return "supervisor gone"
+                self._read_supervisor()
+                if os.getppid() != parent:
+                    return "supervisor gone"
                 message = await self._next_message()
                 if message is None or not await self._handle(message):
                     continue
@@ -401,17 +406,23 @@ class AsyncChild(ChildBase):
 
     async def _next_message(self) -> AsyncReceivedMessage | None:
         if self._receive_now():
-            message = await self.client.receive(timeout=0 if len(self.picker) else 0.1)
-            while message is not None:
-                self.picker.add(message)
-                message = await self.client.receive(timeout=0)
-            self._held_since = 0.0  # the receive that found nothing sent them
+            await self._take_in(0 if len(self.picker) else 0.1)
         return self.picker.pick()  # type: ignore[return-value]
+
+    async def _take_in(self, timeout: float) -> None:
+        """As `Child._take_in`."""
+        message = await self.client.receive(timeout=timeout)
+        while message is not None:
+            self.picker.add(message)
+            message = await self.client.receive(timeout=0)
+        self._held_since = 0.0
 
     async def _handle(self, message: AsyncReceivedMessage) -> bool:
         """Run the message and settle it; False if a stop came first (it did not run)."""
         if self._stop_before(message):
             return False
+        if message.delivery_count > 1 and self._held_since != 0.0:
+            await self._take_in(0)
         settlement = self._settlement_before(message)
         if settlement is None:
             self._begin(message)
