@@ -132,6 +132,23 @@ STATEMENTS = {
     UNSCHEDULE: "DELETE FROM schedules WHERE name = ?",
     RAN: "UPDATE schedules SET last_run = ?2, runs = ?3 WHERE name = ?1",
 }
+#: PUT for a send with no event, reply route, correlation or delay (SEND_PUT_MIDDLE): its
+#: first 7 values bound, and its message key if it has one; the other columns take their
+#: defaults, which are those values (each bound parameter costs; a Spark sink's rows are
+#: such).
+PLAIN_PUT = (
+    "INSERT OR REPLACE INTO messages (id, queue, seq, content, headers, expires_wall,"
+    " deliveries, in_flight) VALUES (?, ?, ?, ?, ?, ?, ?, 0)"
+)
+KEYED_PUT = (
+    "INSERT OR REPLACE INTO messages (id, queue, seq, content, headers, expires_wall,"
+    " deliveries, in_flight, message_key) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?)"
+)
+#: A PUT's event, reply route, correlation and visible time when it is a plain send.
+SEND_PUT_MIDDLE = (b"", None, None, 0.0)
+#: The values PLAIN_PUT binds; the message key is the last of a PUT's.
+_FIRST_VALUES = 7
+_MIDDLE_END = 11
 
 
 #: Columns of `messages` added since the first stores were written, in table order.
@@ -219,13 +236,37 @@ def write(db: sqlite3.Connection, operations: Sequence[tuple]) -> None:
     keys = [operation for operation in operations if operation[0] in KEY_KINDS]
     others = (op for op in operations if op[0] not in KEY_KINDS) if keys else operations
     for kind, rows in _runs(others):
-        if kind in (DEAD, DELETE_QUEUE, UNKEY):
+        if kind == PUT:
+            for statement, puts in _put_runs(rows):
+                db.executemany(statement, puts)
+        elif kind in (DEAD, DELETE_QUEUE, UNKEY):
             for row in rows:
                 _apply(db, (kind, *row))
         else:
             db.executemany(STATEMENTS[kind], rows)
     if keys:
         _write_keys(db, keys)
+
+
+def _put_runs(rows: list[tuple]) -> Iterator[tuple[str, list[tuple]]]:
+    """A run of PUTs as consecutive runs of one statement (PLAIN_PUT, KEYED_PUT or the
+    whole one) and the values it binds, in their order."""
+    statement = ""
+    run: list[tuple] = []
+    for row in rows:
+        if row[_FIRST_VALUES:_MIDDLE_END] != SEND_PUT_MIDDLE:
+            this, values = STATEMENTS[PUT], row
+        elif row[_MIDDLE_END]:
+            this, values = KEYED_PUT, (*row[:_FIRST_VALUES], row[_MIDDLE_END])
+        else:
+            this, values = PLAIN_PUT, row[:_FIRST_VALUES]
+        if this is not statement:
+            if run:
+                yield statement, run
+            statement, run = this, []
+        run.append(values)
+    if run:
+        yield statement, run
 
 
 #: The operations `_write_keys` writes.
