@@ -59,16 +59,22 @@ MAX_REMEMBERED_OWNERS = 100_000
 MAX_FORWARDED_WINDOWS = 100_000
 #: (owner, peer) pairs with forwarded admin commands awaiting answers that are remembered.
 MAX_ADMINS_OUT = 10_000
+#: A frame of at least this many messages for one owner is a FORWARD of its own, which the
+#: owner reads as from the peer (a run of sends or acks to one queue unread); smaller ones
+#: share one with what comes before and after: a FORWARD costs the owner more than decoding
+#: a message or two (a stock client sends one message a frame).
+OWN_FORWARD_MESSAGES = 8
 
 
 class _Pending:
     """What one peer sent this turn for one owner, as the FORWARDs to send; `copy`: on
     behalf of the peer's copy peer (copies.py), which speaks the extensions.
 
-    A frame the peer sent whole is a FORWARD of its own (the owner reads a run of sends or
-    acks to one queue unread, as from the peer itself); messages routed one by one share
-    one, as consecutive messages of a frame would; None: the peer went away there (a
-    FORWARD with the GONE bit; what follows is a new peer's)."""
+    A frame the peer sent of OWN_FORWARD_MESSAGES or more is a FORWARD of its own (the owner
+    reads a run of sends or acks to one queue unread, as from the peer itself); smaller
+    frames and messages routed one by one share one, as consecutive messages of a frame
+    would; None: the peer went away there (a FORWARD with the GONE bit; what follows is a
+    new peer's)."""
 
     __slots__ = ("copy", "forwards", "loose", "peer")
 
@@ -201,7 +207,7 @@ class Forwarding:
         for message in messages:
             if type(message) is Consume or type(message) is Cancel:
                 self._remember_window(peer, message)
-        self._add(peer, owner, frame, whole=True)
+        self._add(peer, owner, frame, whole=len(messages) >= OWN_FORWARD_MESSAGES)
         self.forwarded += len(messages)
         return True
 
@@ -216,7 +222,7 @@ class Forwarding:
     def take_frame(self, peer: Peer, owner: str, count: int, frame: bytes) -> None:
         """`take_whole` for a frame read by its headers only: `count` 001s and 004s for
         queues of `owner` (protocol/runs.py `sends_and_acks`)."""
-        self._add(peer, owner, frame, whole=True)
+        self._add(peer, owner, frame, whole=count >= OWN_FORWARD_MESSAGES)
         self.forwarded += count
 
     def route_admin(self, peer: Peer, message: Admin) -> bool:
@@ -288,7 +294,7 @@ class Forwarding:
         self, peer: Peer, owner: str, data: bytes, ref: bytes | None = None, whole: bool = False
     ) -> _Pending:
         """`data` for `owner` from `peer`, or from its copy peer `ref`; `whole`: a frame the
-        peer sent, passed on as it came."""
+        peer sent, a FORWARD of its own."""
         by_peer = self._pending.get(owner)
         if by_peer is None:
             by_peer = self._pending[owner] = {}

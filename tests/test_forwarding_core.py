@@ -11,6 +11,7 @@ import phpmq.protocol as p
 from harness import CoreHarness
 from phpmq.broker.copies import COPY_TIMEOUT_S
 from phpmq.broker.core import Turn
+from phpmq.broker.forwarding import OWN_FORWARD_MESSAGES
 from phpmq.broker.guard import Principal
 from phpmq.protocol.cluster import ClusterMap, Shard, encode_map
 
@@ -377,14 +378,18 @@ def test_a_relayed_peers_runs_of_sends_and_acks_are_read_as_a_direct_peers_are(
     monkeypatch.setattr(core_module, "decode_frame", sends_and_acks_unread)
     entry = pair.entry.core
     entry.begin_turn()
+    batch = range(OWN_FORWARD_MESSAGES)  # a producer's batch: a FORWARD of its own
     for queue in (REMOTE, REMOTE_TOO, REMOTE):
-        entry.handle_frame(PEER, p.encode_all([p.Send(queue, b"x%d" % n) for n in range(5)]))
+        entry.handle_frame(PEER, p.encode_all([p.Send(queue, b"x%d" % n) for n in batch]))
     pair._carry(entry.end_turn())
-    assert pair.owner.stats(REMOTE)["ready"] == 11 and pair.owner.stats(REMOTE_TOO)["ready"] == 6
-    dispatched = [m for m in pair.peer_turn(p.Consume(REMOTE, 20)) if type(m) is p.Dispatch]
-    assert len(dispatched) == 11
+    remote = 1 + 2 * len(batch)
+    assert pair.owner.stats(REMOTE)["ready"] == remote
+    assert pair.owner.stats(REMOTE_TOO)["ready"] == 1 + len(batch)
+    dispatched = [m for m in pair.peer_turn(p.Consume(REMOTE, 100)) if type(m) is p.Dispatch]
+    assert len(dispatched) == remote
     pair.peer_turn(*[p.Ack(REMOTE, m.message_id) for m in dispatched])
-    assert pair.owner.core.counters.acked == 11 and pair.owner.stats(REMOTE)["in_flight"] == 0
+    assert pair.owner.core.counters.acked == remote
+    assert pair.owner.stats(REMOTE)["in_flight"] == 0
 
 
 def test_a_forwarded_frame_mixing_shards_is_refused_as_a_direct_peer_would_be() -> None:
@@ -413,3 +418,20 @@ def test_a_peer_that_says_goodbye_and_consumes_again_in_one_turn_is_served() -> 
     got = pair.peer_turn(p.Kbai(), p.Hello({}), p.Consume(REMOTE, 5))
     assert sorted(m.content for m in got if type(m) is p.Dispatch) == [b"a", b"b"]
     assert pair.owner.stats(REMOTE)["in_flight"] == 2
+
+
+def test_a_peers_small_frames_share_a_forward_and_its_batches_have_their_own() -> None:
+    """A stock client's frame of one send each turn costs the owner one FORWARD for all of
+    them; a producer's frames of OWN_FORWARD_MESSAGES or more are a FORWARD each (runs)."""
+    pair = Pair()
+    entry = pair.entry.core
+    entry.begin_turn()
+    for n in range(5):
+        entry.handle_frame(PEER, p.encode(p.Send(REMOTE, b"s%d" % n, 0)))
+    batch = [p.Send(REMOTE_TOO, b"b", 0)] * OWN_FORWARD_MESSAGES
+    for _ in range(2):
+        entry.handle_frame(PEER, p.encode_all(batch))
+    [(owner, frame)] = entry.end_turn().forwards
+    assert owner == "t/1"
+    forwards = [m for m in p.decode_frame(frame)[0] if type(m) is p.Forward]
+    assert [len(p.decode_frame(f.content)[0]) for f in forwards] == [5] + [len(batch)] * 2
