@@ -145,6 +145,13 @@ class CopyConfirms:
             self._out = []
         return out
 
+    def take_copies_of(self, peer: Peer) -> list[tuple[Peer, bytes, tuple[str, ...]]]:
+        """The copies of this turn that `peer` published (it is going away)."""
+        mine = [entry for entry in self._out if entry[0] is peer]
+        if mine:
+            self._out = [entry for entry in self._out if entry[0] is not peer]
+        return mine
+
     def on_answer(self, shard: str, answer: Any) -> None:
         """A shard's CONFIRM or ERROR of a copy."""
         waiting = self._waiting.get(answer.tag)

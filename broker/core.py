@@ -77,7 +77,7 @@ from .dispatch import DISPATCH_PER_TURN, Dispatch
 from .events import Events
 from .expiry import Expiry
 from .flow import Flow
-from .forwarding import QUEUE_ADDRESSED, Forwarding
+from .forwarding import OWN_FORWARD_MESSAGES, QUEUE_ADDRESSED, Forwarding
 from .guard import Guard, Principal
 from .intake import Intake
 from .journal import Journal, NullJournal
@@ -451,11 +451,15 @@ class Core:
             return False
         if owner is None or owner in forwarding.down:
             return False
+        count, names = sends_and_acks(data)
+        if count < OWN_FORWARD_MESSAGES and decode_frame(data, self.config.max_content_bytes)[1]:
+            # A small frame shares a FORWARD with the peer's next ones: one the owner could
+            # not decode would take them with it. This one is refused here.
+            return False
         peer = self._peer_for_input(peer_id, profile or self.profile, principal)
         if peer.rights is not None:
             return False  # the guard here reads every message (docs/security.md)
-        count, names = sends_and_acks(data)
-        if not count or not forwarding.all_owned_by(owner, names):
+        if not forwarding.all_owned_by(owner, names):
             return False
         forwarding.take_frame(peer, owner, count, data)
         self._peers.after_input(peer)

@@ -66,36 +66,62 @@ MAX_ADMINS_OUT = 10_000
 OWN_FORWARD_MESSAGES = 8
 
 
+class _Forward:
+    """One FORWARD to send: how its peer speaks and who it is (as when its first message
+    came, and as the wire says it), and its content's pieces."""
+
+    __slots__ = ("admin_granted", "content", "flags", "principal", "wire")
+
+    def __init__(self, peer: Peer, flags: int, content: list[bytes]) -> None:
+        self.flags = flags
+        self.principal = peer.principal
+        self.admin_granted = peer.admin_granted
+        self.wire = Guard.principal_wire(peer)
+        self.content = content
+
+    def speaks_as(self, peer: Peer, flags: int) -> bool:
+        """Whether `peer` (maybe a new object for the same id) speaks and is as this one's."""
+        return (
+            flags == self.flags
+            and peer.principal == self.principal
+            and peer.admin_granted == self.admin_granted
+        )
+
+
 class _Pending:
-    """What one peer sent this turn for one owner, as the FORWARDs to send; `copy`: on
+    """What one peer id sent this turn for one owner, as the FORWARDs to send; `copy`: on
     behalf of the peer's copy peer (copies.py), which speaks the extensions.
 
     A frame the peer sent of OWN_FORWARD_MESSAGES or more is a FORWARD of its own (the owner
     reads a run of sends or acks to one queue unread, as from the peer itself); smaller
     frames and messages routed one by one share one, as consecutive messages of a frame
-    would; None: the peer went away there (a FORWARD with the GONE bit; what follows is a
-    new peer's)."""
+    would, while the peer speaks as it did and is who it was (a routing id taken over by a
+    new peer, with other flags or another principal, starts another). Where the peer went
+    away, a FORWARD with the GONE bit and no content: what follows is a new peer's."""
 
-    __slots__ = ("copy", "forwards", "loose", "peer")
+    __slots__ = ("copy", "forwards", "loose")
 
-    def __init__(self, peer: Peer, copy: bool = False) -> None:
-        self.peer = peer
-        self.forwards: list[list[bytes] | None] = []
+    def __init__(self, copy: bool = False) -> None:
+        self.forwards: list[_Forward] = []
         #: Whether the last FORWARD takes more messages routed one by one.
         self.loose = False
         self.copy = copy
 
-    def add(self, data: bytes, whole: bool) -> None:
+    def add(self, peer: Peer, data: bytes, whole: bool) -> None:
+        flags = self._flags(peer)
         forwards = self.forwards
-        if whole or not self.loose:
-            forwards.append([data])
-            self.loose = not whole
-        else:
-            forwards[-1].append(data)  # type: ignore[union-attr]
+        if not whole and self.loose and forwards[-1].speaks_as(peer, flags):
+            forwards[-1].content.append(data)
+            return
+        forwards.append(_Forward(peer, flags, [data]))
+        self.loose = not whole
 
-    def went_away(self) -> None:
-        self.forwards.append(None)
+    def went_away(self, peer: Peer) -> None:
+        self.forwards.append(_Forward(peer, self._flags(peer) | FORWARD_GONE, []))
         self.loose = False
+
+    def _flags(self, peer: Peer) -> int:
+        return _flags(peer) | (FORWARD_EXTENSIONS if self.copy else 0)
 
 
 class _Windows:
@@ -301,10 +327,18 @@ class Forwarding:
         key = peer.id if ref is None else ref
         pending = by_peer.get(key)
         if pending is None:
-            pending = by_peer[key] = _Pending(peer, ref is not None)
+            pending = by_peer[key] = _Pending(ref is not None)
         if data or whole:
-            pending.add(data, whole)
+            pending.add(peer, data, whole)
         return pending
+
+    def _add_copies(self, copies: list[tuple[Peer, bytes, tuple[str, ...]]]) -> None:
+        """Copies of confirmed publishes for other shards, from each publisher's copy peer."""
+        for peer, copy, shards in copies:
+            ref = copy_ref(peer.id)
+            self._copy_shards.setdefault(peer.id, set()).update(shards)
+            for shard in shards:
+                self._add(peer, shard, copy, ref)
 
     def _refuse(self, peer: Peer, message: Any, owner: str) -> None:
         self.refused += 1
@@ -337,11 +371,7 @@ class Forwarding:
         """One frame per owner: the turn's FORWARDs, each peer's messages in its order."""
         copies = self._ctx.copies
         copies.expire()
-        for peer, copy, shards in copies.take_copies():
-            ref = copy_ref(peer.id)
-            self._copy_shards.setdefault(peer.id, set()).update(shards)
-            for shard in shards:
-                self._add(peer, shard, copy, ref)
+        self._add_copies(copies.take_copies())
         pending = self._pending
         if not pending:
             return []
@@ -350,15 +380,10 @@ class Forwarding:
         for owner, by_peer in pending.items():
             parts = []
             for peer_id, entry in by_peer.items():
-                flags = _flags(entry.peer)
-                if entry.copy:
-                    flags |= FORWARD_EXTENSIONS
-                principal = Guard.principal_wire(entry.peer)
-                for content in entry.forwards:
-                    if content is None:
-                        parts.extend(forward_parts(peer_id, [], flags | FORWARD_GONE, principal))
-                    else:
-                        parts.extend(forward_parts(peer_id, content, flags, principal))
+                for forward in entry.forwards:
+                    parts.extend(
+                        forward_parts(peer_id, forward.content, forward.flags, forward.wire)
+                    )
             frames.append((owner, b"".join(parts)))
         return frames
 
@@ -405,17 +430,19 @@ class Forwarding:
     def peer_gone(self, peer: Peer) -> None:
         """A peer with windows at other shards is gone: they let go of what it held; and so
         is its copy peer, where it had one."""
+        # Its copies of this turn go first, then its copy peer's goodbye.
+        self._add_copies(self._ctx.copies.take_copies_of(peer))
         copied_to = self._copy_shards.pop(peer.id, None)
         if copied_to is not None:
             self._ctx.copies.peer_gone(peer)
             for shard in copied_to:
-                self._add(peer, shard, b"", copy_ref(peer.id)).went_away()
+                self._add(peer, shard, b"", copy_ref(peer.id)).went_away(peer)
         held = self.windows.pop(peer.id, None)
         if held is None:
             return
         for owner in {self.owner_of(queue) for queue in held.consumes}:
             if owner is not None:
-                self._add(peer, owner, b"").went_away()
+                self._add(peer, owner, b"").went_away(peer)
 
     def link_down(self, owner: str, why: str) -> None:
         self.down[owner] = why

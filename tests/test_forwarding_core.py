@@ -115,15 +115,19 @@ def test_a_frame_for_one_queue_of_another_shard_goes_there_without_being_decoded
 
     entry_core = pair.entry.core
     monkeypatch.setattr(entry_core, "handle_messages", no_decoding)
-    sends = [p.Send(REMOTE, b"x%d" % i, 0, tag=i) for i in range(3)]
+    # A frame of OWN_FORWARD_MESSAGES or more (a smaller one is decoded here unless it is one
+    # queue's run: it shares a FORWARD with the peer's next frames).
+    sends = [p.Send(REMOTE, b"x%d" % i, 0, tag=i) for i in range(OWN_FORWARD_MESSAGES)]
     confirms = pair.peer_turn(p.Ack(REMOTE, dispatch.message_id), *sends)
-    assert [(type(c), c.tag) for c in confirms[:3]] == [(p.Confirm, i) for i in range(3)]
-    assert pair.owner.stats(REMOTE)["ready"] == 0  # three more dispatched to the window
-    assert [d.content for d in confirms[3:]] == [b"x0", b"x1", b"x2"]
+    count = len(sends)
+    assert [(type(c), c.tag) for c in confirms[:count]] == [(p.Confirm, i) for i in range(count)]
+    assert pair.owner.stats(REMOTE)["ready"] == count - 5  # 5 more dispatched to the window
+    assert [d.content for d in confirms[count:]] == [b"x%d" % i for i in range(5)]
     # A malformed packet inside such a frame is the owner's to refuse, and its ERROR comes back.
     bad = p.encode(p.Send(REMOTE, b"y", 0)).replace(b"P02", b"P99", 1)
+    good = p.encode_all([p.Send(REMOTE, b"z", 0)] * OWN_FORWARD_MESSAGES)
     entry_core.begin_turn()
-    entry_core.handle_frame(PEER, p.encode(p.Send(REMOTE, b"z", 0)) + bad)
+    entry_core.handle_frame(PEER, good + bad)
     got = pair._carry(entry_core.end_turn())
     errors = [m for m in got if type(m) is p.Error]
     assert len(errors) == 1 and "packet type 99" in errors[0].reason
@@ -135,21 +139,27 @@ def test_acks_for_several_queues_of_one_other_shard_go_there_without_being_decod
     """A consumer's acks of dispatches from several queues (one frame, as they came): read by
     their headers only; a frame that also names a queue of this shard is decoded and split."""
     pair = Pair()
-    pair.peer_turn(p.Send(REMOTE, b"a", 0), p.Send(REMOTE_TOO, b"b", 0), p.Send(LOCAL, b"c", 0))
-    got = pair.peer_turn(p.Consume(REMOTE, 5), p.Consume(REMOTE_TOO, 5), p.Consume(LOCAL, 5))
-    ids = {m.queue: m.message_id for m in got if type(m) is p.Dispatch}
+    half = OWN_FORWARD_MESSAGES // 2  # acks of two queues: a frame of OWN_FORWARD_MESSAGES
+    pair.peer_turn(
+        *[p.Send(REMOTE, b"a", 0)] * half, *[p.Send(REMOTE_TOO, b"b", 0)] * half,
+        p.Send(LOCAL, b"c", 0),
+    )  # fmt: skip
+    got = pair.peer_turn(p.Consume(REMOTE, half), p.Consume(REMOTE_TOO, half), p.Consume(LOCAL, 5))
+    acks = [p.Ack(m.queue, m.message_id) for m in got if type(m) is p.Dispatch]
+    local = [a for a in acks if a.queue == LOCAL]
     entry_core = pair.entry.core
     decode = entry_core.handle_messages
+    forwarded = entry_core.forwarding.forwarded  # type: ignore[union-attr]
 
     def no_decoding(*_: object) -> None:
         raise AssertionError("the entry shard decoded a frame it only passes on")
 
     monkeypatch.setattr(entry_core, "handle_messages", no_decoding)
-    assert pair.peer_turn(p.Ack(REMOTE, ids[REMOTE]), p.Ack(REMOTE_TOO, ids[REMOTE_TOO])) == []
+    assert pair.peer_turn(*[a for a in acks if a.queue != LOCAL]) == []
     assert pair.owner.stats(REMOTE)["in_flight"] == pair.owner.stats(REMOTE_TOO)["in_flight"] == 0
-    assert entry_core.forwarding.forwarded == 6  # type: ignore[union-attr]
+    assert entry_core.forwarding.forwarded == forwarded + 2 * half  # type: ignore[union-attr]
     monkeypatch.setattr(entry_core, "handle_messages", decode)
-    pair.peer_turn(p.Send(REMOTE, b"d", 0), p.Ack(LOCAL, ids[LOCAL]))
+    pair.peer_turn(p.Send(REMOTE, b"d", 0), *local)
     assert pair.entry.stats(LOCAL)["in_flight"] == 0
     assert pair.owner.stats(REMOTE)["in_flight"] == 1  # the window took it at once
 
@@ -435,3 +445,42 @@ def test_a_peers_small_frames_share_a_forward_and_its_batches_have_their_own() -
     assert owner == "t/1"
     forwards = [m for m in p.decode_frame(frame)[0] if type(m) is p.Forward]
     assert [len(p.decode_frame(f.content)[0]) for f in forwards] == [5] + [len(batch)] * 2
+
+
+def test_a_broken_small_frame_costs_only_itself_at_the_owner() -> None:
+    """A frame the entry can only read by its headers is decoded there when it is small (it
+    would share a FORWARD): its bad message is refused, and the peer's next frame is queued."""
+    pair = Pair()
+    bad = p.encode(p.Send(REMOTE, b"bad", 60))[:-2] + b"6x"  # a TTL that is no number
+    entry = pair.entry.core
+    entry.begin_turn()
+    entry.handle_frame(PEER, bad)
+    entry.handle_frame(PEER, p.encode(p.Send(REMOTE, b"good", 0)))
+    pair._carry(entry.end_turn())
+    assert pair.owner.stats(REMOTE)["ready"] == 1
+
+
+def test_a_new_peer_behind_a_reused_id_speaks_for_itself_at_the_owner() -> None:
+    """A peer that says goodbye and comes back on the same id in one frame, now asking for
+    confirms: its send is confirmed, as from a peer of this shard (its FORWARD has its own
+    flags)."""
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    pair.peer_turn(p.Consume(REMOTE, 1))  # a window there: the goodbye goes there too
+    got = pair.peer_turn(p.Kbai(), p.Hello({"confirm": True}), p.Send(REMOTE, b"x", 0))
+    assert [type(m) for m in got if type(m) is p.Confirm] == [p.Confirm]
+
+
+def test_a_publishers_copies_reach_the_owner_before_its_goodbye() -> None:
+    """A confirmed publish with a copy for the owner, then KBAI in the same frame: the copy
+    goes first, then the copy peer's goodbye, which leaves nothing behind at the owner."""
+    from phpmq.broker.copies import copy_ref
+    from phpmq.broker.relayed import relayed_id
+
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    pair.peer_turn(p.Consume(REMOTE, 1, patterns="user.*"))
+    pair.peer_turn(p.Publish("user.1", b"first", tag=1))  # the copy peer exists at the owner
+    pair.peer_turn(p.Publish("user.2", b"last", tag=2), p.Kbai())
+    assert relayed_id(LINK, copy_ref(PEER)) not in pair.owner.core._peers.by_id
+    assert pair.owner.stats(REMOTE)["ready"] + pair.owner.stats(REMOTE)["in_flight"] == 2
