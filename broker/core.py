@@ -452,6 +452,8 @@ class Core:
         if owner is None or owner in forwarding.down:
             return False
         count, names = sends_and_acks(data)
+        if not count:
+            return False
         if count < OWN_FORWARD_MESSAGES and decode_frame(data, self.config.max_content_bytes)[1]:
             # A small frame shares a FORWARD with the peer's next ones: one the owner could
             # not decode would take them with it. This one is refused here.
