@@ -145,6 +145,9 @@ class CopyConfirms:
             self._out = []
         return out
 
+    def has_copies_of(self, peer: Peer) -> bool:
+        return any(entry[0] is peer for entry in self._out)
+
     def take_copies_of(self, peer: Peer) -> list[tuple[Peer, bytes, tuple[str, ...]]]:
         """The copies of this turn that `peer` published (it is going away)."""
         mine = [entry for entry in self._out if entry[0] is peer]

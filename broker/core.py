@@ -222,8 +222,9 @@ class Core:
         self._peers.set_cluster(cluster, shard)
 
     def _shard_peer_gone(self, peer: Peer) -> None:
-        if peer.forwarding and self.forwarding is not None:
-            self.forwarding.peer_gone(peer)
+        forwarding = self.forwarding
+        if forwarding is not None and (peer.forwarding or forwarding.copied(peer)):
+            forwarding.peer_gone(peer)
         if peer.link and self.relayed is not None:
             self.relayed.link_gone(peer.id)
 
@@ -335,8 +336,18 @@ class Core:
                 return
         elif data[:8] in SEND_RUN_HEADERS and self._sent_run(peer_id, data, profile, principal):
             return
-        messages, error = decode_frame(data, self.config.max_content_bytes)
+        messages, error = decode_frame(data, self._packet_limit(peer_id))
         self.handle_messages(peer_id, messages, error, profile, data, principal)
+
+    def _packet_limit(self, peer_id: bytes) -> int:
+        """The largest packet a peer's frame may hold: a shard link's FORWARDs carry frames
+        (their messages are held to `max_content_bytes` when the owner reads them), so up to
+        `max_frame_bytes`; anyone else's, `max_content_bytes`."""
+        if self.relayed is not None:
+            peer = self._peers.by_id.get(peer_id)
+            if peer is not None and peer.link:
+                return self.config.max_frame_bytes
+        return self.config.max_content_bytes
 
     def _acked_run(
         self,
@@ -454,14 +465,14 @@ class Core:
         count, names = sends_and_acks(data)
         if not count:
             return False
-        if count < OWN_FORWARD_MESSAGES and decode_frame(data, self.config.max_content_bytes)[1]:
-            # A small frame shares a FORWARD with the peer's next ones: one the owner could
-            # not decode would take them with it. This one is refused here.
-            return False
         peer = self._peer_for_input(peer_id, profile or self.profile, principal)
         if peer.rights is not None:
             return False  # the guard here reads every message (docs/security.md)
         if not forwarding.all_owned_by(owner, names):
+            return False
+        if count < OWN_FORWARD_MESSAGES and decode_frame(data, self.config.max_content_bytes)[1]:
+            # A small frame shares a FORWARD with the peer's next ones: one the owner could
+            # not decode would take them with it. This one is refused here.
             return False
         forwarding.take_frame(peer, owner, count, data)
         self._peers.after_input(peer)

@@ -427,6 +427,11 @@ class Forwarding:
             refs = self._admins_out.pop(key)
             self._ctx.add(key[1], b"".join([admin_reply_with_ref(answer, ref) for ref in refs]))
 
+    def copied(self, peer: Peer) -> bool:
+        """Whether the peer's publishes have copies at other shards (a copy peer there), or
+        wait to be copied this turn."""
+        return peer.id in self._copy_shards or self._ctx.copies.has_copies_of(peer)
+
     def peer_gone(self, peer: Peer) -> None:
         """A peer with windows at other shards is gone: they let go of what it held; and so
         is its copy peer, where it had one."""

@@ -94,10 +94,13 @@ class RelayedPeers:
         peer_id = relayed_id(link.id, message.peer)
         flags = message.flags or 0
         if message.content:
+            principal, admin_granted = self._guard.forwarded_principal(message.principal)
+            known = self._peers.by_id.get(peer_id)
+            if known is not None and known.principal not in (None, principal):
+                self._peers.gone(peer_id)  # another peer on the reference: a new one
             new = peer_id not in self._peers.by_id
             relayed = self._peers.get(peer_id, self._profile)
             _take_flags(relayed, flags, new)
-            principal, admin_granted = self._guard.forwarded_principal(message.principal)
             if relayed.admin_granted != admin_granted:
                 relayed.admin_granted = admin_granted
                 relayed.principal = None  # identified again below

@@ -484,3 +484,65 @@ def test_a_publishers_copies_reach_the_owner_before_its_goodbye() -> None:
     pair.peer_turn(p.Publish("user.2", b"last", tag=2), p.Kbai())
     assert relayed_id(LINK, copy_ref(PEER)) not in pair.owner.core._peers.by_id
     assert pair.owner.stats(REMOTE)["ready"] + pair.owner.stats(REMOTE)["in_flight"] == 2
+
+
+def test_a_forward_may_carry_a_frame_as_big_as_its_messages_allow() -> None:
+    """The owner reads a link's FORWARDs with the frame limit, and holds their messages to
+    the content limit: a send near the limit, and small frames joined past it, arrive."""
+    pair = Pair(max_content_bytes=1000)
+    pair.peer_turn(p.Send(REMOTE, b"x" * 990, 0))
+    entry = pair.entry.core
+    entry.begin_turn()
+    for _ in range(3):
+        entry.handle_frame(PEER, p.encode(p.Send(REMOTE, b"y" * 600, 0)))
+    pair._carry(entry.end_turn())
+    assert pair.owner.stats(REMOTE)["ready"] == 4
+    errors = [m for m in pair.peer_turn(p.Hello({}), p.Send(REMOTE, b"z" * 1001, 0))]
+    assert [e.code for e in errors if type(e) is p.Error] == [413]  # still each message's
+
+
+def test_a_small_frame_is_decoded_once_at_the_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    pair = Pair()
+    pair.peer_turn(p.Send(REMOTE, b"a", 0), p.Send(LOCAL, b"b", 0))
+    got = pair.peer_turn(p.Consume(REMOTE, 5), p.Consume(LOCAL, 5))
+    acks = [p.Ack(m.queue, m.message_id) for m in got if type(m) is p.Dispatch]
+    decode, frames = core_module.decode_frame, []
+
+    def counting(data: bytes, *args: object) -> object:
+        frames.append(data)
+        return decode(data, *args)
+
+    monkeypatch.setattr(core_module, "decode_frame", counting)
+    entry = pair.entry.core
+    entry.begin_turn()
+    entry.handle_frame(PEER, p.encode_all(sorted(acks, key=lambda a: a.queue != REMOTE)))
+    entry.end_turn()
+    assert len(frames) == 1
+
+
+def test_another_principal_on_a_relayed_reference_is_a_new_peer_with_its_own_terms() -> None:
+    """The same routing id, another connection: at the owner a new relayed peer, which takes
+    the FORWARD's flags (it asked for confirms) instead of losing them to its identification."""
+    pair = Pair()
+    first, second = Principal(None, "10.0.0.1:1", "router"), Principal(None, "10.0.0.2:2", "router")
+    entry = pair.entry.core
+    entry.begin_turn()
+    entry.handle_frame(PEER, p.encode_all([p.Hello({}), p.Send(REMOTE, b"a", 0)]), None, first)
+    pair._carry(entry.end_turn())
+    entry.begin_turn()
+    frame = p.encode_all([p.Hello({"confirm": True}), p.Send(REMOTE, b"x", 0)])
+    entry.handle_frame(PEER, frame, None, second)
+    got = pair._carry(entry.end_turn())
+    assert [type(m) for m in got if type(m) is p.Confirm] == [p.Confirm]
+
+
+def test_a_publisher_without_windows_elsewhere_leaves_no_copy_peer_behind() -> None:
+    pair = Pair()
+    pair.peer_turn(p.Hello({}))
+    pair.peer_turn(p.Consume(LOCAL, 1, patterns="user.*"))  # (a window here only)
+    pair.owner.send(
+        LINK, p.Forward(b"b", p.encode(p.Consume(REMOTE, 1, patterns="user.*")), 1, ANYONE)
+    )
+    pair.peer_turn(p.Publish("user.1", b"x", tag=1), p.Kbai())
+    forwarding = pair.entry.core.forwarding
+    assert PEER not in forwarding._copy_shards  # type: ignore[union-attr]
