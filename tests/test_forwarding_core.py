@@ -115,8 +115,8 @@ def test_a_frame_for_one_queue_of_another_shard_goes_there_without_being_decoded
 
     entry_core = pair.entry.core
     monkeypatch.setattr(entry_core, "handle_messages", no_decoding)
-    # A frame of OWN_FORWARD_MESSAGES or more (a smaller one is decoded here unless it is one
-    # queue's run: it shares a FORWARD with the peer's next frames).
+    # A frame of OWN_FORWARD_MESSAGES or more, a FORWARD of its own (a smaller one is decoded
+    # here first, to be sure it may share one with the peer's next frames).
     sends = [p.Send(REMOTE, b"x%d" % i, 0, tag=i) for i in range(OWN_FORWARD_MESSAGES)]
     confirms = pair.peer_turn(p.Ack(REMOTE, dispatch.message_id), *sends)
     count = len(sends)
