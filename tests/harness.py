@@ -266,6 +266,15 @@ def nothing_received(sock: zmq.Socket, wait: float = 0.3) -> bool:
     return not sock.poll(int(wait * 1000))
 
 
+#: The durable store's first `messages` table, before the columns added since
+#: (store_schema.ADDED_COLUMNS): what an older broker's store or snapshot holds.
+FIRST_MESSAGES_TABLE = (
+    "CREATE TABLE messages (id TEXT PRIMARY KEY, queue TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " content BLOB NOT NULL, headers BLOB NOT NULL, expires_wall REAL NOT NULL,"
+    " deliveries INTEGER NOT NULL, in_flight INTEGER NOT NULL)"
+)
+
+
 def read_folded(path: str | Path) -> sqlite3.Connection:
     """A copy in memory of the store at `path`, its log folded into its tables: what it
     holds, read without writing to it (a store a broker is using)."""

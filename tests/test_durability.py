@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, dispatches, free_port, phpmq
+from harness import FIRST_MESSAGES_TABLE, BrokerProcess, dispatches, free_port, phpmq
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
@@ -98,9 +98,7 @@ class BrokenStore(DurableStore):
 def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) -> None:
     from phpmq.broker.shell.server import BrokerServer
 
-    server = BrokerServer(
-        BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d"))
-    )
+    server = BrokerServer(BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d")))
     try:
         server.keeper.store.close()  # the data directory's lock passes to the broken store
         store = BrokenStore(tmp_path / "d")
@@ -139,9 +137,7 @@ def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
 ) -> None:
     from phpmq.broker.shell.server import BrokerServer
 
-    server = BrokerServer(
-        BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d"))
-    )
+    server = BrokerServer(BrokerConfig(bind="tcp://127.0.0.1:*", data_dir=str(tmp_path / "d")))
     sent: list[tuple[bytes, bytes]] = []
     server._send = sent.extend  # type: ignore[method-assign]
     try:
@@ -298,11 +294,7 @@ def test_a_store_written_with_text_ids_is_read_back_with_byte_ids(tmp_path: Path
 
 def test_a_store_written_before_events_gets_an_event_column(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
-        db.execute(
-            "CREATE TABLE messages (id TEXT PRIMARY KEY, queue TEXT NOT NULL, seq INTEGER NOT"
-            " NULL, content BLOB NOT NULL, headers BLOB NOT NULL, expires_wall REAL NOT NULL,"
-            " deliveries INTEGER NOT NULL, in_flight INTEGER NOT NULL)"
-        )
+        db.execute(FIRST_MESSAGES_TABLE)
         db.execute("INSERT INTO messages VALUES (x'6131', 'q', 1, x'61', x'', 0, 1, 0)")
     store = DurableStore(tmp_path)
     [message], _ = store.load()

@@ -10,30 +10,21 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness import FIRST_MESSAGES_TABLE
 from phpmq.broker.journal import PUT
-from phpmq.broker.shell.store_schema import SCHEMA, SEND_PUT_MIDDLE, STATEMENTS, write
-
-#: The first `messages` table, before the columns added since (ADDED_COLUMNS).
-OLD_MESSAGES = """
-CREATE TABLE messages (
-    id TEXT PRIMARY KEY,
-    queue TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    content BLOB NOT NULL,
-    headers BLOB NOT NULL,
-    expires_wall REAL NOT NULL,
-    deliveries INTEGER NOT NULL,
-    in_flight INTEGER NOT NULL
+from phpmq.broker.shell.store_schema import (
+    ADDED_COLUMNS,
+    SCHEMA,
+    SEND_PUT_MIDDLE,
+    STATEMENTS,
+    write,
 )
-"""
 
 
 def _store(converted: bool) -> sqlite3.Connection:
     db = sqlite3.connect(":memory:", isolation_level=None)
     if converted:
-        from phpmq.broker.shell.store_schema import ADDED_COLUMNS
-
-        db.execute(OLD_MESSAGES)
+        db.execute(FIRST_MESSAGES_TABLE)
         for name, declaration in ADDED_COLUMNS:
             db.execute(f"ALTER TABLE messages ADD COLUMN {name} {declaration}")
     db.executescript(SCHEMA)

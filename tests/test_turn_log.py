@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_disk_space import fill, small_volume
 
-from harness import BrokerProcess, read_folded
+from harness import FIRST_MESSAGES_TABLE, BrokerProcess, read_folded
 from phpmq.broker.journal import (
     BACK,
     CLEAR,
@@ -558,12 +558,8 @@ def test_a_snapshot_from_an_older_broker_is_brought_up_to_date(tmp_path: Path) -
     """A replica takes in a snapshot its group wrote before the turn log (and before the
     newer columns): the store it becomes has them, and logs turns like any other."""
     old = sqlite3.connect(":memory:", isolation_level=None)
-    old.executescript(
-        "CREATE TABLE messages (id TEXT PRIMARY KEY, queue TEXT NOT NULL, seq INTEGER NOT NULL,"
-        " content BLOB NOT NULL, headers BLOB NOT NULL, expires_wall REAL NOT NULL,"
-        " deliveries INTEGER NOT NULL, in_flight INTEGER NOT NULL);"
-        "INSERT INTO messages VALUES (x'6f6c64', 'q', -1, x'6f6c64', x'', 0, 0, 0);"
-    )
+    old.execute(FIRST_MESSAGES_TABLE)
+    old.execute("INSERT INTO messages VALUES (x'6f6c64', 'q', -1, x'6f6c64', x'', 0, 0, 0)")
     store = DurableStore(tmp_path, synchronous="OFF", fold_on_read=False)
     try:
         store.restore_from(old)
