@@ -41,6 +41,7 @@ from ..protocol import (
 )
 from ..protocol import admin_commands as cmd
 from ..protocol.cluster import ClusterMap
+from ..protocol.link_frames import cut_at_messages, join_within
 from ..protocol.writer import admin_reply_with_ref
 from .context import Context
 from .copies import COPY_REF, copy_ref
@@ -376,15 +377,16 @@ class Forwarding:
         if not pending:
             return []
         self._pending = {}
+        limit = self._ctx.config.max_frame_bytes
         frames = []
         for owner, by_peer in pending.items():
-            parts = []
-            for peer_id, entry in by_peer.items():
-                for forward in entry.forwards:
-                    parts.extend(
-                        forward_parts(peer_id, forward.content, forward.flags, forward.wire)
-                    )
-            frames.append((owner, b"".join(parts)))
+            forwards = (
+                parts
+                for peer_id, entry in by_peer.items()
+                for forward in entry.forwards
+                for parts in _forward_within(peer_id, forward, limit)
+            )
+            frames.extend((owner, frame) for frame in join_within(forwards, limit))
         return frames
 
     def on_link_message(self, message: Forward, shard: str) -> None:
@@ -500,6 +502,19 @@ class Forwarding:
             "links_down": dict(self.down),
             "publish_copies": self._ctx.copies.stats(),
         }
+
+
+def _forward_within(peer_id: bytes, forward: _Forward, limit: int) -> list[list[bytes]]:
+    """`forward` as the pieces of its bytes; as several FORWARDs, its content cut at its
+    messages' boundaries, where it would be longer than the owner takes (`limit`, its
+    max_frame_bytes): a peer's frame near that size, or many messages joined."""
+    parts = forward_parts(peer_id, forward.content, forward.flags, forward.wire)
+    size = sum(map(len, parts))
+    if size <= limit:
+        return [parts]
+    room = limit - (size - sum(map(len, forward.content)))
+    pieces = cut_at_messages(b"".join(forward.content), room)
+    return [forward_parts(peer_id, [piece], forward.flags, forward.wire) for piece in pieces]
 
 
 def _flags(peer: Peer) -> int:

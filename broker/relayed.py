@@ -27,6 +27,8 @@ from ..protocol import (
     Forward,
     forward_parts,
 )
+from ..protocol.constants import MESSAGE_HEADER_BYTES, PACKET_HEADER_BYTES
+from ..protocol.link_frames import cut_at_messages, join_within
 from .context import Context, Frames
 from .guard import Guard, Principal
 from .model import Peer, PeerProfile
@@ -54,6 +56,11 @@ def route_of(peer_id: bytes) -> tuple[bytes, bytes]:
     """(link id, the link's reference) of a relayed peer id."""
     length = peer_id[2]
     return peer_id[3 : 3 + length], peer_id[3 + length :]
+
+
+#: What a FORWARD of an answer adds to its content, besides the reference: its header and
+#: the headers of packets 27 and 02.
+_FORWARD_OVERHEAD = MESSAGE_HEADER_BYTES + 2 * PACKET_HEADER_BYTES
 
 
 class RelayedPeers:
@@ -128,21 +135,27 @@ class RelayedPeers:
         behind = [peer_id for peer_id in self._peers.by_id if peer_id.startswith(prefix)]
         return sum(self._peers.gone(peer_id) for peer_id in behind)
 
-    @staticmethod
-    def wrap(frames: Frames) -> Frames:
-        """Frames for relayed peers go to their link, in FORWARDs (one frame per link)."""
+    def wrap(self, frames: Frames) -> Frames:
+        """Frames for relayed peers go to their link, in FORWARDs: one frame per link, or
+        more where they would be longer than its shard takes (max_frame_bytes, which the
+        shards of a cluster share); a frame for one peer that would make a FORWARD longer
+        than that goes as several, cut at its messages' boundaries."""
+        limit = self._ctx.config.max_frame_bytes
         out: Frames = []
-        by_link: dict[bytes, list[bytes]] = {}
+        by_link: dict[bytes, list[list[bytes]]] = {}
         for peer_id, frame in frames:
             if not is_relayed(peer_id):
                 out.append((peer_id, frame))
                 continue
             link_id, reference = route_of(peer_id)
-            parts = by_link.get(link_id)
-            if parts is None:
-                parts = by_link[link_id] = []
-            parts.extend(forward_parts(reference, [frame]))
-        out.extend((link_id, b"".join(parts)) for link_id, parts in by_link.items())
+            forwards = by_link.get(link_id)
+            if forwards is None:
+                forwards = by_link[link_id] = []
+            room = limit - _FORWARD_OVERHEAD - len(reference)
+            for piece in cut_at_messages(frame, room):
+                forwards.append(forward_parts(reference, [piece]))
+        for link_id, forwards in by_link.items():
+            out.extend((link_id, joined) for joined in join_within(forwards, limit))
         return out
 
 

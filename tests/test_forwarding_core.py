@@ -59,15 +59,18 @@ class Pair:
     def _carry(self, turn: Turn) -> list:
         got = [m for peer, frame in turn.frames if peer == PEER for m in p.decode_frame(frame)[0]]
         owner = self.owner.core
+        limit = owner.config.max_frame_bytes  # libzmq would drop a link sending more
         owner.begin_turn()
         for name, frame in turn.forwards:
             assert name == "t/1"
+            assert len(frame) <= limit
             owner.handle_frame(LINK, frame)
         back = owner.end_turn().frames
         entry = self.entry.core
         entry.begin_turn()
         for link, frame in back:
             assert link == LINK, "the owner answers relayed peers over their link"
+            assert len(frame) <= limit
             messages, error = p.decode_frame(frame)
             assert error is None
             for message in messages:
@@ -546,3 +549,32 @@ def test_a_publisher_without_windows_elsewhere_leaves_no_copy_peer_behind() -> N
     pair.peer_turn(p.Publish("user.1", b"x", tag=1), p.Kbai())
     forwarding = pair.entry.core.forwarding
     assert PEER not in forwarding._copy_shards  # type: ignore[union-attr]
+
+
+def test_a_link_s_frames_stay_within_the_frame_limit_both_ways() -> None:
+    """A turn's FORWARDs for one owner, and the owner's answers on one link, go as frames no
+    longer than the shards take (max_frame_bytes: libzmq drops a link that sends more):
+    many frames of a turn, a peer's frame near the limit (its FORWARD is longer), messages
+    joined in one FORWARD, and a consumer's dispatch frame past the limit."""
+    limit = 6000
+    pair = Pair(max_content_bytes=1000, max_frame_bytes=limit)
+    entry = pair.entry.core
+    near = p.encode_all([p.Send(REMOTE, b"x" * 890, 0) for _ in range(6)])
+    assert limit - 200 < len(near) <= limit
+    batch = p.encode_all([p.Send(REMOTE, b"y" * 400, 0) for _ in range(OWN_FORWARD_MESSAGES)])
+    entry.begin_turn()
+    entry.handle_frame(PEER, near)
+    for _ in range(3):
+        entry.handle_frame(PEER, batch)
+    for n in range(5):  # small frames: joined in one FORWARD
+        entry.handle_frame(PEER, p.encode(p.Send(REMOTE, b"%d" % n * 900, 0)))
+    turn = entry.end_turn()
+    assert len(turn.forwards) >= 4  # about 21 kB in all
+    pair._carry(turn)  # asserts every link frame's size
+    sent = 6 + 3 * OWN_FORWARD_MESSAGES + 5
+    assert pair.owner.stats(REMOTE)["ready"] == sent
+    dispatched = [m for m in pair.peer_turn(p.Consume(REMOTE, 100)) if type(m) is p.Dispatch]
+    assert [m.content for m in dispatched[-5:]] == [b"%d" % n * 900 for n in range(5)]
+    assert len(dispatched) == sent
+    pair.peer_turn(*[p.Ack(REMOTE, m.message_id) for m in dispatched])
+    assert pair.owner.stats(REMOTE) == {"ready": 0, "in_flight": 0, "dead": 0}
