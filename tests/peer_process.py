@@ -15,7 +15,8 @@ flushed at once, so the parent can follow along:
     sent N MONOTONIC_TIME         produce: message N was handed to the socket
     retry N                       produce: handing message N over failed; it is retried
     event EVENT DETAIL            the client's on_event callback fired
-    resumed                       hold-then-ack: SIGCONT seen (its handler acked what was held)
+    resumed                       hold-then-ack: resumed after it stopped itself on SIGUSR1,
+                                  and acked what was held
     acked N                       hold-then-ack: N held messages were acked (late)
     error CODE ID                 hold-then-ack: an ERROR the broker sent (from client.errors)
     done ...                      the mode ended normally
@@ -26,6 +27,7 @@ Every loop is bounded by --max-seconds (the process gives up and exits 3 when it
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -63,16 +65,18 @@ def new_client(args: argparse.Namespace) -> Client:
     )
 
 
-def hold(args: argparse.Namespace, ack_on_sigcont: bool) -> int:
-    """Receive and never ack. With ack_on_sigcont: when resumed after SIGSTOP (SIGCONT), ack
-    everything held, wait a little for the broker's answers, print its errors and exit.
+def hold(args: argparse.Namespace, ack_after_pause: bool) -> int:
+    """Receive and never ack. With ack_after_pause: on SIGUSR1 the peer stops itself (SIGSTOP)
+    holding the client's lock; when resumed (SIGCONT) it acks everything held before letting
+    go of the lock, waits a little for the broker's answers, prints its errors and exits.
 
-    The late acks are put on the wire from the SIGCONT handler itself. The handler runs in the
-    main thread, which spends its idle time inside `receive()` holding the client's lock, so
-    the acks go out before the client's own first heartbeat after the pause. That heartbeat
-    reveals that the broker gave up on this peer ("unknown peer": the client rejoins), after
-    which the client drops settlements of earlier messages by design; acking after that would
-    test the client, not the broker's answer to late acks.
+    Holding the lock across the pause is what makes the late acks reach the broker from the
+    connection it gave up on: the client's heartbeat thread, which needs that lock, cannot run
+    first. Its first heartbeat after the pause reveals that the broker gave up on this peer
+    ("unknown peer": the client rejoins), or its silence check gives the broker up
+    (reconnects), after which the client drops settlements of earlier messages by design;
+    acking after that would test the client, not the broker's answer to late acks. (A SIGCONT
+    handler raced that thread: run 77 of the suite saw the thread win.)
     """
     resumed = threading.Event()
     held: list = []
@@ -80,17 +84,19 @@ def hold(args: argparse.Namespace, ack_on_sigcont: bool) -> int:
     deadline = time.monotonic() + args.max_seconds
     with new_client(args) as client:
 
-        def on_sigcont(signum: int, frame: object) -> None:
+        def stop_then_ack(signum: int, frame: object) -> None:
             if resumed.is_set():
                 return
-            for message in held:
-                message.ack()
-            client.flush()
+            with client._lock:  # the heartbeat thread's too: it waits through the pause
+                os.kill(os.getpid(), signal.SIGSTOP)
+                for message in held:
+                    message.ack()
+                client.flush()
             late_acks.append(len(held))  # no printing here: stdout is not reentrant
             resumed.set()
 
-        if ack_on_sigcont:
-            signal.signal(signal.SIGCONT, on_sigcont)
+        if ack_after_pause:
+            signal.signal(signal.SIGUSR1, stop_then_ack)
         client.subscribe(args.queue, args.window)
         say("ready")
         while not resumed.is_set():
@@ -183,9 +189,9 @@ def main() -> int:
     args = parser.parse_args()
     args.window = args.count = args.amount
     if args.mode == "hold":
-        return hold(args, ack_on_sigcont=False)
+        return hold(args, ack_after_pause=False)
     if args.mode == "hold-then-ack":
-        return hold(args, ack_on_sigcont=True)
+        return hold(args, ack_after_pause=True)
     if args.mode == "produce":
         return produce(args)
     return consume(args)

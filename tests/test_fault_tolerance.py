@@ -162,7 +162,6 @@ def receive_until(
             on_message(message)
 
 
-
 # --------------------------------------------------------------------------- dead consumers
 
 
@@ -238,8 +237,10 @@ def test_a_stopped_consumer_is_given_up_and_its_late_acks_remove_nothing(
     broker = BrokerProcess(tmp_path / "broker.log", "--grace-seconds", "0")
     try:
         with heartbeating_client(broker) as second:
+            # SIGUSR1: the holder stops itself (SIGSTOP) with its client's lock held, so that
+            # its late acks go out before its heartbeat thread can start over.
             holder, received = _hold_then_lose(
-                broker, peers, second, "hold-then-ack", signal.SIGSTOP
+                broker, peers, second, "hold-then-ack", signal.SIGUSR1
             )
             for message in received:
                 message.ack()
@@ -255,6 +256,7 @@ def test_a_stopped_consumer_is_given_up_and_its_late_acks_remove_nothing(
         assert before["peers_expired"] == 1
 
         # Resumed, the holder acks the 100 it held (they were redelivered and acked since).
+        assert wait_until(lambda: _process_state(holder.process.pid) == "T", 5), "not stopped"
         holder.process.send_signal(signal.SIGCONT)
         assert holder.finish(15) == 0, holder.output()
         assert [w[0] for w in holder.words("acked")] == ["100"]
@@ -280,6 +282,11 @@ def test_a_stopped_consumer_is_given_up_and_its_late_acks_remove_nothing(
         assert all(code == "404" and message_id in held for code, message_id in refusals)
     finally:
         broker.stop()
+
+
+def _process_state(pid: int) -> str:
+    """The state letter in /proc/PID/stat ("T": stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def test_a_peer_given_up_on_gets_errors_until_it_says_hello_again(tmp_path: Path) -> None:
