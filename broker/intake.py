@@ -181,22 +181,26 @@ class Intake:
             peer.ttl_form = True
         ctx, flow = self._ctx, self._flow
         new_id, make, place = ctx.new_id, self._record, self._queues.place
+        make_routed = self._routed_record
         journal_put = ctx.journal.put
         watch = self._expiry.watch if ttl else None
         confirm = self.confirm if peer.confirm or tags is not None else None
         expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
         name, ready, max_length = queue.name, queue.ready, queue.max_length
         pause_mark = queue.pause_mark if max_length else 0
+        is_repeat, keep_key = self.is_repeat, self.keep_key
         taken = repeats = 0
+        tag: int | None = None
         for content in contents:
             if flow.memory_high or (
                 max_length and len(ready) - queue.stale + queue.delayed_sends >= max_length
             ):
                 break
+            if tags is not None:
+                tag = int(tags[taken])
             if keys is not None:
                 key = keys[taken].decode()  # valid UTF-8: send_run saw to it
-                tag = int(tags[taken])  # type: ignore[index]
-                if self.is_repeat(peer, name, key, tag):
+                if is_repeat(peer, name, key, tag):
                     taken += 1  # confirmed with the first one's ID, or refused: a bad key
                     repeats += 1
                     continue
@@ -204,21 +208,29 @@ class Intake:
             if message_keys is None:
                 record = make(message_id + content, expires_at)
                 ctx.held_bytes += len(content) + RECORD_OVERHEAD_BYTES
-            else:
+            else:  # headers and a message key (either may be empty), inline: a keyed row
                 header, message_key = headers[taken], message_keys[taken]
-                record = self._keyed_record(message_id, content, expires_at, header, message_key)
+                if message_key:
+                    record = make_routed(
+                        message_id + content, expires_at, headers=header, message_key=message_key
+                    )
+                else:
+                    record = make(message_id + content, expires_at, headers=header)
+                ctx.held_bytes += (
+                    len(content) + len(message_key) + len(header) + RECORD_OVERHEAD_BYTES
+                )
             place(queue, record, False)
             journal_put(name, record, message_id, content)
             if watch is not None:
                 watch(queue, record)
             if keys is not None:
-                self.keep_key(peer, message_id)
+                keep_key(peer, message_id)
             if (max_length and len(ready) - queue.stale >= pause_mark) or (
                 ctx.held_bytes >= flow.pause_at
             ):
                 flow.after_put(peer, queue)
             if confirm is not None:
-                confirm(peer, message_id, None if tags is None else int(tags[taken]))
+                confirm(peer, message_id, tag)
             taken += 1
         put = taken - repeats
         queue.published += put
@@ -226,23 +238,6 @@ class Intake:
         if put and queue.windows:
             ctx.mark_dirty(queue)
         return taken
-
-    def _keyed_record(
-        self, message_id: bytes, content: bytes, expires_at: int, headers: bytes, message_key: bytes
-    ) -> Record:
-        """A record with the headers and message key of a send (either may be empty), counted
-        against memory as `put` counts it."""
-        if message_key:
-            record: Record = self._routed_record(
-                message_id + content, expires_at, message_key=message_key
-            )
-        else:
-            record = self._record(message_id + content, expires_at)
-        if headers:
-            record.headers = headers  # passed on untouched, never parsed
-        size = len(content) + len(message_key) + len(headers) + RECORD_OVERHEAD_BYTES
-        self._ctx.held_bytes += size
-        return record
 
     def _put_request_or_delayed(self, peer: Peer, queue: Queue, message: Send) -> bytes:
         """`put` for a request (its reply route kept with it, §6.6) or a delayed send (§6.7)."""

@@ -336,6 +336,8 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
     message_keys: list[bytes] | None = [] if extras else None
     message_key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
     lengths = _content_lengths
+    key_lengths, headers_lengths = _key_lengths, _headers_lengths
+    message_key_lengths = _message_key_lengths
     end = len(data)
     pos = 0
     while pos < end:
@@ -366,17 +368,28 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
             if not 1 <= length <= MAX_INTEGER_DIGITS or len(tag) != length or not tag.isdigit():
                 return None  # (what the decoder takes as a number: 1-18 digits)
             tags.append(tag)
+        # The packets after the tag are read inline: a call each was a third of a keyed
+        # send's reading.
         if keys is not None:
-            pos = _packet_into(keys, data, pos, _key_lengths, _RUN_MAX_KEY_BYTES)
-            if pos < 0:
+            start = pos + PACKET_HEADER_BYTES
+            length = key_lengths[data[pos:start]]
+            pos = start + length
+            if not 0 <= length <= _RUN_MAX_KEY_BYTES or pos > end:
                 return None
+            keys.append(data[start:pos])
         if headers is not None and message_keys is not None:
-            pos = _packet_into(headers, data, pos, _headers_lengths, max_content_bytes)
-            if pos < 0:
+            start = pos + PACKET_HEADER_BYTES
+            length = headers_lengths[data[pos:start]]
+            pos = start + length
+            if not 0 <= length <= max_content_bytes or pos > end:
                 return None
-            pos = _packet_into(message_keys, data, pos, _message_key_lengths, message_key_limit)
-            if pos < 0:
+            headers.append(data[start:pos])
+            start = pos + PACKET_HEADER_BYTES
+            length = message_key_lengths[data[pos:start]]
+            pos = start + length
+            if not 0 <= length <= message_key_limit or pos > end:
                 return None
+            message_keys.append(data[start:pos])
     if pos != end or (keys and not _all_utf8(keys)):
         return None
     queue = data[head_length - queue_length : head_length]
@@ -410,18 +423,6 @@ _tag_lengths = _Lengths(_TAG_FIXED)
 _key_lengths = _Lengths(_KEY_FIXED)
 _headers_lengths = _Lengths(_HEADERS_FIXED)
 _message_key_lengths = _Lengths(_MESSAGE_KEY_FIXED)
-
-
-def _packet_into(parts: list[bytes], data: bytes, pos: int, lengths: _Lengths, limit: int) -> int:
-    """The content of the packet of `lengths`' type at `pos` onto `parts`, if it is whole and
-    at most `limit` bytes: where it ends, else -1."""
-    start = pos + PACKET_HEADER_BYTES
-    length = lengths[data[pos:start]]
-    end = start + length
-    if not 0 <= length <= limit or end > len(data):
-        return -1
-    parts.append(data[start:end])
-    return end
 
 
 def _all_utf8(parts: list[bytes]) -> bool:
