@@ -1,5 +1,6 @@
-"""Idempotency keys in the durable store (broker/shell/store_schema.py): held keys a row
-each, the others one row per turn's expiry, deleted by the order they were written in."""
+"""Idempotency keys in the durable store (broker/shell/store_schema.py): held keys one row per
+writer batch and turn, let go a batch at a time; the others one row per turn's expiry, deleted
+by the order they were written in."""
 
 from __future__ import annotations
 
@@ -96,3 +97,73 @@ def test_a_store_with_a_row_per_key_is_moved_into_batches_at_open(tmp_path: Path
     tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master")]
     db.close()
     assert "keys" not in tables and "keys_by_expiry" not in tables
+
+
+def rows(tmp_path: Path, table: str) -> int:
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    try:
+        return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_a_writer_batch_s_held_keys_are_a_row_a_turn_and_let_go_together(
+    tmp_path: Path,
+) -> None:
+    """A hold lets a writer batch's keys go together: they are one row per turn (not a row
+    and an index entry each), and letting them go deletes those rows, not one a key."""
+    store = DurableStore(tmp_path)
+    turn = [key(f"query/7/{n}", math.inf) for n in range(1000)]
+    store.commit([*turn[:500], key("query/8/0", math.inf)])
+    store.commit(turn[500:])
+    assert rows(tmp_path, "held_key_batches") == 3
+    let_go = [key(f"query/7/{n}", 50.0, LET_GO) for n in range(1000)]
+    store.commit(let_go)
+    assert rows(tmp_path, "held_key_batches") == 1
+    expected = {f"query/7/{n}": 50.0 for n in range(1000)} | {"query/8/0": math.inf}
+    assert stored(store) == expected
+    store.close()
+    store = DurableStore(tmp_path)
+    assert stored(store) == expected
+    store.close()
+
+
+def test_keys_let_go_and_held_again_in_one_turn_stay_held(tmp_path: Path) -> None:
+    """A hold released and made again in one turn (an operator's key-release, then the
+    writer's next task): the keys held after the release are what a restart finds held."""
+    store = DurableStore(tmp_path)
+    store.commit([key("query/3/0", math.inf), key("query/3/1", math.inf)])
+    store.commit(
+        [key("query/3/0", 50.0, LET_GO), key("query/3/1", 50.0, LET_GO),
+         key("query/3/2", math.inf), key("query/3/0", math.inf)]
+    )  # fmt: skip
+    store.close()
+    store = DurableStore(tmp_path)
+    held = {k.key for k in store.load_keys() if k.expires_wall == math.inf}
+    assert held == {"query/3/2", "query/3/0"}
+    store.close()
+
+
+def test_a_store_with_a_row_per_held_key_is_moved_into_batches_at_open(tmp_path: Path) -> None:
+    DurableStore(tmp_path).close()
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    db.execute(
+        "CREATE TABLE held_keys (queue TEXT NOT NULL, key TEXT NOT NULL, id BLOB NOT NULL,"
+        " PRIMARY KEY (queue, key)) WITHOUT ROWID"
+    )
+    db.executemany(
+        "INSERT INTO held_keys VALUES (?, ?, ?)",
+        [("jobs", "query/1/0", b"id-0"), ("jobs", "query/1/1", b"id-1")],
+    )
+    db.commit()
+    db.close()
+    store = DurableStore(tmp_path)
+    assert stored(store) == {"query/1/0": math.inf, "query/1/1": math.inf}
+    assert {k.id for k in store.load_keys()} == {b"id-0", b"id-1"}
+    store.commit([key("query/1/0", 9.0, LET_GO), key("query/1/1", 9.0, LET_GO)])
+    assert stored(store) == {"query/1/0": 9.0, "query/1/1": 9.0}
+    store.close()
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master")]
+    db.close()
+    assert "held_keys" not in tables

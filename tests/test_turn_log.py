@@ -41,7 +41,7 @@ TABLES = {
     "messages": "SELECT * FROM messages ORDER BY id",
     "dead_letters": "SELECT * FROM dead_letters ORDER BY position",
     "key_batches": "SELECT * FROM key_batches ORDER BY rowid",
-    "held_keys": "SELECT * FROM held_keys ORDER BY queue, key",
+    "held_key_batches": "SELECT * FROM held_key_batches ORDER BY rowid",
     "turn_log": "SELECT * FROM turn_log",
 }
 

@@ -68,12 +68,12 @@ CREATE TABLE IF NOT EXISTS key_batches (
     expires_wall REAL NOT NULL,
     keys BLOB NOT NULL
 );
-CREATE TABLE IF NOT EXISTS held_keys (
+CREATE TABLE IF NOT EXISTS held_key_batches (
     queue TEXT NOT NULL,
-    key TEXT NOT NULL,
-    id BLOB NOT NULL,
-    PRIMARY KEY (queue, key)
-) WITHOUT ROWID;
+    batch TEXT NOT NULL,
+    keys BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS held_key_batches_by_batch ON held_key_batches (queue, batch);
 CREATE TABLE IF NOT EXISTS key_holds (
     scope TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -273,30 +273,42 @@ def _put_runs(rows: list[tuple]) -> Iterator[tuple[str, list[tuple]]]:
 KEY_KINDS = frozenset({KEY, LET_GO})
 _KEYS_BLOB = msgspec.msgpack.Encoder()
 _KEYS_FROM_BLOB = msgspec.msgpack.Decoder(list[tuple[str, str, bytes]])
+_HELD_FROM_BLOB = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
 
 
 def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
-    """Held keys a row each, to be let go one by one; the other keys of the turn as one row
-    per expiry time (all of a turn's share one), a blob of (queue, key, id): a key costs its
-    bytes in a blob, not a row and an index entry (issue #31). A key written again is in two
-    batches: the later one is what a restart keeps (load_keys, restore_keys)."""
-    held: list[tuple] = []
-    let_go: list[tuple] = []
+    """Held keys as one row per target, writer batch (`held_batch`) and turn, a blob of (key,
+    id): a hold lets a batch's keys go together (a commit or a release lets go whole
+    batches), so one statement deletes them, not one a key. The other keys of the turn as one
+    row per expiry time (all of a turn's share one), a blob of (queue, key, id). A key costs
+    its bytes in a blob, not a row and an index entry (issue #31). A key written again is in
+    two batches: the later one is what a restart keeps (load_keys, restore_keys)."""
+    held: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+    let_go: dict[tuple[str, str], None] = {}
     batches: dict[float, list[tuple[str, str, bytes]]] = {}
     for kind, queue, key, message_id, expires_wall in operations:
         if expires_wall == math.inf:
-            held.append((queue, key, message_id))
+            group = (queue, held_batch(key))
+            keys = held.get(group)
+            if keys is None:
+                keys = held[group] = []
+            keys.append((key, message_id))
             continue
         if kind == LET_GO:
-            let_go.append((queue, key))
+            group = (queue, held_batch(key))
+            let_go[group] = None
+            held.pop(group, None)  # held and let go in this turn: deleted before the rest
         batch = batches.get(expires_wall)
         if batch is None:
             batch = batches[expires_wall] = []
         batch.append((queue, key, message_id))
-    if held:
-        db.executemany("INSERT OR REPLACE INTO held_keys VALUES (?, ?, ?)", held)
     if let_go:
-        db.executemany("DELETE FROM held_keys WHERE queue = ? AND key = ?", let_go)
+        db.executemany("DELETE FROM held_key_batches WHERE queue = ? AND batch = ?", let_go)
+    if held:
+        db.executemany(
+            "INSERT INTO held_key_batches VALUES (?, ?, ?)",
+            [(queue, group, _KEYS_BLOB.encode(keys)) for (queue, group), keys in held.items()],
+        )
     if batches:
         db.executemany(
             "INSERT INTO key_batches VALUES (?, ?)",
@@ -304,11 +316,19 @@ def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
         )
 
 
+def held_batch(key: str) -> str:
+    """The writer batch a held key is let go with: its `<scope>/<batch>` (broker/key_holds.py
+    holds only keys that start so)."""
+    scope, _, rest = key.partition("/")
+    return f"{scope}/{rest.partition('/')[0]}"
+
+
 def read_keys(db: sqlite3.Connection) -> list[StoredKey]:
     """Every key on disk, held ones (+inf) and those of every batch, oldest batch first."""
     keys = [
         StoredKey(queue, key, message_id, math.inf)
-        for queue, key, message_id in db.execute("SELECT queue, key, id FROM held_keys")
+        for queue, blob in db.execute("SELECT queue, keys FROM held_key_batches ORDER BY rowid")
+        for key, message_id in _HELD_FROM_BLOB.decode(blob)
     ]
     for expires_wall, blob in db.execute(
         "SELECT expires_wall, keys FROM key_batches ORDER BY rowid"
@@ -321,16 +341,18 @@ def read_keys(db: sqlite3.Connection) -> list[StoredKey]:
 
 
 def keys_into_batches(db: sqlite3.Connection) -> None:
-    """A store written before key batches has its keys in a table `keys`, a row each: moved
-    into `held_keys` and `key_batches` (in the open transaction)."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'keys'").fetchone() is None:
-        return
-    rows = db.execute(
-        "SELECT ?, queue, key, CAST(id AS BLOB), expires_wall FROM keys ORDER BY expires_wall",
-        (KEY,),
-    ).fetchall()
-    _write_keys(db, rows)
-    db.execute("DROP TABLE keys")
+    """A store written before key batches has its keys in a table `keys`, a row each, and
+    one written before held keys went in batches has those in a table `held_keys`, a row
+    each: moved into `held_key_batches` and `key_batches` (in the open transaction)."""
+    for table, select in (
+        ("keys", "SELECT ?, queue, key, CAST(id AS BLOB), expires_wall FROM keys"
+                 " ORDER BY expires_wall"),
+        ("held_keys", "SELECT ?, queue, key, id, 'inf' FROM held_keys"),
+    ):  # fmt: skip
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
+            rows = db.execute(select, (KEY,)).fetchall()
+            _write_keys(db, [(*row[:4], float(row[4])) for row in rows])
+            db.execute(f"DROP TABLE {table}")
 
 
 def _apply(db: sqlite3.Connection, operation: tuple) -> None:
@@ -348,6 +370,6 @@ def _apply(db: sqlite3.Connection, operation: tuple) -> None:
     elif kind == UNKEY:
         db.execute(STATEMENTS[UNKEY], operation[1:])
         if operation[1] == math.inf:  # every key: the held ones too
-            db.execute("DELETE FROM held_keys")
+            db.execute("DELETE FROM held_key_batches")
     else:
         db.execute(STATEMENTS[kind], operation[1:])
