@@ -64,7 +64,8 @@ class HoldCommands:
 
     def commit(self, options: dict[str, Any]) -> dict[str, Any]:
         """Batch `batch` of the hold's writer is committed: the keys of earlier batches get
-        the window from now. A scope without a hold has nothing to let go."""
+        the window, from the turns that let them go (Intake.let_go_released). A scope without
+        a hold has nothing to let go."""
         scope = _scope(options)
         _target(options)
         batch = options.get("batch")
@@ -75,9 +76,8 @@ class HoldCommands:
             return {"scope": scope, "committed": None, "held_keys": 0, "released": 0}
         released = 0
         if batch > hold.committed:
-            let_go = self._intake.holds.commit(hold, batch)
-            self._intake.let_go(let_go)
-            released = len(let_go)
+            released = self._intake.holds.commit(hold, batch)
+            self._intake.let_go_released()
             self._ctx.journal.hold(scope, hold.owner, hold.committed, hold.created_wall)
         return {**_figures(hold), "released": released}
 
@@ -87,11 +87,11 @@ class HoldCommands:
         dropped = self._intake.holds.drop(scope)
         if dropped is None:
             raise CommandError(f"no key hold named {scope!r}", ErrorCode.NOT_FOUND)
-        hold, let_go = dropped
-        self._intake.let_go(let_go)
+        hold, released = dropped
+        self._intake.let_go_released()
         self._ctx.quotas.give_back(KEY_HOLDS, hold.owner)
         self._ctx.journal.unhold(scope)
-        return {"scope": scope, "released": len(let_go)}
+        return {"scope": scope, "released": released}
 
     def listing(self, options: dict[str, Any]) -> dict[str, Any]:
         holds = self._intake.holds
