@@ -64,8 +64,7 @@ class HoldCommands:
 
     def commit(self, options: dict[str, Any]) -> dict[str, Any]:
         """Batch `batch` of the hold's writer is committed: the keys of earlier batches get
-        the window, from the turns that let them go (Intake.let_go_released). A scope without
-        a hold has nothing to let go."""
+        the window from now. A scope without a hold has nothing to let go."""
         scope = _scope(options)
         _target(options)
         batch = options.get("batch")
@@ -76,8 +75,9 @@ class HoldCommands:
             return {"scope": scope, "committed": None, "held_keys": 0, "released": 0}
         released = 0
         if batch > hold.committed:
-            released = self._intake.holds.commit(hold, batch)
-            self._intake.let_go_released()
+            let_go = self._intake.holds.commit(hold, batch)
+            self._intake.let_go(let_go)
+            released = len(let_go)
             self._ctx.journal.hold(scope, hold.owner, hold.committed, hold.created_wall)
         return {**_figures(hold), "released": released}
 
@@ -87,11 +87,11 @@ class HoldCommands:
         dropped = self._intake.holds.drop(scope)
         if dropped is None:
             raise CommandError(f"no key hold named {scope!r}", ErrorCode.NOT_FOUND)
-        hold, released = dropped
-        self._intake.let_go_released()
+        hold, let_go = dropped
+        self._intake.let_go(let_go)
         self._ctx.quotas.give_back(KEY_HOLDS, hold.owner)
         self._ctx.journal.unhold(scope)
-        return {"scope": scope, "released": released}
+        return {"scope": scope, "released": len(let_go)}
 
     def listing(self, options: dict[str, Any]) -> dict[str, Any]:
         holds = self._intake.holds

@@ -16,7 +16,7 @@ from ..protocol.rules import correlation_problem
 from ..protocol.runs import SendRun
 from .context import Context
 from .deadletters import DeadLetters
-from .deadlines import DELAY_OVER, KEY_EXPIRY, KEY_LET_GO
+from .deadlines import DELAY_OVER, KEY_EXPIRY
 from .expiry import Expiry
 from .flow import Flow
 from .idempotency import SEPARATOR, KeyWindow, entry
@@ -39,9 +39,6 @@ from .quotas import HELD_KEYS, REQUESTS
 
 #: Expired idempotency keys are deleted from the durable store at most this often.
 KEY_PURGE_INTERVAL_NS = 1_000_000_000
-#: Released held keys let go per turn (each is remembered for the window and journaled: about
-#: 4 us on a durable broker, so a few milliseconds a turn).
-LET_GO_PER_TURN = 1_000
 
 
 class Intake:
@@ -55,7 +52,6 @@ class Intake:
         "_key_expiry_due",
         "_keys_expired_at_purge",
         "_keys_purged_at",
-        "_let_go_due",
         "_queues",
         "_routed_record",
         "_record",
@@ -93,8 +89,6 @@ class Intake:
         self._keys_expired_at_purge = 0
         #: When the schedule's one key-expiry entry is due (0: none armed).
         self._key_expiry_due = 0
-        #: When the schedule's one entry for letting released held keys go is due (0: none).
-        self._let_go_due = 0
 
     def on_send(self, peer: Peer, message: Send) -> None:
         tag = message.tag
@@ -420,9 +414,7 @@ class Intake:
         if SEPARATOR in scope:
             return False  # no queue or event is named so: its name is refused
         holds = self.holds
-        # Only while a hold exists, or a key is held (one released waits to be let go), does
-        # a key's prefix get read.
-        if holds.by_scope or holds.ids:
+        if holds.by_scope:  # only while a hold exists does a key's prefix get read
             first_id = holds.ids.get(joined)
             if first_id is None:
                 first_id = self.keys.get(joined, ctx.now)
@@ -523,24 +515,6 @@ class Intake:
     ) -> None:
         """A held key read back from the store (counted against no quota: the broker's)."""
         self.holds.keep(hold, batch, (entry(scope, key), ""), message_id)
-
-    def let_go_released(self) -> None:
-        """Keys a hold released (a commit, a release) are let go from the next turn on,
-        LET_GO_PER_TURN a turn: a Spark batch of a million rows would otherwise stop the
-        broker for seconds in one turn. Until then they are held as they were."""
-        if self.holds.released and not self._let_go_due:
-            self._let_go_due = self._ctx.now + 1  # after this turn's pass over the deadlines
-            self._ctx.deadlines.arm(self._let_go_due, KEY_LET_GO, None)
-
-    def is_let_go_live(self, due: int, target: None) -> bool:
-        return due == self._let_go_due
-
-    def on_let_go_due(self, due: int, target: None) -> None:
-        if due != self._let_go_due:
-            return
-        self._let_go_due = 0
-        self.let_go(self.holds.take_released(LET_GO_PER_TURN))
-        self.let_go_released()
 
     def let_go(self, released: list[tuple[HeldKey, bytes]]) -> None:
         """Keys a hold let go: remembered for the window from now, like a new key."""

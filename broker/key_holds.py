@@ -6,17 +6,13 @@ committed (-1: none yet). A keyed send whose key reads `<scope>/<batch>/...`, fo
 and a batch at or after the committed one, is held: remembered without expiry. Committing
 batch B releases the keys of the batches before B: they get the dedup window from then on,
 like any key (Spark may replay batch B until it wrote commits/B, and it commits B only after
-the writer's commit of B; so once B is committed nothing before it comes again). Released keys
-are let go a few thousand a turn (`take_released`), so that a batch of millions of rows does
-not stop the broker for seconds; until then they stay held (and deduplicated) as they were.
+the writer's commit of B; so once B is committed nothing before it comes again).
 
 Pure bookkeeping: the intake decides what is held and journals it (broker/intake.py); the
 commands live in broker/hold_commands.py.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 #: Digits of a batch number at most (a longer one is no batch: the key gets the window).
 MAX_BATCH_DIGITS = 18
@@ -49,7 +45,7 @@ class Hold:
 class KeyHolds:
     """Every hold by scope, and every held key's first message ID, within their limits."""
 
-    __slots__ = ("_last", "by_scope", "ids", "max_held_keys", "max_holds", "refused", "released")
+    __slots__ = ("_last", "by_scope", "ids", "max_held_keys", "max_holds", "refused")
 
     def __init__(self, max_holds: int, max_held_keys: int) -> None:
         self.max_holds = max_holds
@@ -59,9 +55,6 @@ class KeyHolds:
         self.ids: dict[str, bytes] = {}
         #: Refusals by the broker-wide limit that refused them, for stats.
         self.refused = {"max_key_holds": 0, "max_held_keys": 0}
-        #: Keys whose batch was committed or whose hold was released, not let go yet: still
-        #: in `ids`, so still deduplicated as held.
-        self.released: deque[HeldKey] = deque()
         #: The last key's `<scope>/<batch>/`, its scope, hold and batch: a writer sends a
         #: batch's keys in a row, so the next key is read by `startswith` alone.
         self._last: tuple[str, str, Hold | None, int] = ("\x00", "", None, 0)
@@ -111,36 +104,28 @@ class KeyHolds:
         keys.append(held)
         hold.held += 1
 
-    def commit(self, hold: Hold, batch: int) -> int:
-        """Batch `batch` is committed: the keys of earlier batches are released (let go by
-        `take_released`); returns how many."""
+    def commit(self, hold: Hold, batch: int) -> list[tuple[HeldKey, bytes]]:
+        """Batch `batch` is committed: the keys of earlier batches are let go, returned with
+        their IDs (the caller gives them the window)."""
         hold.committed = max(hold.committed, batch)
         done = [earlier for earlier in hold.batches if earlier < batch]
-        return self._release(hold, done)
+        return self._let_go(hold, done)
 
-    def drop(self, scope: str) -> tuple[Hold, int] | None:
-        """The hold is removed, every key it held released (let go by `take_released`), with
-        how many."""
+    def drop(self, scope: str) -> tuple[Hold, list[tuple[HeldKey, bytes]]] | None:
+        """The hold is removed, every key it held let go (returned with their IDs)."""
         hold = self.by_scope.pop(scope, None)
         if hold is None:
             return None
-        return hold, self._release(hold, list(hold.batches))
+        return hold, self._let_go(hold, list(hold.batches))
 
-    def _release(self, hold: Hold, batches: list[int]) -> int:
-        released = 0
+    def _let_go(self, hold: Hold, batches: list[int]) -> list[tuple[HeldKey, bytes]]:
+        released: list[tuple[HeldKey, bytes]] = []
+        ids = self.ids
         for batch in batches:
             keys = hold.batches.pop(batch)
             hold.held -= len(keys)
-            released += len(keys)
-            self.released.extend(keys)
+            released.extend((held, ids.pop(held[0])) for held in keys)
         return released
-
-    def take_released(self, limit: int) -> list[tuple[HeldKey, bytes]]:
-        """Up to `limit` released keys, oldest first, with their IDs: no longer held (the
-        caller gives them the window)."""
-        released, ids = self.released, self.ids
-        count = min(limit, len(released))
-        return [(held, ids.pop(held[0])) for held in (released.popleft() for _ in range(count))]
 
     def entry(self, hold: Hold) -> dict[str, object]:
         """A hold as `key-holds` lists it."""
@@ -159,7 +144,6 @@ class KeyHolds:
         return {
             "holds": len(self.by_scope),
             "held_keys": len(self.ids),
-            "released_not_let_go": len(self.released),
             "max_key_holds": self.max_holds,
             "max_held_keys": self.max_held_keys,
             "refused": dict(self.refused),

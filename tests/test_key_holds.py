@@ -11,17 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import phpmq.protocol as p
-from harness import (
-    BrokerProcess,
-    CoreHarness,
-    configured_broker,
-    curve_broker,
-    generate_keys,
-    phpmq,
-)
-from phpmq.broker.intake import LET_GO_PER_TURN
-from phpmq.broker.journal import LET_GO
+from harness import BrokerProcess, configured_broker, curve_broker, generate_keys, phpmq
 from phpmq.client import BrokerRefused, Client
 from phpmq.protocol import admin_commands as cmd
 
@@ -202,30 +192,3 @@ def test_the_cli_lists_holds_and_releases_one(tmp_path: Path) -> None:
         assert again.returncode != 0
         assert again.stderr.startswith("phpmq: ") and "Traceback" not in again.stderr
         assert client.stats()["key_holds"]["holds"] == 0
-
-
-def test_a_commit_lets_its_keys_go_a_bounded_number_a_turn() -> None:
-    """A committed batch's keys are let go LET_GO_PER_TURN a turn, not all in the commit's
-    turn (a Spark batch of a million rows took seconds there, other peers waiting); until
-    then they are deduplicated as held keys are, and after as any key in its window."""
-    core = CoreHarness(durable=True, dedup_window_seconds=60)
-    core.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
-    count = 2 * LET_GO_PER_TURN + 10
-    keys = [f"{SCOPE}/0/0/{row}" for row in range(count)]
-    writer = b"\x00writer"
-    core.send(writer, *[p.Send("out", b"x", 0, tag=n, key=key) for n, key in enumerate(keys)])
-    journal = core.core.journal
-    journal.take()
-    answer = core.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
-    assert answer["released"] == count and answer["held_keys"] == 0
-    let_go = [sum(op[0] == LET_GO for op in journal.take())]
-    repeats = [p.Send("out", b"x", 0, tag=count, key=keys[-1])]  # released, not let go yet
-    while core.core.intake.holds.ids:
-        core.advance(0.001)
-        core.send(writer, *repeats)
-        repeats = []
-        let_go.append(sum(op[0] == LET_GO for op in journal.take()))
-    assert let_go == [0, LET_GO_PER_TURN, LET_GO_PER_TURN, 10]
-    core.send(writer, p.Send("out", b"x", 0, tag=count + 1, key=keys[0]))  # in its window now
-    assert core.stats("out")["ready"] == count
-    assert core.core.counters.deduplicated == 2
