@@ -504,17 +504,21 @@ class Forwarding:
         }
 
 
-def _forward_within(peer_id: bytes, forward: _Forward, limit: int) -> list[list[bytes]]:
-    """`forward` as the pieces of its bytes; as several FORWARDs, its content cut at its
-    messages' boundaries, where it would be longer than the owner takes (`limit`, its
-    max_frame_bytes): a peer's frame near that size, or many messages joined."""
-    parts = forward_parts(peer_id, forward.content, forward.flags, forward.wire)
-    size = sum(map(len, parts))
+def _forward_within(peer_id: bytes, forward: _Forward, limit: int) -> list[tuple[list[bytes], int]]:
+    """`forward` as the pieces of its bytes, and its length; as several FORWARDs, its content
+    cut at its messages' boundaries, where it would be longer than the owner takes (`limit`,
+    its max_frame_bytes): a peer's frame near that size, or many messages joined."""
+    content = forward.content
+    parts = forward_parts(peer_id, content, forward.flags, forward.wire)
+    overhead = sum(map(len, parts[:3])) + sum(map(len, parts[3 + len(content) :]))
+    size = overhead + sum(map(len, content))
     if size <= limit:
-        return [parts]
-    room = limit - (size - sum(map(len, forward.content)))
-    pieces = cut_at_messages(b"".join(forward.content), room)
-    return [forward_parts(peer_id, [piece], forward.flags, forward.wire) for piece in pieces]
+        return [(parts, size)]
+    pieces = cut_at_messages(b"".join(content), limit - overhead)
+    return [
+        (forward_parts(peer_id, [piece], forward.flags, forward.wire), overhead + len(piece))
+        for piece in pieces
+    ]
 
 
 def _flags(peer: Peer) -> int:

@@ -59,7 +59,7 @@ def route_of(peer_id: bytes) -> tuple[bytes, bytes]:
 
 
 #: What a FORWARD of an answer adds to its content, besides the reference: its header and
-#: the headers of packets 27 and 02.
+#: the headers of packets 25 and 02.
 _FORWARD_OVERHEAD = MESSAGE_HEADER_BYTES + 2 * PACKET_HEADER_BYTES
 
 
@@ -142,7 +142,7 @@ class RelayedPeers:
         than that goes as several, cut at its messages' boundaries."""
         limit = self._ctx.config.max_frame_bytes
         out: Frames = []
-        by_link: dict[bytes, list[list[bytes]]] = {}
+        by_link: dict[bytes, list[tuple[list[bytes], int]]] = {}
         for peer_id, frame in frames:
             if not is_relayed(peer_id):
                 out.append((peer_id, frame))
@@ -151,9 +151,9 @@ class RelayedPeers:
             forwards = by_link.get(link_id)
             if forwards is None:
                 forwards = by_link[link_id] = []
-            room = limit - _FORWARD_OVERHEAD - len(reference)
-            for piece in cut_at_messages(frame, room):
-                forwards.append(forward_parts(reference, [piece]))
+            overhead = _FORWARD_OVERHEAD + len(reference)
+            for piece in cut_at_messages(frame, limit - overhead):
+                forwards.append((forward_parts(reference, [piece]), overhead + len(piece)))
         for link_id, forwards in by_link.items():
             out.extend((link_id, joined) for joined in join_within(forwards, limit))
         return out

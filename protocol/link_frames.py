@@ -1,7 +1,9 @@
 """A link's frames (docs/protocol.md §6.8): a turn's FORWARDs for one shard joined into frames
 no larger than the receiving broker takes (its `max_frame_bytes`: libzmq drops the connection
 of a peer that sends a larger one), and a frame cut at its messages' boundaries where one
-FORWARD of it would be larger.
+FORWARD of it would be larger. A single message is never cut: one within a FORWARD's few
+hundred bytes of the limit still goes alone and too long, which only a `max_content_bytes` near
+`max_frame_bytes` allows.
 
 Both work on bytes this side built or already read (a peer's frame the router took, the
 broker's own dispatch frames): well-formed PHPMQ messages, each a message header and its
@@ -44,27 +46,28 @@ def _message_ends(frame: bytes) -> list[int] | None:
     up to the frame."""
     ends = []
     pos, size = 0, len(frame)
-    try:
-        while pos < size:
-            packets = int(frame[pos + _COUNT_AT : pos + MESSAGE_HEADER_BYTES])
-            pos += MESSAGE_HEADER_BYTES
-            for _ in range(packets):
-                length = int(frame[pos + _LENGTH_AT : pos + PACKET_HEADER_BYTES])
-                pos += PACKET_HEADER_BYTES + length
-            ends.append(pos)
-    except ValueError:
-        return None
+    while pos < size:
+        count = frame[pos + _COUNT_AT : pos + MESSAGE_HEADER_BYTES]
+        if not count.isdigit():  # (int() would take a sign or spaces: no progress)
+            return None
+        pos += MESSAGE_HEADER_BYTES
+        for _ in range(int(count)):
+            length = frame[pos + _LENGTH_AT : pos + PACKET_HEADER_BYTES]
+            if not length.isdigit():
+                return None
+            pos += PACKET_HEADER_BYTES + int(length)
+        ends.append(pos)
     return ends if pos == size else None
 
 
-def join_within(forwards: Iterable[list[bytes]], limit: int) -> list[bytes]:
-    """Consecutive FORWARDs (each as the pieces of its bytes) joined into frames of at most
-    `limit` bytes each, in order; a FORWARD longer than `limit` is a frame of its own."""
+def join_within(forwards: Iterable[tuple[list[bytes], int]], limit: int) -> list[bytes]:
+    """Consecutive FORWARDs (each as the pieces of its bytes, and its length) joined into
+    frames of at most `limit` bytes each, in order; a FORWARD longer than `limit` is a frame
+    of its own."""
     frames: list[bytes] = []
     parts: list[bytes] = []
     size = 0
-    for forward in forwards:
-        length = sum(map(len, forward))
+    for forward, length in forwards:
         if parts and size + length > limit:
             frames.append(b"".join(parts))
             parts, size = [], 0

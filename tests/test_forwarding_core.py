@@ -562,16 +562,19 @@ def test_a_link_s_frames_stay_within_the_frame_limit_both_ways() -> None:
     near = p.encode_all([p.Send(REMOTE, b"x" * 890, 0) for _ in range(6)])
     assert limit - 200 < len(near) <= limit
     batch = p.encode_all([p.Send(REMOTE, b"y" * 400, 0) for _ in range(OWN_FORWARD_MESSAGES)])
+    whole = p.encode_all([p.Send(REMOTE, b"w" * 635, 0) for _ in range(OWN_FORWARD_MESSAGES)])
+    assert limit - 200 < len(whole) <= limit  # a FORWARD of its own, cut
     entry.begin_turn()
     entry.handle_frame(PEER, near)
     for _ in range(3):
         entry.handle_frame(PEER, batch)
+    entry.handle_frame(PEER, whole)
     for n in range(5):  # small frames: joined in one FORWARD
         entry.handle_frame(PEER, p.encode(p.Send(REMOTE, b"%d" % n * 900, 0)))
     turn = entry.end_turn()
-    assert len(turn.forwards) >= 4  # about 21 kB in all
+    assert len(turn.forwards) >= 5  # about 27 kB in all
     pair._carry(turn)  # asserts every link frame's size
-    sent = 6 + 3 * OWN_FORWARD_MESSAGES + 5
+    sent = 6 + 4 * OWN_FORWARD_MESSAGES + 5
     assert pair.owner.stats(REMOTE)["ready"] == sent
     dispatched = [m for m in pair.peer_turn(p.Consume(REMOTE, 100)) if type(m) is p.Dispatch]
     assert [m.content for m in dispatched[-5:]] == [b"%d" % n * 900 for n in range(5)]
