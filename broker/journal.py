@@ -183,8 +183,10 @@ class Journal:
 
     def let_go(self, joined: str, message_id: bytes, expires_at: int) -> None:
         """A held key let go by its hold: kept until `expires_at`, like a new key."""
+        if expires_at != self._key_expires_at:  # a commit's keys share their expiry
+            self._key_expires_at, self._key_expires_wall = expires_at, self._wall_at(expires_at)
         queue_name, key = split_entry(joined)
-        self._operations.append((LET_GO, queue_name, key, message_id, self._wall_at(expires_at)))
+        self._operations.append((LET_GO, queue_name, key, message_id, self._key_expires_wall))
 
     def keys_expired(self, wall: float = math.inf) -> None:
         """Keys whose window ended by `wall` are deleted (inf: every key)."""

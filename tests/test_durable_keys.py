@@ -167,3 +167,15 @@ def test_a_store_with_a_row_per_held_key_is_moved_into_batches_at_open(tmp_path:
     tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master")]
     db.close()
     assert "held_keys" not in tables
+
+
+def test_a_let_go_deletes_only_its_own_writer_batch_at_its_own_target(tmp_path: Path) -> None:
+    """Groups are (target, `<scope>/<batch>`): batch 5 is not batch 55, and the same batch at
+    another queue is another group, however the keys come in a row."""
+    store = DurableStore(tmp_path)
+    other = (KEY, "other", "q/5/0/0", b"id-other", math.inf)
+    store.commit([key("q/5/0/0", math.inf), key("q/55/0/0", math.inf), other, key("q/5", math.inf)])
+    store.commit([key("q/5/0/0", 9.0, LET_GO), key("q/5", 9.0, LET_GO)])
+    held = {(k.queue, k.key) for k in store.load_keys() if k.expires_wall == math.inf}
+    assert held == {("jobs", "q/55/0/0"), ("other", "q/5/0/0")}
+    store.close()

@@ -286,16 +286,20 @@ def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
     held: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
     let_go: dict[tuple[str, str], None] = {}
     batches: dict[float, list[tuple[str, str, bytes]]] = {}
+    # A writer batch's keys come in a row: the last one's group and `<scope>/<batch>/`.
+    group, prefix = ("", ""), "\x00"
     for kind, queue, key, message_id, expires_wall in operations:
-        if expires_wall == math.inf:
+        held_or_let_go = expires_wall == math.inf or kind == LET_GO
+        if held_or_let_go and (queue != group[0] or not key.startswith(prefix)):
             group = (queue, held_batch(key))
+            prefix = group[1] + "/"
+        if expires_wall == math.inf:
             keys = held.get(group)
             if keys is None:
                 keys = held[group] = []
             keys.append((key, message_id))
             continue
         if kind == LET_GO:
-            group = (queue, held_batch(key))
             let_go[group] = None
             held.pop(group, None)  # held and let go in this turn: deleted before the rest
         batch = batches.get(expires_wall)
