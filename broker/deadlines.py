@@ -26,6 +26,7 @@ KEY_EXPIRY = 5  # None: the oldest idempotency keys' window is over
 UNUSED_QUEUE = 6  # Queue: has it been without consumers for its delete-when-unused time?
 SCHEDULE_RUN = 7  # schedule entry (broker/schedules.py): a named schedule is due to run
 BATCH_LEASE_TIMEOUT = 8  # Lease (broker/leases.py): untouched for its timeout?
+KEY_LET_GO = 9  # None: keys a hold released wait to be let go (key_holds.LET_GO_PER_TURN a turn)
 
 #: The heap is never compacted below this many entries (compacting is O(n)).
 COMPACT_MIN_ENTRIES = 65_536

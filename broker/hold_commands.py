@@ -57,14 +57,16 @@ class HoldCommands:
             raise CommandError(
                 f"{problem}: release abandoned ones (phpmq keys holds)", ErrorCode.LIMIT_REACHED
             )
+        self._intake.let_go_released_of(scope)  # an earlier hold's, still waiting
         hold = holds.add(scope, owner, -1, ctx.clock.wall())
         ctx.quotas.take(KEY_HOLDS, owner)
         ctx.journal.hold(scope, owner, hold.committed, hold.created_wall)
         return hold
 
     def commit(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Batch `batch` of the hold's writer is committed: the keys of earlier batches get
-        the window from now. A scope without a hold has nothing to let go."""
+        """Batch `batch` of the hold's writer is committed: the keys of earlier batches are
+        released, and get the window from the turns that let them go
+        (Intake.released). A scope without a hold has nothing to let go."""
         scope = _scope(options)
         _target(options)
         batch = options.get("batch")
@@ -75,9 +77,9 @@ class HoldCommands:
             return {"scope": scope, "committed": None, "held_keys": 0, "released": 0}
         released = 0
         if batch > hold.committed:
-            let_go = self._intake.holds.commit(hold, batch)
-            self._intake.let_go(let_go)
-            released = len(let_go)
+            owners = self._intake.holds.commit(hold, batch)
+            self._intake.released(owners)
+            released = sum(owners.values())
             self._ctx.journal.hold(scope, hold.owner, hold.committed, hold.created_wall)
         return {**_figures(hold), "released": released}
 
@@ -87,11 +89,11 @@ class HoldCommands:
         dropped = self._intake.holds.drop(scope)
         if dropped is None:
             raise CommandError(f"no key hold named {scope!r}", ErrorCode.NOT_FOUND)
-        hold, let_go = dropped
-        self._intake.let_go(let_go)
+        hold, owners = dropped
+        self._intake.released(owners)
         self._ctx.quotas.give_back(KEY_HOLDS, hold.owner)
         self._ctx.journal.unhold(scope)
-        return {"scope": scope, "released": len(let_go)}
+        return {"scope": scope, "released": sum(owners.values())}
 
     def listing(self, options: dict[str, Any]) -> dict[str, Any]:
         holds = self._intake.holds

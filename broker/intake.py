@@ -16,11 +16,11 @@ from ..protocol.rules import correlation_problem
 from ..protocol.runs import SendRun
 from .context import Context
 from .deadletters import DeadLetters
-from .deadlines import DELAY_OVER, KEY_EXPIRY
+from .deadlines import DELAY_OVER, KEY_EXPIRY, KEY_LET_GO
 from .expiry import Expiry
 from .flow import Flow
 from .idempotency import SEPARATOR, KeyWindow, entry
-from .key_holds import HeldKey, Hold, KeyHolds
+from .key_holds import LET_GO_PER_TURN, HeldKey, Hold, KeyHolds
 from .model import (
     DELAYED,
     NS_PER_MS,
@@ -52,6 +52,7 @@ class Intake:
         "_key_expiry_due",
         "_keys_expired_at_purge",
         "_keys_purged_at",
+        "_let_go_due",
         "_queues",
         "_routed_record",
         "_record",
@@ -89,6 +90,8 @@ class Intake:
         self._keys_expired_at_purge = 0
         #: When the schedule's one key-expiry entry is due (0: none armed).
         self._key_expiry_due = 0
+        #: When the schedule's one entry for letting released held keys go is due (0: none).
+        self._let_go_due = 0
 
     def on_send(self, peer: Peer, message: Send) -> None:
         tag = message.tag
@@ -414,7 +417,9 @@ class Intake:
         if SEPARATOR in scope:
             return False  # no queue or event is named so: its name is refused
         holds = self.holds
-        if holds.by_scope:  # only while a hold exists does a key's prefix get read
+        # Only while a hold exists, or a key is held (a released one waits to be let go), is
+        # a key's prefix read.
+        if holds.by_scope or holds.ids:
             first_id = holds.ids.get(joined)
             if first_id is None:
                 first_id = self.keys.get(joined, ctx.now)
@@ -516,18 +521,47 @@ class Intake:
         """A held key read back from the store (counted against no quota: the broker's)."""
         self.holds.keep(hold, batch, (entry(scope, key), ""), message_id)
 
-    def let_go(self, released: list[tuple[HeldKey, bytes]]) -> None:
-        """Keys a hold let go: remembered for the window from now, like a new key."""
+    def released(self, owners: dict[str, int]) -> None:
+        """A hold released keys (a commit, a release), `owners` holding how many each: their
+        room under the quota is free now; they are let go from the next turn on,
+        LET_GO_PER_TURN a turn (a Spark batch of a million rows would otherwise stop the
+        broker for seconds in one turn), and stay held until then."""
+        for owner, count in owners.items():
+            self._ctx.quotas.give_back(HELD_KEYS, owner, count)
+        self._arm_let_go()
+
+    def _arm_let_go(self) -> None:
+        if self.holds.released and not self._let_go_due:
+            self._let_go_due = self._ctx.now + 1  # after this turn's pass over the deadlines
+            self._ctx.deadlines.arm(self._let_go_due, KEY_LET_GO, None)
+
+    def is_let_go_live(self, due: int, target: None) -> bool:
+        return due == self._let_go_due
+
+    def on_let_go_due(self, due: int, target: None) -> None:
+        if due != self._let_go_due:
+            return
+        self._let_go_due = 0
+        self._let_go(*self.holds.take_released(LET_GO_PER_TURN))
+        self._arm_let_go()
+
+    def let_go_released_of(self, scope: str) -> None:
+        """Every released key of hold `scope` let go now: a new hold of that scope is about
+        to be made, whose keys must not share a writer batch on disk with them."""
+        self._let_go(*self.holds.take_released_of(scope))
+
+    def _let_go(self, released: list[tuple[HeldKey, bytes]], gone: list[tuple[str, str]]) -> None:
+        """Released keys remembered for the window from now, like new keys; the writer
+        batches of `gone` are let go whole (what held their keys on disk is deleted)."""
         ctx = self._ctx
         expires_at = ctx.now + self.keys.window_ns
-        owners: dict[str, int] = {}
-        add, journal_let_go = self.keys.add, ctx.journal.let_go
-        for (joined, owner), message_id in released:
-            owners[owner] = owners.get(owner, 0) + 1
+        add, journal = self.keys.add, ctx.journal
+        journal_let_go = journal.let_go
+        for (joined, _), message_id in released:
             add(joined, message_id, expires_at)
             journal_let_go(joined, message_id, expires_at)
-        for owner, count in owners.items():
-            ctx.quotas.give_back(HELD_KEYS, owner, count)
+        for queue_name, writer_batch in gone:
+            journal.held_gone(queue_name, writer_batch)
         self._arm_key_expiry()
 
     def remember_key(

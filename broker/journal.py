@@ -36,6 +36,7 @@ CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
 DELETE_QUEUE = "delete-queue"  # queue: its messages and dead letters deleted
 KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (inf: held)
 LET_GO = "let-go"  # queue, key, id, expires_wall: a held key let go, kept for its window
+HELD_GONE = "held-gone"  # queue, writer batch: every held key of it was let go (key_holds.py)
 UNKEY = "unkey"  # wall: keys whose window ended by then are deleted
 BIND = "bind"  # queue, pattern: the queue is bound to the pattern
 UNBIND = "unbind"  # queue, pattern: no longer
@@ -188,6 +189,11 @@ class Journal:
         queue_name, key = split_entry(joined)
         self._operations.append((LET_GO, queue_name, key, message_id, self._key_expires_wall))
 
+    def held_gone(self, queue_name: str, writer_batch: str) -> None:
+        """Every held key of `writer_batch` (key_holds.held_batch) at `queue_name` was let
+        go: what held them on disk is deleted."""
+        self._operations.append((HELD_GONE, queue_name, writer_batch))
+
     def keys_expired(self, wall: float = math.inf) -> None:
         """Keys whose window ended by `wall` are deleted (inf: every key)."""
         self._operations.append((UNKEY, wall))
@@ -284,6 +290,9 @@ class NullJournal:
         pass
 
     def let_go(self, joined: str, message_id: bytes, expires_at: int) -> None:
+        pass
+
+    def held_gone(self, queue_name: str, writer_batch: str) -> None:
         pass
 
     def keys_expired(self, wall: float = math.inf) -> None:

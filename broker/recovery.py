@@ -20,6 +20,7 @@ from .deadlines import DELAY_OVER
 from .expiry import Expiry
 from .idempotency import entry
 from .intake import Intake
+from .key_holds import held_batch as writer_batch_of
 from .model import DELAYED, NS_PER_SECOND, DeadLetterEntry, Queue, Record, new_record, record_bytes
 from .queues import Queues
 from .quotas import KEY_HOLDS
@@ -114,27 +115,35 @@ def restore_keys(ctx: Context, intake: Intake, keys: list[Any], holds: Iterable[
         )
         ctx.quotas.take(KEY_HOLDS, stored_hold.owner)
     restored = 0
+    #: Writer batches whose held keys a crash left on disk after their hold let them go.
+    gone: dict[tuple[str, str], None] = {}
     for stored in sorted(keys, key=lambda k: k.expires_wall):
         if stored.expires_wall == math.inf and window_ns:
-            restored += _restore_held(ctx, intake, stored)
+            restored += _restore_held(ctx, intake, stored, gone)
         elif stored.expires_wall > wall and window_ns:
             # Not past today's window either, if it was shortened: keeps expiry order.
             remaining = min(int((stored.expires_wall - wall) * NS_PER_SECOND), window_ns)
             intake.restore_key(stored.queue, stored.key, stored.id, ctx.now + remaining)
             restored += 1
+    for queue_name, writer_batch in gone:
+        ctx.journal.held_gone(queue_name, writer_batch)
     if restored < len(keys):
         # Expired while down, or keys are off now: delete them from the store too.
         intake.forget_stored_keys(wall if window_ns else math.inf)
     return restored
 
 
-def _restore_held(ctx: Context, intake: Intake, stored: Any) -> int:
+def _restore_held(
+    ctx: Context, intake: Intake, stored: Any, gone: dict[tuple[str, str], None]
+) -> int:
     """A held key: held again by its hold; one whose hold is gone (or committed past it)
-    gets the window from now."""
+    gets the window from now, and its writer batch goes into `gone` (every key of it does
+    the same: one hold, one batch)."""
     held_batch = intake.holds.batch_of(stored.key)
     if held_batch is None:
         expires_at = ctx.now + intake.keys.window_ns
         intake.remember_key(entry(stored.queue, stored.key), stored.id, expires_at, True)
+        gone[(stored.queue, writer_batch_of(stored.key))] = None
     else:
         hold, batch = held_batch
         intake.restore_held_key(hold, batch, stored.queue, stored.key, stored.id)

@@ -8,12 +8,17 @@ import math
 import sqlite3
 from pathlib import Path
 
-from phpmq.broker.journal import KEY, LET_GO, UNKEY
+from phpmq.broker.journal import HELD_GONE, KEY, LET_GO, UNKEY
 from phpmq.broker.shell.durable import DB_NAME, DurableStore
 
 
 def key(name: str, expires_wall: float, kind: str = KEY) -> tuple:
     return (kind, "jobs", name, b"id-" + name.encode(), expires_wall)
+
+
+def gone(writer_batch: str, queue: str = "jobs") -> tuple:
+    """Every held key of `writer_batch` was let go (key_holds.held_batch)."""
+    return (HELD_GONE, queue, writer_batch)
 
 
 def stored(store: DurableStore) -> dict[str, float]:
@@ -48,7 +53,7 @@ def test_a_turns_keys_are_one_row(tmp_path: Path) -> None:
 def test_a_held_key_let_go_expires_by_its_window(tmp_path: Path) -> None:
     store = DurableStore(tmp_path)
     store.commit([key("held", math.inf), key("a", 10.0)])
-    store.commit([key("held", 15.0, LET_GO)])  # its hold let it go: the window from now
+    store.commit([key("held", 15.0, LET_GO), gone("held/")])  # the window from now
     assert stored(store) == {"held": 15.0, "a": 10.0}
     store.commit([(UNKEY, 12.0)])
     assert stored(store) == {"held": 15.0}
@@ -107,18 +112,21 @@ def rows(tmp_path: Path, table: str) -> int:
         db.close()
 
 
-def test_a_writer_batch_s_held_keys_are_a_row_a_turn_and_let_go_together(
+def test_a_writer_batch_s_held_keys_are_a_row_a_turn_and_deleted_together(
     tmp_path: Path,
 ) -> None:
-    """A hold lets a writer batch's keys go together: they are one row per turn (not a row
-    and an index entry each), and letting them go deletes those rows, not one a key."""
+    """A writer batch's held keys are one row per turn (not a row and an index entry each),
+    kept while its keys are let go over several turns (a crash then finds them held, and
+    recovery gives them the window), and deleted by one statement once all are."""
     store = DurableStore(tmp_path)
     turn = [key(f"query/7/{n}", math.inf) for n in range(1000)]
     store.commit([*turn[:500], key("query/8/0", math.inf)])
     store.commit(turn[500:])
     assert rows(tmp_path, "held_key_batches") == 3
     let_go = [key(f"query/7/{n}", 50.0, LET_GO) for n in range(1000)]
-    store.commit(let_go)
+    store.commit(let_go[:600])  # let go over two turns: held on disk until all of it is
+    assert rows(tmp_path, "held_key_batches") == 3
+    store.commit([*let_go[600:], gone("query/7")])
     assert rows(tmp_path, "held_key_batches") == 1
     expected = {f"query/7/{n}": 50.0 for n in range(1000)} | {"query/8/0": math.inf}
     assert stored(store) == expected
@@ -134,7 +142,7 @@ def test_keys_let_go_and_held_again_in_one_turn_stay_held(tmp_path: Path) -> Non
     store = DurableStore(tmp_path)
     store.commit([key("query/3/0", math.inf), key("query/3/1", math.inf)])
     store.commit(
-        [key("query/3/0", 50.0, LET_GO), key("query/3/1", 50.0, LET_GO),
+        [key("query/3/0", 50.0, LET_GO), key("query/3/1", 50.0, LET_GO), gone("query/3"),
          key("query/3/2", math.inf), key("query/3/0", math.inf)]
     )  # fmt: skip
     store.close()
@@ -160,7 +168,7 @@ def test_a_store_with_a_row_per_held_key_is_moved_into_batches_at_open(tmp_path:
     store = DurableStore(tmp_path)
     assert stored(store) == {"query/1/0": math.inf, "query/1/1": math.inf}
     assert {k.id for k in store.load_keys()} == {b"id-0", b"id-1"}
-    store.commit([key("query/1/0", 9.0, LET_GO), key("query/1/1", 9.0, LET_GO)])
+    store.commit([key("query/1/0", 9.0, LET_GO), key("query/1/1", 9.0, LET_GO), gone("query/1")])
     assert stored(store) == {"query/1/0": 9.0, "query/1/1": 9.0}
     store.close()
     db = sqlite3.connect(tmp_path / DB_NAME)
@@ -175,7 +183,7 @@ def test_a_let_go_deletes_only_its_own_writer_batch_at_its_own_target(tmp_path: 
     store = DurableStore(tmp_path)
     other = (KEY, "other", "q/5/0/0", b"id-other", math.inf)
     store.commit([key("q/5/0/0", math.inf), key("q/55/0/0", math.inf), other, key("q/5", math.inf)])
-    store.commit([key("q/5/0/0", 9.0, LET_GO), key("q/5", 9.0, LET_GO)])
+    store.commit([key("q/5/0/0", 9.0, LET_GO), key("q/5", 9.0, LET_GO), gone("q/5")])
     held = {(k.queue, k.key) for k in store.load_keys() if k.expires_wall == math.inf}
     assert held == {("jobs", "q/55/0/0"), ("other", "q/5/0/0")}
     store.close()

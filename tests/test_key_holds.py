@@ -6,12 +6,24 @@ the window" is a short wait.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import pytest
 
-from harness import BrokerProcess, configured_broker, curve_broker, generate_keys, phpmq
+import phpmq.protocol as p
+from harness import (
+    BrokerProcess,
+    CoreHarness,
+    configured_broker,
+    curve_broker,
+    generate_keys,
+    phpmq,
+)
+from phpmq.broker.journal import HELD_GONE, LET_GO
+from phpmq.broker.key_holds import LET_GO_PER_TURN
+from phpmq.broker.shell.durable import DurableStore
 from phpmq.client import BrokerRefused, Client
 from phpmq.protocol import admin_commands as cmd
 
@@ -192,3 +204,129 @@ def test_the_cli_lists_holds_and_releases_one(tmp_path: Path) -> None:
         assert again.returncode != 0
         assert again.stderr.startswith("phpmq: ") and "Traceback" not in again.stderr
         assert client.stats()["key_holds"]["holds"] == 0
+
+
+WRITER = b"\x00writer"
+
+
+class StoredCore:
+    """A durable core whose every turn's journal goes into a real store, as the server's
+    does: `reopened()` is the core a restart after a kill -9 would make of that store."""
+
+    def __init__(self, path: Path, **config: object) -> None:
+        self.path = path
+        self.config = {"dedup_window_seconds": 60, **config}
+        self.core = CoreHarness(durable=True, **self.config)
+        self.store = DurableStore(path)
+        self.operations: list[list[tuple]] = []
+
+    def commit(self) -> list[tuple]:
+        operations = self.core.core.journal.take()
+        self.store.commit(operations)
+        self.operations.append(operations)
+        return operations
+
+    def admin(self, command: str, **options: object) -> dict:
+        answer = self.core.admin(command, **options)
+        self.commit()
+        return answer
+
+    def send_keys(self, keys: list[str], first_tag: int = 0) -> list:
+        got = self.core.send(
+            WRITER, *[p.Send("out", b"x", 0, tag=first_tag + n, key=k) for n, k in enumerate(keys)]
+        )
+        self.commit()
+        return got
+
+    def turn(self) -> list[tuple]:
+        self.core.advance(0.001)
+        self.core.turn()
+        return self.commit()
+
+    def reopened(self) -> CoreHarness:
+        self.store.close()
+        store = DurableStore(self.path)
+        core = CoreHarness(durable=True, **self.config)
+        core.core.restore_keys(store.load_keys(), store.load_holds())
+        store.commit(core.core.journal.take())
+        self.store = store
+        return core
+
+
+def test_a_commit_lets_its_keys_go_a_bounded_number_a_turn(tmp_path: Path) -> None:
+    """A committed batch's keys are let go LET_GO_PER_TURN a turn, not all in the commit's
+    turn (a Spark batch of 100,000 rows took 0.2-0.6 s there, every other peer waiting);
+    until then they are deduplicated as held keys are, after as any key in its window. The
+    store deletes the batch's held rows once every key is let go (HELD_GONE)."""
+    stored = StoredCore(tmp_path)
+    stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+    count = 2 * LET_GO_PER_TURN + 10
+    keys = [f"{SCOPE}/0/0/{row}" for row in range(count)]
+    stored.send_keys(keys)
+    answer = stored.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
+    assert answer["released"] == count and answer["held_keys"] == 0
+    let_go, held_gone = [], []
+    stored.send_keys([keys[-1]], count)  # released, not let go yet: still a repeat
+    while stored.core.core.intake.holds.released:
+        operations = stored.turn()
+        let_go.append(sum(op[0] == LET_GO for op in operations))
+        held_gone.append([op[1:] for op in operations if op[0] == HELD_GONE])
+    assert let_go == [LET_GO_PER_TURN, LET_GO_PER_TURN, 10]
+    assert held_gone == [[], [], [("out", f"{SCOPE}/0")]]
+    stored.send_keys([keys[0]], count + 1)  # in its window now
+    assert stored.core.stats("out")["ready"] == count
+    assert stored.core.core.counters.deduplicated == 2
+    assert stored.store.load_keys() and all(
+        k.expires_wall != math.inf for k in stored.store.load_keys()
+    )
+
+
+def test_a_kill_while_a_commit_s_keys_are_let_go_loses_none(tmp_path: Path) -> None:
+    """Killed after one of the turns that let a commit's keys go: a restart finds every key,
+    held on disk until all were let go, and gives the batch's the window (its hold is
+    committed past it), the store's held rows deleted then."""
+    stored = StoredCore(tmp_path)
+    stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+    keys = [f"{SCOPE}/0/0/{row}" for row in range(LET_GO_PER_TURN + 500)]
+    stored.send_keys(keys)
+    stored.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
+    stored.turn()  # one turn of let-go, then kill -9
+    restarted = stored.reopened()
+    known = restarted.core.intake.keys
+    assert all(known.get(f"out\x00{k}", restarted.clock.monotonic_ns()) for k in keys)
+    assert not restarted.core.intake.holds.ids, "a committed batch's keys are not held"
+    assert not [k for k in stored.store.load_keys() if k.expires_wall == math.inf]
+
+
+def test_a_new_hold_of_a_released_scope_keeps_its_keys_on_disk(tmp_path: Path) -> None:
+    """key-release, then the writer's next task makes the hold again and holds keys of the
+    same batch number while the released ones wait to be let go: those are let go first, so
+    the store's delete of their writer batch cannot take the new hold's keys with it."""
+    stored = StoredCore(tmp_path)
+    stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+    stored.send_keys([f"{SCOPE}/5/0/{row}" for row in range(LET_GO_PER_TURN + 10)])
+    stored.admin(cmd.KEY_RELEASE, scope=SCOPE)
+    stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+    stored.send_keys([f"{SCOPE}/5/1/new"], 10**6)
+    while stored.core.core.intake.holds.released:
+        stored.turn()
+    stored.turn()
+    held = {k.key for k in stored.store.load_keys() if k.expires_wall == math.inf}
+    assert held == {f"{SCOPE}/5/1/new"}
+    restarted = stored.reopened()
+    assert set(restarted.core.intake.holds.ids) == {f"out\x00{SCOPE}/5/1/new"}
+
+
+def test_a_commit_frees_room_for_the_next_batch_at_once(tmp_path: Path) -> None:
+    """Released keys wait to be let go, but no longer count against max_held_keys nor
+    their owner's quota: the next batch's rows are held in the commit's turn already."""
+    core = CoreHarness(durable=True, dedup_window_seconds=60, max_held_keys=3)
+    core.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+    core.send(WRITER, *[p.Send("out", b"x", 0, tag=n, key=f"{SCOPE}/0/0/{n}") for n in range(3)])
+    core.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
+    assert core.core.intake.holds.releasing == 3
+    got = core.send(
+        WRITER, *[p.Send("out", b"x", 0, tag=9 + n, key=f"{SCOPE}/1/0/{n}") for n in range(3)]
+    )
+    assert not [m for m in got if type(m) is p.Error]
+    assert core.core.intake.holds.stats()["held_keys"] == 3  # batch 1's, as the 3 waiting go

@@ -18,6 +18,7 @@ from ..journal import (
     DELETE_QUEUE,
     DROP,
     FLY,
+    HELD_GONE,
     HOLD,
     KEY,
     LEASE_DONE,
@@ -34,6 +35,7 @@ from ..journal import (
     UNSCHEDULE,
     UNUSED,
 )
+from ..key_holds import held_batch
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -270,44 +272,48 @@ def _put_runs(rows: list[tuple]) -> Iterator[tuple[str, list[tuple]]]:
 
 
 #: The operations `_write_keys` writes.
-KEY_KINDS = frozenset({KEY, LET_GO})
+KEY_KINDS = frozenset({KEY, LET_GO, HELD_GONE})
 _KEYS_BLOB = msgspec.msgpack.Encoder()
 _KEYS_FROM_BLOB = msgspec.msgpack.Decoder(list[tuple[str, str, bytes]])
 _HELD_FROM_BLOB = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
 
 
 def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
-    """Held keys as one row per target, writer batch (`held_batch`) and turn, a blob of (key,
-    id): a hold lets a batch's keys go together (a commit or a release lets go whole
-    batches), so one statement deletes them, not one a key. The other keys of the turn as one
-    row per expiry time (all of a turn's share one), a blob of (queue, key, id). A key costs
-    its bytes in a blob, not a row and an index entry (issue #31). A key written again is in
-    two batches: the later one is what a restart keeps (load_keys, restore_keys)."""
+    """Held keys as one row per target, writer batch (key_holds.held_batch) and turn, a blob
+    of (key, id), deleted by one statement per writer batch once the core has let every key
+    of it go (HELD_GONE; until then a restart finds them held, and recovery gives the window
+    to those of a batch committed or released). The other keys of the turn, let-go ones
+    among them, as one row per expiry time (all of a turn's share one), a blob of (queue,
+    key, id). A key costs its bytes in a blob, not a row and an index entry (issue #31). A key
+    written again is in two batches: the later one is what a restart keeps (load_keys,
+    restore_keys)."""
     held: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
-    let_go: dict[tuple[str, str], None] = {}
+    gone: dict[tuple[str, str], None] = {}
     batches: dict[float, list[tuple[str, str, bytes]]] = {}
     # A writer batch's keys come in a row: the last one's group and `<scope>/<batch>/`.
     group, prefix = ("", ""), "\x00"
-    for kind, queue, key, message_id, expires_wall in operations:
-        held_or_let_go = expires_wall == math.inf or kind == LET_GO
-        if held_or_let_go and (queue != group[0] or not key.startswith(prefix)):
-            group = (queue, held_batch(key))
-            prefix = group[1] + "/"
+    for operation in operations:
+        if operation[0] == HELD_GONE:
+            gone_group = (operation[1], operation[2])
+            gone[gone_group] = None
+            held.pop(gone_group, None)  # held before in this turn: gone too
+            continue
+        _, queue, key, message_id, expires_wall = operation
         if expires_wall == math.inf:
+            if queue != group[0] or not key.startswith(prefix):
+                group = (queue, held_batch(key))
+                prefix = group[1] + "/"
             keys = held.get(group)
             if keys is None:
                 keys = held[group] = []
             keys.append((key, message_id))
             continue
-        if kind == LET_GO:
-            let_go[group] = None
-            held.pop(group, None)  # held and let go in this turn: deleted before the rest
         batch = batches.get(expires_wall)
         if batch is None:
             batch = batches[expires_wall] = []
         batch.append((queue, key, message_id))
-    if let_go:
-        db.executemany("DELETE FROM held_key_batches WHERE queue = ? AND batch = ?", let_go)
+    if gone:
+        db.executemany("DELETE FROM held_key_batches WHERE queue = ? AND batch = ?", gone)
     if held:
         db.executemany(
             "INSERT INTO held_key_batches VALUES (?, ?, ?)",
@@ -318,13 +324,6 @@ def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
             "INSERT INTO key_batches VALUES (?, ?)",
             [(wall, _KEYS_BLOB.encode(batch)) for wall, batch in batches.items()],
         )
-
-
-def held_batch(key: str) -> str:
-    """The writer batch a held key is let go with: its `<scope>/<batch>` (broker/key_holds.py
-    holds only keys that start so)."""
-    scope, _, rest = key.partition("/")
-    return f"{scope}/{rest.partition('/')[0]}"
 
 
 def read_keys(db: sqlite3.Connection) -> list[StoredKey]:
