@@ -57,7 +57,13 @@ class HoldCommands:
             raise CommandError(
                 f"{problem}: release abandoned ones (phpmq keys holds)", ErrorCode.LIMIT_REACHED
             )
-        self._intake.let_go_released_of(scope)  # an earlier hold's, still waiting
+        waiting = holds.releasing_of(scope)
+        if waiting:  # a writer batch on disk must not mix this hold's keys with those
+            raise CommandError(
+                f"{waiting} keys of an earlier hold {scope!r} are still being let go: ask"
+                " again shortly",
+                ErrorCode.OVERLOADED,
+            )
         hold = holds.add(scope, owner, -1, ctx.clock.wall())
         ctx.quotas.take(KEY_HOLDS, owner)
         ctx.journal.hold(scope, owner, hold.committed, hold.created_wall)
@@ -101,7 +107,8 @@ class HoldCommands:
         entries, next_offset = page(
             len(listed), lambda index: holds.entry(listed[index]), page_request(options)
         )
-        return {"holds": entries, "next_offset": next_offset, "held_keys": len(holds.ids)}
+        held = len(holds.ids) - holds.releasing
+        return {"holds": entries, "next_offset": next_offset, "held_keys": held}
 
 
 def _scope(options: dict[str, Any]) -> str:

@@ -545,11 +545,6 @@ class Intake:
         self._let_go(*self.holds.take_released(LET_GO_PER_TURN))
         self._arm_let_go()
 
-    def let_go_released_of(self, scope: str) -> None:
-        """Every released key of hold `scope` let go now: a new hold of that scope is about
-        to be made, whose keys must not share a writer batch on disk with them."""
-        self._let_go(*self.holds.take_released_of(scope))
-
     def _let_go(self, released: list[tuple[HeldKey, bytes]], gone: list[tuple[str, str]]) -> None:
         """Released keys remembered for the window from now, like new keys; the writer
         batches of `gone` are let go whole (what held their keys on disk is deleted)."""

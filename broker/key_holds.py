@@ -13,7 +13,8 @@ of rows does not stop the broker for seconds at its commit. Until then they stay
 memory and on disk: the store deletes a writer batch's held keys once all of them are let go
 (HELD_GONE, by `held_batch`), and a restart gives the window to what a crash left held of a
 batch committed or released. They no longer count against `max_held_keys` or their owner's
-quota.
+quota (those past `max_held_keys` of them do count), and a new hold of their scope waits
+until they are let go (a writer batch on disk never mixes two holds' keys).
 
 Pure bookkeeping: the intake decides what is held and journals it (broker/intake.py); the
 commands live in broker/hold_commands.py.
@@ -129,7 +130,9 @@ class KeyHolds:
 
     def hold_problem(self) -> str | None:
         """Why one more key cannot be held (the broker-wide limit), counted; or None."""
-        held = len(self.ids) - self.releasing
+        # Released keys waiting to be let go count only past as many again: a commit frees
+        # room at once, and memory stays within twice the limit however fast a writer goes.
+        held = len(self.ids) - min(self.releasing, self.max_held_keys)
         return self._over(held, self.max_held_keys, "max_held_keys", "idempotency keys are held")
 
     def holds_problem(self) -> str | None:
@@ -203,22 +206,9 @@ class KeyHolds:
                 gone.extend(entry.groups)
         return let_go, gone
 
-    def take_released_of(
-        self, scope: str
-    ) -> tuple[list[tuple[HeldKey, bytes]], list[tuple[str, str]]]:
-        """Every released key of hold `scope` not let go yet (as `take_released`): a new hold
-        of the same scope must not share a writer batch on disk with them."""
-        let_go: list[tuple[HeldKey, bytes]] = []
-        gone: list[tuple[str, str]] = []
-        kept: deque[_Released] = deque()
-        for entry in self.released:
-            if entry.scope != scope:
-                kept.append(entry)
-                continue
-            self._let_go(entry, entry.keys[entry.let_go :], let_go)
-            gone.extend(entry.groups)
-        self.released = kept
-        return let_go, gone
+    def releasing_of(self, scope: str) -> int:
+        """How many released keys of hold `scope` wait to be let go."""
+        return sum(len(e.keys) - e.let_go for e in self.released if e.scope == scope)
 
     def _let_go(
         self, entry: _Released, chunk: list[HeldKey], into: list[tuple[HeldKey, bytes]]

@@ -298,23 +298,49 @@ def test_a_kill_while_a_commit_s_keys_are_let_go_loses_none(tmp_path: Path) -> N
     assert not [k for k in stored.store.load_keys() if k.expires_wall == math.inf]
 
 
-def test_a_new_hold_of_a_released_scope_keeps_its_keys_on_disk(tmp_path: Path) -> None:
-    """key-release, then the writer's next task makes the hold again and holds keys of the
-    same batch number while the released ones wait to be let go: those are let go first, so
-    the store's delete of their writer batch cannot take the new hold's keys with it."""
+def test_a_new_hold_of_a_released_scope_waits_until_its_keys_are_let_go(
+    tmp_path: Path,
+) -> None:
+    """key-release, then the writer's next task asks to hold the scope again while the
+    released keys wait to be let go: refused with 503 (the sink asks again) until they are,
+    so that the store's delete of their writer batch cannot take the new hold's keys with
+    it, and a single turn need not let them all go."""
     stored = StoredCore(tmp_path)
     stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
     stored.send_keys([f"{SCOPE}/5/0/{row}" for row in range(LET_GO_PER_TURN + 10)])
     stored.admin(cmd.KEY_RELEASE, scope=SCOPE)
-    stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
-    stored.send_keys([f"{SCOPE}/5/1/new"], 10**6)
+    refused = stored.core.send(
+        b"\x00ops", p.Admin({"command": cmd.KEY_HOLD, "scope": SCOPE, "queue": "out"})
+    )
+    [reply] = refused
+    assert reply.options["error"]["code"] == 503, reply
+    assert f"{LET_GO_PER_TURN + 10} keys of an earlier hold" in reply.options["error"]["reason"]
     while stored.core.core.intake.holds.released:
         stored.turn()
-    stored.turn()
+    assert stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")["made"] is True
+    stored.send_keys([f"{SCOPE}/5/1/new"], 10**6)
     held = {k.key for k in stored.store.load_keys() if k.expires_wall == math.inf}
     assert held == {f"{SCOPE}/5/1/new"}
     restarted = stored.reopened()
     assert set(restarted.core.intake.holds.ids) == {f"out\x00{SCOPE}/5/1/new"}
+
+
+def test_released_keys_past_the_limit_count_against_it(tmp_path: Path) -> None:
+    """A writer that holds and commits faster than released keys are let go cannot grow
+    the broker without bound: those waiting count against max_held_keys past as many
+    again, so memory stays within twice the limit and its sends are refused (429)."""
+    core = CoreHarness(durable=True, dedup_window_seconds=60, max_held_keys=LET_GO_PER_TURN)
+    core.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
+    holds, refused, tag = core.core.intake.holds, 0, 0
+    for batch in range(8):
+        rows = [f"{SCOPE}/{batch}/0/{row}" for row in range(LET_GO_PER_TURN)]
+        sends = [p.Send("out", b"x", 0, tag=tag + n, key=key) for n, key in enumerate(rows)]
+        tag += len(rows)
+        got = core.send(WRITER, *sends, *sends)  # twice a turn's let-go
+        refused += sum(1 for m in got if type(m) is p.Error and m.code == 429)
+        core.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=batch + 1)
+        assert len(holds.ids) <= 2 * LET_GO_PER_TURN + len(rows)
+    assert refused > 0
 
 
 def test_a_commit_frees_room_for_the_next_batch_at_once(tmp_path: Path) -> None:
