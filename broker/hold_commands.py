@@ -107,8 +107,7 @@ class HoldCommands:
         entries, next_offset = page(
             len(listed), lambda index: holds.entry(listed[index]), page_request(options)
         )
-        held = len(holds.ids) - holds.releasing
-        return {"holds": entries, "next_offset": next_offset, "held_keys": held}
+        return {"holds": entries, "next_offset": next_offset, "held_keys": holds.held}
 
 
 def _scope(options: dict[str, Any]) -> str:

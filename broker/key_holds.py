@@ -46,6 +46,23 @@ def held_batch(key: str) -> str:
     return f"{scope}/{rest.partition('/')[0]}"
 
 
+class WriterBatches:
+    """(target, `held_batch`) of keys that come a writer batch in a row (a hold's release,
+    a turn's held keys in the store): worked out again only when the batch changes."""
+
+    __slots__ = ("_group", "_prefix")
+
+    def __init__(self) -> None:
+        self._group = ("", "")
+        self._prefix = "\x00"  # `<scope>/<batch>/`: what the batch's keys start with
+
+    def of(self, queue: str, key: str) -> tuple[str, str]:
+        if queue != self._group[0] or not key.startswith(self._prefix):
+            self._group = (queue, held_batch(key))
+            self._prefix = self._group[1] + "/"
+        return self._group
+
+
 class Hold:
     """One writer's hold: its last committed batch and the keys it holds, by batch, with how
     many each owner holds of each batch (its quota is given back at the release)."""
@@ -127,6 +144,11 @@ class KeyHolds:
         batch = int(digits)
         self._last = (f"{scope}/{digits}/", scope, hold, batch)
         return (hold, batch) if batch >= hold.committed else None
+
+    @property
+    def held(self) -> int:
+        """Keys held, those released and waiting to be let go left out."""
+        return len(self.ids) - self.releasing
 
     def hold_problem(self) -> str | None:
         """Why one more key cannot be held (the broker-wide limit), counted; or None."""
@@ -215,14 +237,10 @@ class KeyHolds:
     ) -> None:
         ids, groups = self.ids, entry.groups
         self.releasing -= len(chunk)
-        group, prefix = ("", ""), "\x00"
+        writer_batch = WriterBatches().of
         for held in chunk:
             into.append((held, ids.pop(held[0])))
-            queue, key = split_entry(held[0])
-            if queue != group[0] or not key.startswith(prefix):
-                group = (queue, held_batch(key))
-                prefix = group[1] + "/"
-                groups[group] = None
+            groups[writer_batch(*split_entry(held[0]))] = None
 
     def entry(self, hold: Hold) -> dict[str, object]:
         """A hold as `key-holds` lists it."""
@@ -240,7 +258,7 @@ class KeyHolds:
         """`stats`' `key_holds` section."""
         return {
             "holds": len(self.by_scope),
-            "held_keys": len(self.ids) - self.releasing,
+            "held_keys": self.held,
             "released_not_let_go": self.releasing,
             "max_key_holds": self.max_holds,
             "max_held_keys": self.max_held_keys,

@@ -78,20 +78,27 @@ def test_a_key_written_with_an_earlier_expiry_than_the_one_before_goes_later(
     store.close()
 
 
-def test_a_store_with_a_row_per_key_is_moved_into_batches_at_open(tmp_path: Path) -> None:
+def older_store(tmp_path: Path, insert: str, rows: list[tuple], *schema: str) -> None:
+    """A store as an older broker wrote it: a new one, with `schema` run and `rows` put in
+    by `insert`."""
     DurableStore(tmp_path).close()
     db = sqlite3.connect(tmp_path / DB_NAME)
-    db.execute(
-        "CREATE TABLE keys (queue TEXT NOT NULL, key TEXT NOT NULL, id TEXT NOT NULL,"
-        " expires_wall REAL NOT NULL, PRIMARY KEY (queue, key))"
-    )
-    db.execute("CREATE INDEX keys_by_expiry ON keys (expires_wall)")
-    db.executemany(
-        "INSERT INTO keys VALUES (?, ?, ?, ?)",
-        [("jobs", "held", "id-held", math.inf), ("jobs", "a", "id-a", 10.0)],
-    )
+    for statement in schema:
+        db.execute(statement)
+    db.executemany(insert, rows)
     db.commit()
     db.close()
+
+
+def test_a_store_with_a_row_per_key_is_moved_into_batches_at_open(tmp_path: Path) -> None:
+    older_store(
+        tmp_path,
+        "INSERT INTO keys VALUES (?, ?, ?, ?)",
+        [("jobs", "held", "id-held", math.inf), ("jobs", "a", "id-a", 10.0)],
+        "CREATE TABLE keys (queue TEXT NOT NULL, key TEXT NOT NULL, id TEXT NOT NULL,"
+        " expires_wall REAL NOT NULL, PRIMARY KEY (queue, key))",
+        "CREATE INDEX keys_by_expiry ON keys (expires_wall)",
+    )
     store = DurableStore(tmp_path)
     assert stored(store) == {"held": math.inf, "a": 10.0}
     assert {k.id for k in store.load_keys()} == {b"id-held", b"id-a"}
@@ -153,18 +160,13 @@ def test_keys_let_go_and_held_again_in_one_turn_stay_held(tmp_path: Path) -> Non
 
 
 def test_a_store_with_a_row_per_held_key_is_moved_into_batches_at_open(tmp_path: Path) -> None:
-    DurableStore(tmp_path).close()
-    db = sqlite3.connect(tmp_path / DB_NAME)
-    db.execute(
-        "CREATE TABLE held_keys (queue TEXT NOT NULL, key TEXT NOT NULL, id BLOB NOT NULL,"
-        " PRIMARY KEY (queue, key)) WITHOUT ROWID"
-    )
-    db.executemany(
+    older_store(
+        tmp_path,
         "INSERT INTO held_keys VALUES (?, ?, ?)",
         [("jobs", "query/1/0", b"id-0"), ("jobs", "query/1/1", b"id-1")],
+        "CREATE TABLE held_keys (queue TEXT NOT NULL, key TEXT NOT NULL, id BLOB NOT NULL,"
+        " PRIMARY KEY (queue, key)) WITHOUT ROWID",
     )
-    db.commit()
-    db.close()
     store = DurableStore(tmp_path)
     assert stored(store) == {"query/1/0": math.inf, "query/1/1": math.inf}
     assert {k.id for k in store.load_keys()} == {b"id-0", b"id-1"}

@@ -35,7 +35,7 @@ from ..journal import (
     UNSCHEDULE,
     UNUSED,
 )
-from ..key_holds import held_batch
+from ..key_holds import WriterBatches
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -290,8 +290,7 @@ def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
     held: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
     gone: dict[tuple[str, str], None] = {}
     batches: dict[float, list[tuple[str, str, bytes]]] = {}
-    # A writer batch's keys come in a row: the last one's group and `<scope>/<batch>/`.
-    group, prefix = ("", ""), "\x00"
+    writer_batch = WriterBatches().of
     for operation in operations:
         if operation[0] == HELD_GONE:
             gone_group = (operation[1], operation[2])
@@ -300,9 +299,7 @@ def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
             continue
         _, queue, key, message_id, expires_wall = operation
         if expires_wall == math.inf:
-            if queue != group[0] or not key.startswith(prefix):
-                group = (queue, held_batch(key))
-                prefix = group[1] + "/"
+            group = writer_batch(queue, key)
             keys = held.get(group)
             if keys is None:
                 keys = held[group] = []
