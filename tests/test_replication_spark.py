@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -118,17 +118,22 @@ def test_the_sink_writes_each_row_once_through_a_failover(
         assert killed.is_set(), "the write ended before the kill: a bigger write is needed"
         print(f"the write went through the kill: {time.monotonic() - started:.1f} s in all")
         write()  # the job again: its keys make the rows already queued count once
-        contents: Counter[bytes] = Counter()
+        ids_of: dict[bytes, set[str]] = defaultdict(set)
+        deliveries = 0
         with Client(cluster.address(entry)) as client:
             # The shard's home replica may be the dead one: the client raises NotTaken after
             # a second there, and goes on to the next replica when asked again.
             wait_for(lambda: _subscribed(client, queue), "a live replica to subscribe at", 30)
             while (message := client.receive(timeout=5)) is not None:
-                contents[message.content] += 1
+                ids_of[message.content].add(message.id)
+                deliveries += 1
                 message.ack()
-    doubled = [content for content, count in contents.items() if count > 1]
+    # A row queued twice has two message IDs. One ID delivered twice is a redelivery (a
+    # busy machine's consumer given up on, its acks lost): at least once, as documented.
+    doubled = [content for content, ids in ids_of.items() if len(ids) > 1]
     assert not doubled, f"{len(doubled)} rows queued twice, e.g. {doubled[:3]}"
-    assert set(contents) == {b"row-%05d" % i for i in range(20_000)}
+    assert set(ids_of) == {b"row-%05d" % i for i in range(20_000)}
+    print(f"{deliveries - len(ids_of)} redeliveries")
 
 
 def _last_line(failure: BaseException) -> str:
