@@ -69,6 +69,7 @@ from .deadlines import (
     KEY_LET_GO,
     LEASE,
     PEER_EXPIRY,
+    PURGE_SLICE,
     SCHEDULE_RUN,
     TTL,
     UNUSED_QUEUE,
@@ -192,6 +193,7 @@ class Core:
             HEARTBEAT: peers.on_heartbeat_due,
             KEY_EXPIRY: self.intake.on_key_expiry,
             KEY_LET_GO: self.intake.on_let_go_due,
+            PURGE_SLICE: self._queues.on_purge_due,
             UNUSED_QUEUE: lifecycle.on_unused_due,
             SCHEDULE_RUN: schedules.on_run_due,
             BATCH_LEASE_TIMEOUT: leases.on_timeout_due,
@@ -204,6 +206,7 @@ class Core:
             HEARTBEAT: peers.is_heartbeat_live,
             KEY_EXPIRY: self.intake.is_key_expiry_live,
             KEY_LET_GO: self.intake.is_let_go_live,
+            PURGE_SLICE: self._queues.is_purge_live,
             UNUSED_QUEUE: lifecycle.is_unused_live,
             SCHEDULE_RUN: schedules.is_run_live,
             BATCH_LEASE_TIMEOUT: leases.is_timeout_live,
@@ -752,9 +755,14 @@ class Core:
         self.ctx.draining = True
         self._peers.start_drain()
 
-    def restore(self, messages: list, dead_letters: list) -> tuple[int, int, int]:
+    def restore(
+        self, messages: list, dead_letters: list, purged_seqs: tuple[int, int] | None = None
+    ) -> tuple[int, int, int]:
         """Rebuild the queues from the durable store at start; returns (ready, were in
-        flight, dead letters)."""
+        flight, dead letters). `purged_seqs`: the positions purges covered, never handed out
+        again (broker/shell/store_purges.py)."""
+        for seq in purged_seqs or ():
+            self._queues.restore_seq(seq)
         return restore_messages(
             self.ctx,
             self._queues,

@@ -27,6 +27,7 @@ UNUSED_QUEUE = 6  # Queue: has it been without consumers for its delete-when-unu
 SCHEDULE_RUN = 7  # schedule entry (broker/schedules.py): a named schedule is due to run
 BATCH_LEASE_TIMEOUT = 8  # Lease (broker/leases.py): untouched for its timeout?
 KEY_LET_GO = 9  # None: keys a hold released wait to be let go (key_holds.LET_GO_PER_TURN a turn)
+PURGE_SLICE = 10  # None: ready records a purge set aside wait to be retired (queues.py)
 
 #: The heap is never compacted below this many entries (compacting is O(n)).
 COMPACT_MIN_ENTRIES = 65_536

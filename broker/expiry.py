@@ -31,6 +31,9 @@ class Expiry:
         queue, record = target
         if record.state != READY or record.expires_at != due:
             return  # dispatched, acked or re-timed since it was watched
+        if queue.purging is not None:  # it may be one a purge set aside: decided after it
+            queue.purging.append(record)
+            return
         queue.stale += 1
         self.expire(queue, record)
         queue.compact()

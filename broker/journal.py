@@ -32,8 +32,9 @@ DROP = "drop"  # id: acked
 DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers, message key
 UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evicted by its bound)
 PURGE = "purge"  # queue: dead letters deleted
-CLEAR = "clear"  # queue: its ready messages deleted (purged by an operator)
-DELETE_QUEUE = "delete-queue"  # queue: its messages and dead letters deleted
+CLEAR = "clear"  # queue, lo, hi: its ready messages placed in [lo, hi] deleted (purged)
+DELETE_QUEUE = "delete-queue"  # queue, lo, hi: its messages (placed in [lo, hi]), dead letters
+#                                bindings and settings deleted (older stores: queue alone)
 KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (inf: held)
 LET_GO = "let-go"  # queue, key, id, expires_wall: a held key let go, kept for its window
 HELD_GONE = "held-gone"  # queue, writer batch: every held key of it was let go (key_holds.py)
@@ -164,11 +165,13 @@ class Journal:
     def purged(self, queue_name: str) -> None:
         self._operations.append((PURGE, queue_name))
 
-    def ready_purged(self, queue_name: str) -> None:
-        self._operations.append((CLEAR, queue_name))
+    def ready_purged(self, queue_name: str, lo_seq: int, hi_seq: int) -> None:
+        """The queue's ready messages purged: every one has its position in [lo, hi]."""
+        self._operations.append((CLEAR, queue_name, lo_seq, hi_seq))
 
-    def queue_deleted(self, queue_name: str) -> None:
-        self._operations.append((DELETE_QUEUE, queue_name))
+    def queue_deleted(self, queue_name: str, lo_seq: int, hi_seq: int) -> None:
+        """The queue deleted: every message of it has its position in [lo, hi]."""
+        self._operations.append((DELETE_QUEUE, queue_name, lo_seq, hi_seq))
 
     def key(self, joined: str, message_id: bytes, expires_at: int) -> None:
         """The key `joined` (an `idempotency.entry`: queue and key) until `expires_at`."""
@@ -277,10 +280,10 @@ class NullJournal:
     def purged(self, queue_name: str) -> None:
         pass
 
-    def ready_purged(self, queue_name: str) -> None:
+    def ready_purged(self, queue_name: str, lo_seq: int, hi_seq: int) -> None:
         pass
 
-    def queue_deleted(self, queue_name: str) -> None:
+    def queue_deleted(self, queue_name: str, lo_seq: int, hi_seq: int) -> None:
         pass
 
     def key(self, joined: str, message_id: bytes, expires_at: int) -> None:

@@ -214,6 +214,7 @@ class Queue:
         "name",
         "overflow",
         "paused",
+        "purging",
         "queue_packet",
         "ready",
         "refused",
@@ -268,6 +269,9 @@ class Queue:
         self.unused_due = 0
         #: Deleted from the queue table: what still refers to it (a delay, a lease) lets go.
         self.deleted = False
+        #: While ready records a purge set aside are being retired (queues.py): the records
+        #: whose TTL came due meanwhile, looked at again once that is done (None: no purge).
+        self.purging: list[Record] | None = None
         #: Batch leases of its messages by name (broker/leases.py), and the messages in them.
         self.leases: dict[str, Any] = {}
         self.leased = 0

@@ -24,6 +24,7 @@ from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
 from phpmq.broker.journal import Journal
+from phpmq.broker.shell.durable import DurableStore
 from phpmq.broker.shell.turn_log import fold_stored
 from phpmq.testing import free_port as free_port
 
@@ -87,6 +88,63 @@ class CoreHarness:
             "in_flight": queue_record.in_flight,
             "dead": len(queue_record.dead),
         }
+
+
+class StoredCore:
+    """A durable core whose every turn's journal goes into a real store, as the server's
+    does: `reopened()` is the core a restart after a kill -9 would make of that store."""
+
+    def __init__(self, path: Path, **config: object) -> None:
+        self.path = path
+        self.config = {"dedup_window_seconds": 60, **config}
+        self.core = CoreHarness(durable=True, **self.config)
+        self.store = DurableStore(path)
+        self.operations: list[list[tuple]] = []
+
+    def commit(self) -> list[tuple]:
+        operations = self.core.core.journal.take()
+        self.store.commit(operations)
+        self.operations.append(operations)
+        return operations
+
+    def admin(self, command: str, **options: object) -> dict:
+        answer = self.core.admin(command, **options)
+        self.commit()
+        return answer
+
+    def send(self, peer: bytes, *messages: p.Message) -> list:
+        got = self.core.send(peer, *messages)
+        self.commit()
+        return got
+
+    def turn(self, seconds: float = 0.001) -> list[tuple]:
+        self.core.advance(seconds)
+        self.core.turn()
+        return self.commit()
+
+    def reopened(self) -> CoreHarness:
+        """The store left as a kill -9 leaves it (nothing folded or finished at a close),
+        opened again and recovered as the server does; the new core journals into it."""
+        abandon(self.store)
+        self.store = store = DurableStore(self.path)
+        self.core = core = CoreHarness(durable=True, **self.config)
+        messages, dead = store.load()
+        core.core.restore(messages, dead, store.load_purged_seqs())
+        core.core.restore_keys(store.load_keys(), store.load_holds())
+        store.read_done()
+        self.commit()
+        return core
+
+
+def abandon(store: DurableStore) -> None:
+    """Let go of a store's files as a killed process would: no fold, no finish, no close's
+    housekeeping (what was committed is on disk)."""
+    store._checkpointer.stop()
+    for db in (store._db, store._immutable, store._copy):
+        if db is not None:
+            db.close()
+    if store._lock is not None:
+        store._lock.release()
 
 
 def _as_frame(data: bytes | p.Message | list[p.Message]) -> bytes:

@@ -16,6 +16,7 @@ import phpmq.protocol as p
 from harness import (
     BrokerProcess,
     CoreHarness,
+    StoredCore,
     configured_broker,
     curve_broker,
     generate_keys,
@@ -23,7 +24,6 @@ from harness import (
 )
 from phpmq.broker.journal import HELD_GONE, LET_GO
 from phpmq.broker.key_holds import LET_GO_PER_TURN
-from phpmq.broker.shell.durable import DurableStore
 from phpmq.client import BrokerRefused, Client
 from phpmq.protocol import admin_commands as cmd
 
@@ -222,48 +222,10 @@ def test_the_cli_lists_holds_and_releases_one(tmp_path: Path) -> None:
 WRITER = b"\x00writer"
 
 
-class StoredCore:
-    """A durable core whose every turn's journal goes into a real store, as the server's
-    does: `reopened()` is the core a restart after a kill -9 would make of that store."""
-
-    def __init__(self, path: Path, **config: object) -> None:
-        self.path = path
-        self.config = {"dedup_window_seconds": 60, **config}
-        self.core = CoreHarness(durable=True, **self.config)
-        self.store = DurableStore(path)
-        self.operations: list[list[tuple]] = []
-
-    def commit(self) -> list[tuple]:
-        operations = self.core.core.journal.take()
-        self.store.commit(operations)
-        self.operations.append(operations)
-        return operations
-
-    def admin(self, command: str, **options: object) -> dict:
-        answer = self.core.admin(command, **options)
-        self.commit()
-        return answer
-
-    def send_keys(self, keys: list[str], first_tag: int = 0) -> list:
-        got = self.core.send(
-            WRITER, *[p.Send("out", b"x", 0, tag=first_tag + n, key=k) for n, k in enumerate(keys)]
-        )
-        self.commit()
-        return got
-
-    def turn(self) -> list[tuple]:
-        self.core.advance(0.001)
-        self.core.turn()
-        return self.commit()
-
-    def reopened(self) -> CoreHarness:
-        self.store.close()
-        store = DurableStore(self.path)
-        core = CoreHarness(durable=True, **self.config)
-        core.core.restore_keys(store.load_keys(), store.load_holds())
-        store.commit(core.core.journal.take())
-        self.store = store
-        return core
+def send_held(stored: StoredCore, keys: list[str], first_tag: int = 0) -> list:
+    return stored.send(
+        WRITER, *[p.Send("out", b"x", 0, tag=first_tag + n, key=k) for n, k in enumerate(keys)]
+    )
 
 
 def test_a_commit_lets_its_keys_go_a_bounded_number_a_turn(tmp_path: Path) -> None:
@@ -275,18 +237,18 @@ def test_a_commit_lets_its_keys_go_a_bounded_number_a_turn(tmp_path: Path) -> No
     stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
     count = 2 * LET_GO_PER_TURN + 10
     keys = [f"{SCOPE}/0/0/{row}" for row in range(count)]
-    stored.send_keys(keys)
+    send_held(stored, keys)
     answer = stored.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
     assert answer["released"] == count and answer["held_keys"] == 0
     let_go, held_gone = [], []
-    stored.send_keys([keys[-1]], count)  # released, not let go yet: still a repeat
+    send_held(stored, [keys[-1]], count)  # released, not let go yet: still a repeat
     while stored.core.core.intake.holds.released:
         operations = stored.turn()
         let_go.append(sum(op[0] == LET_GO for op in operations))
         held_gone.append([op[1:] for op in operations if op[0] == HELD_GONE])
     assert let_go == [LET_GO_PER_TURN, LET_GO_PER_TURN, 10]
     assert held_gone == [[], [], [("out", f"{SCOPE}/0")]]
-    stored.send_keys([keys[0]], count + 1)  # in its window now
+    send_held(stored, [keys[0]], count + 1)  # in its window now
     assert stored.core.stats("out")["ready"] == count
     assert stored.core.core.counters.deduplicated == 2
     assert stored.store.load_keys() and all(
@@ -301,7 +263,7 @@ def test_a_kill_while_a_commit_s_keys_are_let_go_loses_none(tmp_path: Path) -> N
     stored = StoredCore(tmp_path)
     stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
     keys = [f"{SCOPE}/0/0/{row}" for row in range(LET_GO_PER_TURN + 500)]
-    stored.send_keys(keys)
+    send_held(stored, keys)
     stored.admin(cmd.KEY_COMMIT, scope=SCOPE, queue="out", batch=1)
     stored.turn()  # one turn of let-go, then kill -9
     restarted = stored.reopened()
@@ -320,7 +282,7 @@ def test_a_new_hold_of_a_released_scope_waits_until_its_keys_are_let_go(
     it, and a single turn need not let them all go."""
     stored = StoredCore(tmp_path)
     stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")
-    stored.send_keys([f"{SCOPE}/5/0/{row}" for row in range(LET_GO_PER_TURN + 10)])
+    send_held(stored, [f"{SCOPE}/5/0/{row}" for row in range(LET_GO_PER_TURN + 10)])
     stored.admin(cmd.KEY_RELEASE, scope=SCOPE)
     refused = stored.core.send(
         b"\x00ops", p.Admin({"command": cmd.KEY_HOLD, "scope": SCOPE, "queue": "out"})
@@ -331,7 +293,7 @@ def test_a_new_hold_of_a_released_scope_waits_until_its_keys_are_let_go(
     while stored.core.core.intake.holds.released:
         stored.turn()
     assert stored.admin(cmd.KEY_HOLD, scope=SCOPE, queue="out")["made"] is True
-    stored.send_keys([f"{SCOPE}/5/1/new"], 10**6)
+    send_held(stored, [f"{SCOPE}/5/1/new"], 10**6)
     held = {k.key for k in stored.store.load_keys() if k.expires_wall == math.inf}
     assert held == {f"{SCOPE}/5/1/new"}
     restarted = stored.reopened()

@@ -26,6 +26,7 @@ from pathlib import Path
 from .checkpoints import Checkpointer
 from .data_lock import DataDirInUse, DataDirLock
 from .disk import WAL_LIMIT_CHECKPOINTS, Reserve, checkpoint_bytes, free_and_total
+from .store_purges import delete_slice, finish_all, has_marks, purged_seqs
 from .store_schema import (
     ADDED_COLUMNS,
     ADDED_DEAD_COLUMNS,
@@ -111,6 +112,13 @@ class DurableStore:
         self.pages_reclaimed = 0
         self.reclaims = 0
         self.last_reclaim_ms = 0.0
+        #: Purge markers (store_purges.py) may wait: a slice of their rows goes per commit,
+        #: and idle turns call reclaim() for it.
+        self.purging = True
+        #: The open could not fold the turn log and finish the purges (a full disk): the
+        #: first commit does, before its own operations (recovery's may name a position a
+        #: waiting purge covers).
+        self._unsettled = False
         self._checkpointer = Checkpointer(self)
         if self._db is not None:
             self._checkpointer.start()
@@ -146,7 +154,7 @@ class DurableStore:
             f"{self.path.resolve().as_uri()}?immutable=1", uri=True, check_same_thread=False
         )
         self._reader = self._immutable
-        if has_logged_turns(self._immutable):
+        if has_logged_turns(self._immutable) or has_marks(self._immutable):
             self.read_with([])  # turns a crash left in the log, folded in a copy
         self.free_pages = 0
         self.unopened = str(problem)
@@ -237,6 +245,7 @@ class DurableStore:
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._roll_back(db)
+            self._unsettled = True
             log.warning("cannot fold the turn log into the tables yet (%s): reading a copy", exc)
             return
         if folded:
@@ -263,7 +272,7 @@ class DurableStore:
     def reclaimable(self) -> bool:
         """Whether free pages wait to be given back, or logged turns to be folded (the
         server then polls briefly and calls reclaim() in turns that write nothing)."""
-        return self.free_pages > RECLAIM_FREE_PAGES or self._log.pending
+        return self.free_pages > RECLAIM_FREE_PAGES or self._log.pending or self.purging
 
     def _add_columns(self, db: sqlite3.Connection) -> None:
         """A store written before events, requests or delayed sends lacks their columns: add
@@ -322,6 +331,15 @@ class DurableStore:
         self._settle_reader()
         return read_keys(self._reader)
 
+    def load_purged_seqs(self) -> tuple[int, int] | None:
+        """The lowest and highest position any purge or delete covered: new positions are
+        handed out outside them (store_purges.py)."""
+        self._settle_reader()
+        reader = self._reader
+        if not reader.execute("SELECT 1 FROM sqlite_master WHERE name = 'purged_seqs'").fetchone():
+            return None  # an older store read as it is (read-only)
+        return purged_seqs(reader)
+
     def load_holds(self) -> list[StoredHold]:
         """Every key hold (a store written before holds has the table, empty: SCHEMA)."""
         self._settle_reader()
@@ -352,12 +370,18 @@ class DurableStore:
             self._take_hand_off(db)
         try:
             db.execute("BEGIN")
+            if self._unsettled:
+                self._log.fold(db, time.monotonic(), every=True)
+                finish_all(db)
             self._log.write_turn(db, operations, time.monotonic())
+            purging = delete_slice(db)
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._roll_back(db)
             raise StorageError(str(exc)) from None
+        self._unsettled = False
+        self.purging = purging
         self.free_pages = free_pages
         self.commits += 1
         self.last_commit_ms = (time.perf_counter() - started) * 1000
@@ -410,6 +434,8 @@ class DurableStore:
             copy.execute("BEGIN")
             fold_stored(copy)
             write(copy, operations)
+            if has_marks(copy):
+                finish_all(copy)
             copy.execute("COMMIT")
         except sqlite3.Error as exc:
             copy.close()
@@ -436,11 +462,13 @@ class DurableStore:
         try:
             db.execute("BEGIN")
             self._log.fold(db, time.monotonic())
+            purging = delete_slice(db)
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._roll_back(db)
             raise StorageError(str(exc)) from None
+        self.purging = purging
         self.free_pages = free_pages
 
     def room_above_floor(self, room: int) -> None:
@@ -454,7 +482,7 @@ class DurableStore:
         read_done()."""
         if self._copy is not None:
             return  # a copy is read: it was folded when it was made
-        if not self._log.pending:
+        if not self._log.pending and not self.purging:
             return
         if self._fold_on_read:
             try:
@@ -473,12 +501,14 @@ class DurableStore:
                 at the next start).
         """
         db, turn_log = self._db, self._log
-        if db is None or not turn_log.pending:
+        if db is None or not (turn_log.pending or self.purging):
             return  # read-only: the reader is a copy, folded (_read_only)
         try:
             db.execute("BEGIN")
             turn_log.fold(db, time.monotonic(), every=True)
+            finish_all(db)
             db.execute("COMMIT")
+            self.purging = False
         except sqlite3.Error as exc:
             self._roll_back(db)
             raise StorageError(f"cannot fold the turn log into the tables: {exc}") from None
@@ -561,6 +591,7 @@ class DurableStore:
             "checkpoint_at_wal_bytes": self.checkpoint_bytes,
             "wal_limit_bytes": self.wal_limit_bytes,
             "read_only": self.read_only,
+            "purges_waiting": self.purging,
             **self._log.stats(),
         }
 

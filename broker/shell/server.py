@@ -213,6 +213,7 @@ class BrokerServer:
         started = time.monotonic()
         try:
             messages, dead = store.load()
+            purged_seqs = store.load_purged_seqs()
             keys = store.load_keys()
             holds = store.load_holds()
             bindings, unused = store.load_bindings()
@@ -225,7 +226,7 @@ class BrokerServer:
         core = self.core
         if self.keeper is not None:
             core.admin.stats.add_section("storage", self.keeper.stats)
-        ready, were_in_flight, dead_count = core.restore(messages, dead)
+        ready, were_in_flight, dead_count = core.restore(messages, dead, purged_seqs)
         key_count = core.restore_keys(keys, holds)
         binding_count = core.restore_bindings(bindings, unused)
         schedule_count = core.restore_schedules(schedules)

@@ -36,8 +36,11 @@ from ..journal import (
     UNUSED,
 )
 from ..key_holds import WriterBatches
+from .store_purges import SCHEMA as PURGES_SCHEMA
+from .store_purges import mark_cleared, mark_deleted, marked, outside_marked
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS messages (
     id TEXT PRIMARY KEY,
     queue TEXT NOT NULL,
@@ -102,6 +105,8 @@ CREATE TABLE IF NOT EXISTS schedules (
     runs INTEGER NOT NULL DEFAULT 0
 );
 """
+    + PURGES_SCHEMA
+)
 
 STATEMENTS = {
     PUT: "INSERT OR REPLACE INTO messages (id, queue, seq, content, headers, expires_wall,"
@@ -119,7 +124,7 @@ STATEMENTS = {
     DROP: "DELETE FROM messages WHERE id = ?",
     UNDEAD: "DELETE FROM dead_letters WHERE queue = ? AND id = ?",
     PURGE: "DELETE FROM dead_letters WHERE queue = ?",
-    CLEAR: "DELETE FROM messages WHERE queue = ? AND in_flight = 0",
+    CLEAR: "DELETE FROM messages WHERE queue = ? AND in_flight = 0",  # (written before 2026-11)
     # Keys expire in the order they were written, which is rowid order: the expired batches
     # are the rows before the first one still in its window, found by reading from the first.
     UNKEY: "DELETE FROM key_batches WHERE expires_wall <= ?1 AND rowid < coalesce((SELECT"
@@ -241,13 +246,37 @@ def write(db: sqlite3.Connection, operations: Sequence[tuple]) -> None:
         if kind == PUT:
             for statement, puts in _put_runs(rows):
                 db.executemany(statement, puts)
-        elif kind in (DEAD, DELETE_QUEUE, UNKEY):
+        elif kind in (DEAD, DELETE_QUEUE, CLEAR, UNKEY):
             for row in rows:
                 _apply(db, (kind, *row))
+        elif kind in _RANGED:
+            db.executemany(STATEMENTS[kind], _outside_purges(db, kind, rows))
         else:
             db.executemany(STATEMENTS[kind], rows)
     if keys:
         _write_keys(db, keys)
+
+
+#: Operations on a range of positions, and where their queue is: they skip purged ranges.
+_RANGED = {FLY: 0, LEASE_TAKEN: 1}
+
+
+def _outside_purges(db: sqlite3.Connection, kind: str, rows: list[tuple]) -> list[tuple]:
+    """FLY or LEASE_TAKEN rows without the ranges a purge or delete marked and has not
+    deleted yet (store_purges.py): a range dispatched may span one."""
+    ranges = marked(db)
+    if not ranges:
+        return rows
+    at = _RANGED[kind]
+    pieces: list[tuple] = []
+    for row in rows:
+        queue_ranges = ranges.get(row[at])
+        if queue_ranges is None:
+            pieces.append(row)
+            continue
+        head = row[: at + 1]
+        pieces.extend((*head, lo, hi) for lo, hi in outside_marked(queue_ranges, *row[at + 1 :]))
+    return pieces
 
 
 def _put_runs(rows: list[tuple]) -> Iterator[tuple[str, list[tuple]]]:
@@ -365,8 +394,13 @@ def _apply(db: sqlite3.Connection, operation: tuple) -> None:
             operation[1:],
         )
     elif kind == DELETE_QUEUE:
+        if len(operation) == 4:  # the queue and the positions it had handed out
+            mark_deleted(db, *operation[1:])
+            return
         for table in ("messages", "dead_letters", "bindings", "queue_settings"):
             db.execute(f"DELETE FROM {table} WHERE queue = ?", operation[1:])
+    elif kind == CLEAR and len(operation) == 4:
+        mark_cleared(db, *operation[1:])
     elif kind == UNKEY:
         db.execute(STATEMENTS[UNKEY], operation[1:])
         if operation[1] == math.inf:  # every key: the held ones too

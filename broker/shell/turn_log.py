@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ..journal import DEAD, DROP, PUT
+from .store_purges import finish_all, has_marks
 from .store_schema import write
 
 #: Logged turns are folded once this old (seconds): the time acks have to arrive...
@@ -270,15 +271,18 @@ class TurnLog:
 
 
 def fold_stored(db: sqlite3.Connection) -> int:
-    """Inside the open transaction of `db`: fold every turn its log holds into its tables
-    (a start after a crash, a copy being read). Returns the turns folded."""
-    if not has_logged_turns(db):
-        return 0
-    rows = db.execute("SELECT turn, operations FROM turn_log ORDER BY turn").fetchall()
-    log = TurnLog()
-    for row, blob in rows:
-        log.remember(row, 0.0, _decoded(blob), len(blob))
-    log.fold(db, 0.0, every=True)
+    """Inside the open transaction of `db`: fold every turn its log holds into its tables,
+    then finish every purge they mark (a start after a crash, a copy being read: the tables
+    are then exactly what they say, store_purges.py). Returns the turns folded."""
+    rows: list[tuple[int, bytes]] = []
+    if has_logged_turns(db):
+        rows = db.execute("SELECT turn, operations FROM turn_log ORDER BY turn").fetchall()
+        log = TurnLog()
+        for row, blob in rows:
+            log.remember(row, 0.0, _decoded(blob), len(blob))
+        log.fold(db, 0.0, every=True)
+    if has_marks(db):
+        finish_all(db)
     return len(rows)
 
 
