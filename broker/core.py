@@ -763,6 +763,10 @@ class Core:
         again (broker/shell/store_purges.py)."""
         for seq in purged_seqs or ():
             self._queues.restore_seq(seq)
+        # On every replica, before recovery's BACKs (at a row's own position): a replica
+        # promoted, or a store given the left-over operations of a full disk, may still have
+        # a purge's marker over that position.
+        self.ctx.journal.purges_settled()
         return restore_messages(
             self.ctx,
             self._queues,

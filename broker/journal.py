@@ -33,6 +33,10 @@ DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers, messa
 UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evicted by its bound)
 PURGE = "purge"  # queue: dead letters deleted
 CLEAR = "clear"  # queue, lo, hi: its ready messages placed in [lo, hi] deleted (purged)
+#: Recovery, before it puts back what was in flight: every purge the store still works
+#: through is finished (broker/shell/store_purges.py; a BACK at a row's own position may be
+#: inside one).
+SETTLE = "settle"
 DELETE_QUEUE = "delete-queue"  # queue, lo, hi: its messages (placed in [lo, hi]), dead letters
 #                                bindings and settings deleted (older stores: queue alone)
 KEY = "key"  # queue, key, id, expires_wall: an idempotency key accepted (inf: held)
@@ -173,6 +177,9 @@ class Journal:
         """The queue deleted: every message of it has its position in [lo, hi]."""
         self._operations.append((DELETE_QUEUE, queue_name, lo_seq, hi_seq))
 
+    def purges_settled(self) -> None:
+        self._operations.append((SETTLE,))
+
     def key(self, joined: str, message_id: bytes, expires_at: int) -> None:
         """The key `joined` (an `idempotency.entry`: queue and key) until `expires_at`."""
         if expires_at != self._key_expires_at:  # the keys of a turn share their expiry
@@ -284,6 +291,9 @@ class NullJournal:
         pass
 
     def queue_deleted(self, queue_name: str, lo_seq: int, hi_seq: int) -> None:
+        pass
+
+    def purges_settled(self) -> None:
         pass
 
     def key(self, joined: str, message_id: bytes, expires_at: int) -> None:

@@ -11,13 +11,16 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, CoreHarness, StoredCore, dispatches
+from harness import BrokerProcess, CoreHarness, StoredCore, abandon, dispatches
 from phpmq.broker import queues
+from phpmq.broker.config import BrokerConfig
+from phpmq.broker.shell import keeper as keeper_module
 from phpmq.broker.shell import store_purges
-from phpmq.broker.shell.durable import DB_NAME
+from phpmq.broker.shell.durable import DB_NAME, DurableStore, StorageError
 from phpmq.protocol import admin_commands as cmd
 
 PRODUCER, CONSUMER = b"producer", b"consumer"
@@ -160,6 +163,126 @@ def test_positions_a_purge_covered_are_never_handed_out_again(tmp_path: Path) ->
     restarted.send(PRODUCER, p.Send("q", b"later"))
     [record] = restarted.core.queues["q"].ready
     assert not lo <= record.seq <= hi  # type: ignore[attr-defined]
+
+
+def held_behind_ready(stored: StoredCore) -> p.Dispatch:
+    """A message in flight with more than a slice of ready ones before it in position (the
+    others handed back to the head): a purge marker's slices reach its position only after
+    some commits, so a BACK there in between is inside what they still delete."""
+    fill(stored, 5 * PER_TURN)
+    held = dispatches(stored.send(CONSUMER, p.Consume("q", 2 * SLICE_ROWS + 1)))
+    handed_back = [
+        p.Requeue("q", dispatch.message_id, 0, flags=p.REQUEUE_UNSTARTED) for dispatch in held[:-1]
+    ]
+    stored.send(CONSUMER, p.Consume("q", 0), *handed_back)
+    return held[-1]
+
+
+def promoted(stored: StoredCore) -> CoreHarness:
+    """A replica's promotion (server._promote -> _recover): the same store, which the Raft
+    thread writes (fold_on_read=False), read and recovered by a new core, whose recovery
+    operations are committed into that store (as apply_batch does on every replica)."""
+    store = stored.store
+    stored.core = core = CoreHarness(durable=True, **stored.config)
+    messages, dead = store.load()
+    core.core.restore(messages, dead, store.load_purged_seqs())
+    core.core.restore_keys(store.load_keys(), store.load_holds())
+    store.read_done()
+    stored.commit()
+    return core
+
+
+def test_a_replica_promoted_while_a_purge_marker_waits_keeps_what_was_in_flight(
+    tmp_path: Path,
+) -> None:
+    stored = StoredCore(tmp_path)
+    abandon(stored.store)
+    stored.store = DurableStore(tmp_path, synchronous="OFF", fold_on_read=False)  # a replica
+    held = held_behind_ready(stored)
+    stored.admin(cmd.QUEUE_PURGE, queue="q")
+    assert stored.store.purging  # the marker waits (leader dies now; this replica is elected)
+    promoted(stored)
+    assert stored.core.stats("q")["ready"] == 1  # in memory: back, as it should be
+    while stored.store.purging:  # the replica's store works through the marker
+        stored.turn()
+    restarted = stored.reopened()  # the new leader restarts (or fails over again)
+    got = dispatches(restarted.send(CONSUMER, p.Consume("q", 10)))
+    assert [d.content for d in got] == [held.content]
+
+
+def test_left_over_operations_with_a_purge_written_after_recovery_keep_what_was_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: the purge's turn could not be written and went to the left-over file at
+    the stop; the restart cannot write it either (read_with), recovery journals BACK for the
+    in-flight message at its stored seq, and once there is room the keeper writes the CLEAR
+    (a marker) and then that BACK (ready, inside the marked range) in one go."""
+    stored = StoredCore(tmp_path)
+    held = held_behind_ready(stored)
+    stored.core.admin(cmd.QUEUE_PURGE, queue="q")
+    unwritten = stored.core.core.journal.take()  # the commit failed: a full disk
+    (tmp_path / keeper_module.LEFT_OVER_NAME).write_bytes(msgspec.msgpack.encode(unwritten))
+    abandon(stored.store)
+
+    real_commit, failing = DurableStore.commit, [True]
+
+    def commit(self, operations, copy_first=False):  # still full at the restart
+        if failing[0]:
+            raise StorageError("database or disk is full")
+        return real_commit(self, operations, copy_first)
+
+    monkeypatch.setattr(DurableStore, "commit", commit)
+    keeper = keeper_module.StoreKeeper(BrokerConfig(data_dir=str(tmp_path), min_free_disk=0))
+    store = keeper.store
+    core = CoreHarness(durable=True, dedup_window_seconds=60)
+    messages, dead = store.load()
+    core.core.restore(messages, dead, store.load_purged_seqs())
+    store.read_done()
+    assert core.stats("q")["ready"] == 1  # only the message that was in flight
+    failing[0] = False  # room again: left-over operations, then recovery's
+    assert keeper.commit(core.core.journal.take())
+    while store.purging:
+        store.reclaim()
+    keeper.close()
+    stored.store = DurableStore(tmp_path)
+    restarted = stored.reopened()
+    got = dispatches(restarted.send(CONSUMER, p.Consume("q", 10)))
+    assert [d.content for d in got] == [held.content]
+
+
+def test_a_read_only_store_is_not_forever_reclaimable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-only (a full disk), the store cannot work through markers: it must not ask for
+    idle turns to do it (the server would poll and fail every few milliseconds)."""
+    DurableStore(tmp_path).close()
+
+    def full(self) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(DurableStore, "_open", full)
+    store = DurableStore(tmp_path)
+    assert store.read_only
+    try:
+        assert not store.reclaimable and not store.stats()["purges_waiting"]
+    finally:
+        store.close()
+
+
+def test_a_slice_passes_the_rows_in_flight_once(tmp_path: Path) -> None:
+    """Rows in flight at the front of a purged range stay; each slice starts after the last
+    row deleted, not again at the front (150,000 in flight made every slice 19 ms)."""
+    stored = StoredCore(tmp_path)
+    fill(stored, 5 * PER_TURN)
+    dispatches(stored.send(CONSUMER, p.Consume("q", 2 * PER_TURN)))
+    stored.admin(cmd.QUEUE_PURGE, queue="q")
+    lows = []
+    while stored.store.purging:
+        with sqlite3.connect(tmp_path / DB_NAME) as db:
+            lows.extend(row[0] for row in db.execute("SELECT lo FROM purges"))
+        stored.turn()
+    assert lows == sorted(lows) and len(set(lows)) == len(lows) > 2
+    assert len(contents_on_disk(tmp_path)) == 2 * PER_TURN  # those in flight
 
 
 def test_a_durable_broker_killed_after_a_big_purge_keeps_only_what_came_after(

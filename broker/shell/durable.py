@@ -112,13 +112,9 @@ class DurableStore:
         self.pages_reclaimed = 0
         self.reclaims = 0
         self.last_reclaim_ms = 0.0
-        #: Purge markers (store_purges.py) may wait: a slice of their rows goes per commit,
-        #: and idle turns call reclaim() for it.
-        self.purging = True
-        #: The open could not fold the turn log and finish the purges (a full disk): the
-        #: first commit does, before its own operations (recovery's may name a position a
-        #: waiting purge covers).
-        self._unsettled = False
+        #: Purge markers (store_purges.py) wait: a slice of their rows goes per commit, and
+        #: idle turns call reclaim() for it.
+        self.purging = self._db is not None and has_marks(self._db)
         self._checkpointer = Checkpointer(self)
         if self._db is not None:
             self._checkpointer.start()
@@ -187,6 +183,7 @@ class DurableStore:
             self._immutable.close()
             self._immutable = None
         self.unopened = None
+        self.purging = has_marks(self._db)  # type: ignore[arg-type]
         if self._copy is not None:
             self._reader = self._copy
         self._checkpointer.start()
@@ -245,7 +242,6 @@ class DurableStore:
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._roll_back(db)
-            self._unsettled = True
             log.warning("cannot fold the turn log into the tables yet (%s): reading a copy", exc)
             return
         if folded:
@@ -272,7 +268,11 @@ class DurableStore:
     def reclaimable(self) -> bool:
         """Whether free pages wait to be given back, or logged turns to be folded (the
         server then polls briefly and calls reclaim() in turns that write nothing)."""
-        return self.free_pages > RECLAIM_FREE_PAGES or self._log.pending or self.purging
+        return (
+            self.free_pages > RECLAIM_FREE_PAGES
+            or self._log.pending
+            or (self.purging and self._db is not None)
+        )
 
     def _add_columns(self, db: sqlite3.Connection) -> None:
         """A store written before events, requests or delayed sends lacks their columns: add
@@ -370,9 +370,6 @@ class DurableStore:
             self._take_hand_off(db)
         try:
             db.execute("BEGIN")
-            if self._unsettled:
-                self._log.fold(db, time.monotonic(), every=True)
-                finish_all(db)
             self._log.write_turn(db, operations, time.monotonic())
             purging = delete_slice(db)
             free_pages = self._reclaim_slice(db)
@@ -380,7 +377,6 @@ class DurableStore:
         except sqlite3.Error as exc:
             self._roll_back(db)
             raise StorageError(str(exc)) from None
-        self._unsettled = False
         self.purging = purging
         self.free_pages = free_pages
         self.commits += 1
@@ -392,7 +388,7 @@ class DurableStore:
         if not self.try_open():
             raise StorageError(f"the store is read-only until it can be opened: {self.unopened}")
         assert self._db is not None
-        self._fold_every_turn()
+        self._fold_every_turn(finish_purges=False)  # the replica taking it in finishes them
         self._db.backup(target)
 
     def restore_from(self, source: sqlite3.Connection) -> None:
@@ -492,23 +488,26 @@ class DurableStore:
                 pass  # a full disk: read a copy
         self.read_with([])
 
-    def _fold_every_turn(self) -> None:
-        """Before the tables are read or copied: every logged turn folded into them, in a
-        transaction of its own.
+    def _fold_every_turn(self, finish_purges: bool = True) -> None:
+        """Before the tables are read or copied: every logged turn folded into them, and
+        (`finish_purges`) every purge marker finished, in a transaction of its own.
 
         Raises:
             StorageError: nothing was folded (the turns stay logged, and are read from there
                 at the next start).
         """
         db, turn_log = self._db, self._log
-        if db is None or not (turn_log.pending or self.purging):
+        finish_purges = finish_purges and self.purging
+        if db is None or not (turn_log.pending or finish_purges):
             return  # read-only: the reader is a copy, folded (_read_only)
         try:
             db.execute("BEGIN")
             turn_log.fold(db, time.monotonic(), every=True)
-            finish_all(db)
+            if finish_purges:
+                finish_all(db)
             db.execute("COMMIT")
-            self.purging = False
+            if finish_purges:
+                self.purging = False
         except sqlite3.Error as exc:
             self._roll_back(db)
             raise StorageError(f"cannot fold the turn log into the tables: {exc}") from None
@@ -597,7 +596,7 @@ class DurableStore:
 
     def close(self) -> None:
         with contextlib.suppress(StorageError):  # left in the log: the next start folds it
-            self._fold_every_turn()
+            self._fold_every_turn(finish_purges=False)  # (and the next open finishes these)
         self.read_done()
         self._checkpointer.stop()
         for db in (self._db, self._immutable):

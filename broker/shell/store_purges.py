@@ -15,9 +15,10 @@ What keeps a marked row from coming back:
 - FLY and LEASE_TAKEN, which mark a range of positions dispatched or leased, skip the
   marked ranges (`outside_marked`): a turn may dispatch a requeue from before the range and
   a send from after it together;
-- before the tables are read (a start, a promotion, a copy) and whenever the store is opened,
-  every marker is finished (`finish_all`): recovery puts a message that was in flight back
-  at its own position, which a marker still waiting would then take;
+- recovery puts a message that was in flight back at its own position, which a marker
+  still waiting would then take: it journals SETTLE first, which finishes every marker
+  (`finish_all`) on every replica, whatever its slices have done; and the tables recovery
+  reads are finished too (at an open, or in the copy a replica's promotion reads);
 - positions are never handed out again inside a marked range, even by a replica that
   finished its markers and was elected later while another replica still has them waiting:
   every range ever marked is folded into `purged_seqs`, which recovery restores.
@@ -99,13 +100,17 @@ def delete_slice(db: sqlite3.Connection, limit: int | None = None) -> bool:
     ).fetchone()
     if row is None:
         return False
-    rowid, queue, lo, hi, every_row, dead_upto = row
+    marker, queue, lo, hi, every_row, dead_upto = row
     ready_only = "" if every_row else " AND in_flight = 0"
-    deleted = db.execute(
-        "DELETE FROM messages WHERE rowid IN (SELECT rowid FROM messages"
-        f" WHERE queue = ? AND seq BETWEEN ? AND ?{ready_only} LIMIT ?)",
+    rows = db.execute(
+        "SELECT rowid, seq FROM messages"
+        f" WHERE queue = ? AND seq BETWEEN ? AND ?{ready_only} ORDER BY seq LIMIT ?",
         (queue, lo, hi, limit),
-    ).rowcount
+    ).fetchall()
+    db.executemany("DELETE FROM messages WHERE rowid = ?", [row[:1] for row in rows])
+    deleted = len(rows)
+    if deleted == limit:  # the next slice starts after these: rows in flight are passed once
+        db.execute("UPDATE purges SET lo = ? WHERE rowid = ?", (rows[-1][1] + 1, marker))
     if every_row and deleted < limit:
         deleted += db.execute(
             "DELETE FROM dead_letters WHERE position IN (SELECT position FROM dead_letters"
@@ -113,7 +118,7 @@ def delete_slice(db: sqlite3.Connection, limit: int | None = None) -> bool:
             (queue, dead_upto, limit - deleted),
         ).rowcount
     if deleted < limit:
-        db.execute("DELETE FROM purges WHERE rowid = ?", (rowid,))
+        db.execute("DELETE FROM purges WHERE rowid = ?", (marker,))
         return db.execute("SELECT 1 FROM purges LIMIT 1").fetchone() is not None
     return True
 

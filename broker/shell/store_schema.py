@@ -28,6 +28,7 @@ from ..journal import (
     PUT,
     RAN,
     SCHEDULE,
+    SETTLE,
     UNBIND,
     UNDEAD,
     UNHOLD,
@@ -37,7 +38,7 @@ from ..journal import (
 )
 from ..key_holds import WriterBatches
 from .store_purges import SCHEMA as PURGES_SCHEMA
-from .store_purges import mark_cleared, mark_deleted, marked, outside_marked
+from .store_purges import finish_all, mark_cleared, mark_deleted, marked, outside_marked
 
 SCHEMA = (
     """
@@ -246,6 +247,8 @@ def write(db: sqlite3.Connection, operations: Sequence[tuple]) -> None:
         if kind == PUT:
             for statement, puts in _put_runs(rows):
                 db.executemany(statement, puts)
+        elif kind == SETTLE:
+            finish_all(db)
         elif kind in (DEAD, DELETE_QUEUE, CLEAR, UNKEY):
             for row in rows:
                 _apply(db, (kind, *row))
