@@ -126,7 +126,13 @@ class StoredCore:
         """The store left as a kill -9 leaves it (nothing folded or finished at a close),
         opened again and recovered as the server does; the new core journals into it."""
         abandon(self.store)
-        self.store = store = DurableStore(self.path)
+        self.store = DurableStore(self.path)
+        return self.recovered()
+
+    def recovered(self) -> CoreHarness:
+        """A new core recovered from the store as the server's recovery does (a start, or
+        a replica's promotion: the same store), its recovery's operations committed."""
+        store = self.store
         self.core = core = CoreHarness(durable=True, **self.config)
         messages, dead = store.load()
         core.core.restore(messages, dead, store.load_purged_seqs())

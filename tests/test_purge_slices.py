@@ -178,20 +178,6 @@ def held_behind_ready(stored: StoredCore) -> p.Dispatch:
     return held[-1]
 
 
-def promoted(stored: StoredCore) -> CoreHarness:
-    """A replica's promotion (server._promote -> _recover): the same store, which the Raft
-    thread writes (fold_on_read=False), read and recovered by a new core, whose recovery
-    operations are committed into that store (as apply_batch does on every replica)."""
-    store = stored.store
-    stored.core = core = CoreHarness(durable=True, **stored.config)
-    messages, dead = store.load()
-    core.core.restore(messages, dead, store.load_purged_seqs())
-    core.core.restore_keys(store.load_keys(), store.load_holds())
-    store.read_done()
-    stored.commit()
-    return core
-
-
 def test_a_replica_promoted_while_a_purge_marker_waits_keeps_what_was_in_flight(
     tmp_path: Path,
 ) -> None:
@@ -201,7 +187,7 @@ def test_a_replica_promoted_while_a_purge_marker_waits_keeps_what_was_in_flight(
     held = held_behind_ready(stored)
     stored.admin(cmd.QUEUE_PURGE, queue="q")
     assert stored.store.purging  # the marker waits (leader dies now; this replica is elected)
-    promoted(stored)
+    stored.recovered()  # a promotion: the same store, read and recovered by a new core
     assert stored.core.stats("q")["ready"] == 1  # in memory: back, as it should be
     while stored.store.purging:  # the replica's store works through the marker
         stored.turn()
