@@ -299,9 +299,14 @@ class Queue:
         self.dead.append(entry)
 
     def compact(self) -> None:
-        """Drop tombstones once they are most of the deque."""
-        if self.stale > 64 and self.stale * 2 > len(self.ready):
-            self.ready = deque(record for record in self.ready if record.state == READY)
+        """Drop the tombstones at the head (TTLs mostly run out in the order sent: a few
+        each time, never a pass over the deque), and the others once they are most of it."""
+        ready = self.ready
+        while self.stale and ready and ready[0].state != READY:
+            ready.popleft()
+            self.stale -= 1
+        if self.stale > 64 and self.stale * 2 > len(ready):
+            self.ready = deque(record for record in ready if record.state == READY)
             self.stale = 0
 
 
