@@ -141,6 +141,7 @@ def test_metrics_show_exact_counts_after_a_known_sequence(tmp_path: Path) -> Non
     assert ("phpmq_storage_checkpoints_total", frozenset()) in samples
     assert ("phpmq_storage_puts_never_written_total", frozenset()) in samples
     assert samples[("phpmq_storage_turn_log_on", frozenset())] in (0, 1)
+    assert samples[("phpmq_storage_purges_waiting", frozenset())] == 0
 
     # The Grafana dashboard in deploy/ asks only for metrics the broker serves.
     dashboard = (REPO / "deploy" / "grafana-dashboard.json").read_text()

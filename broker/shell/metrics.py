@@ -178,6 +178,11 @@ STORAGE_GAUGES = (
     ("phpmq_storage_wal_limit_bytes", "The WAL's budget.", "wal_limit_bytes"),
     ("phpmq_storage_turn_log_on", "1 while turns go to the turn log first.", "turn_log_on"),
     (
+        "phpmq_storage_purges_waiting",
+        "1 while a purged or deleted queue's rows are still being deleted, a slice a commit.",
+        "purges_waiting",
+    ),
+    (
         "phpmq_storage_turn_log_bytes",
         "Encoded bytes of the turns logged and not yet folded into the tables.",
         "turn_log_bytes",
