@@ -137,7 +137,7 @@ class Core:
         self.profile = profile or default_profile(config)
         self._queues = Queues(ctx)
         self.dead_letters = DeadLetters(ctx, self._queues)
-        self.expiry = Expiry(ctx, self.dead_letters)
+        self.expiry = Expiry(ctx, self.dead_letters, self._queues)
         self.dispatch = Dispatch(ctx, self._queues, self.dead_letters, self.expiry)
         self.flow = Flow(ctx, config.max_memory_bytes)
         self.intake = Intake(ctx, self._queues, self.dead_letters, self.expiry, self.flow)

@@ -5,9 +5,9 @@ the runs of scheduled jobs.
 One heap of (due_ns, seq, kind, target), driven by the core's injected clock. Entries are
 never removed when they become moot (a message was acked, a peer spoke again): the part that
 owns the kind checks, when the entry comes due, whether it still applies. So arming is one
-heap push and cancelling costs nothing. Moot entries are dropped in bulk (`compact`) when the
-heap grows past twice the entries still live, so a fast queue with long TTLs does not keep an
-entry per message for the whole TTL.
+heap push and cancelling costs nothing. Moot entries are dropped (`compact`, a slice a turn)
+when the heap grows past twice the entries still live, so a fast queue with long TTLs does
+not keep an entry per message for the whole TTL.
 """
 
 from __future__ import annotations
@@ -29,44 +29,66 @@ BATCH_LEASE_TIMEOUT = 8  # Lease (broker/leases.py): untouched for its timeout?
 KEY_LET_GO = 9  # None: keys a hold released wait to be let go (key_holds.LET_GO_PER_TURN a turn)
 PURGE_SLICE = 10  # None: ready records a purge set aside wait to be retired (queues.py)
 
-#: The heap is never compacted below this many entries (compacting is O(n)).
+#: The heap is never compacted below this many entries (compacting is O(n))...
 COMPACT_MIN_ENTRIES = 65_536
+#: ...and a compaction looks at this many entries a turn at most: a heap of a million (a
+#: big queue's TTLs) took 120 ms and more in one turn; a slice is 1-4 ms.
+COMPACT_SLICE = 8_192
 
 Entry = tuple[int, int, int, Any]
 
 
 class Deadlines:
-    __slots__ = ("_compact_at", "_heap", "_seq")
+    __slots__ = ("_compact_at", "_compacting", "_heap", "_seq")
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
+        #: While a compaction runs: the heap it compacts, from which entries are still popped
+        #: when due, and whose end it cuts a slice at a time (what is left of a heap's array
+        #: after its end is cut is still a heap); new entries go to `_heap`.
+        self._compacting: list[Entry] = []
         self._seq = 0
         self._compact_at = COMPACT_MIN_ENTRIES
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._compacting)
 
     def arm(self, due_ns: int, kind: int, target: Any) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (due_ns, self._seq, kind, target))
 
     def next_due(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
+        heap, old = self._heap, self._compacting
+        if old and (not heap or old[0] < heap[0]):
+            return old[0][0]
+        return heap[0][0] if heap else None
 
     def pop_due(self, now_ns: int) -> Iterator[tuple[int, int, Any]]:
         """Pop and yield (due, kind, target) for every entry due at `now_ns`, including
-        entries armed while iterating that are already due."""
-        heap = self._heap
-        while heap and heap[0][0] <= now_ns:
-            due, _, kind, target = heapq.heappop(heap)
+        entries armed while iterating that are already due, in due order."""
+        heap, old = self._heap, self._compacting
+        while True:
+            if old and old[0][0] <= now_ns and (not heap or old[0] < heap[0]):
+                due, _, kind, target = heapq.heappop(old)
+            elif heap and heap[0][0] <= now_ns:
+                due, _, kind, target = heapq.heappop(heap)
+            else:
+                return
             yield due, kind, target
 
     def needs_compaction(self) -> bool:
-        return len(self._heap) > self._compact_at
+        return bool(self._compacting) or len(self._heap) > self._compact_at
 
     def compact(self, is_live: Callable[[int, int, Any], bool]) -> None:
-        """Keep only the entries for which is_live(due, kind, target) holds."""
-        live = [entry for entry in self._heap if is_live(entry[0], entry[2], entry[3])]
-        heapq.heapify(live)
-        self._heap = live
-        self._compact_at = max(COMPACT_MIN_ENTRIES, 2 * len(live))
+        """One turn's share of a compaction: up to COMPACT_SLICE entries looked at, those
+        for which is_live(due, kind, target) holds kept, the others dropped."""
+        if not self._compacting:
+            self._compacting, self._heap = self._heap, []
+        old, heap = self._compacting, self._heap
+        push = heapq.heappush
+        for entry in old[-COMPACT_SLICE:]:
+            if is_live(entry[0], entry[2], entry[3]):
+                push(heap, entry)
+        del old[-COMPACT_SLICE:]
+        if not old:
+            self._compact_at = max(COMPACT_MIN_ENTRIES, 2 * len(heap))

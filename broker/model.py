@@ -218,6 +218,7 @@ class Queue:
         "queue_packet",
         "ready",
         "refused",
+        "serial",
         "stale",
         "turn",
         "unused_due",
@@ -241,6 +242,9 @@ class Queue:
         overflow: str = "reject",
     ) -> None:
         self.name = name
+        #: A number no other queue of this broker's life had (queues.py): what a TTL's
+        #: deadline names it by, so that the deadline holds no object the GC must walk.
+        self.serial = 0
         #: The owner (quotas.py) its creation counts against ("": the broker's own).
         self.creator = ""
         #: Settings (docs/protocol.md §8); 0 means no limit.

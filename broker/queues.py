@@ -28,18 +28,23 @@ class Queues:
         "_ctx",
         "_durable",
         "_head_seq",
+        "_next_serial",
         "_purge_due",
         "_set_aside",
         "_tail_seq",
         "by_name",
+        "by_serial",
     )
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
         self._durable = ctx.journal.durable
         self.by_name: dict[str, Queue] = {}
+        #: The same queues by `Queue.serial` (a deleted queue's serial is never used again).
+        self.by_serial: dict[int, Queue] = {}
         self._tail_seq = 0
         self._head_seq = 0
+        self._next_serial = 0
         #: Ready records purges set aside, with their queue, oldest purge first.
         self._set_aside: deque[tuple[Queue, deque[Record]]] = deque()
         #: When the schedule's one entry for retiring them is due (0: none armed).
@@ -87,6 +92,8 @@ class Queues:
             _setting(settings.max_length, config.max_queue_length),
             settings.overflow or config.overflow,
         )
+        queue.serial = self._next_serial = self._next_serial + 1
+        self.by_serial[queue.serial] = queue
         if owner:
             queue.creator = owner
             self._ctx.quotas.take(QUEUES, owner)
@@ -163,7 +170,7 @@ class Queues:
         arm = self._ctx.deadlines.arm
         for record in deferred:
             if record.state == READY:
-                arm(record.expires_at, TTL, (queue, record))
+                arm(record.expires_at, TTL, (queue.serial, record))
 
     def delete(self, queue: Queue) -> tuple[int, int]:
         """Remove a queue with its ready messages and dead letters; (messages, dead letters)
@@ -173,6 +180,7 @@ class Queues:
         queue.dead.clear()
         queue.deleted = True
         del self.by_name[queue.name]
+        del self.by_serial[queue.serial]
         self._ctx.quotas.give_back(QUEUES, queue.creator)
         self._ctx.journal.queue_deleted(queue.name, self._head_seq, self._tail_seq)
         return purged, dead
