@@ -736,9 +736,12 @@ class Core:
 
     def next_deadline(self) -> int | None:
         """Monotonic ns of the next thing the core must do on its own: now, if a queue is
-        waiting for a dispatch pass, else the earliest scheduled deadline, else None."""
+        waiting for a dispatch pass or the deadlines for their compaction's next slice, else
+        the earliest scheduled deadline, else None."""
         ctx = self.ctx
         if (ctx.dirty and not ctx.draining) or self.admin.waiting:
+            return ctx.now
+        if ctx.deadlines.needs_compaction():  # a slice a turn: an idle broker goes on too
             return ctx.now
         return ctx.deadlines.next_due()  # overdue entries left by the budget: in the past
 

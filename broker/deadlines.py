@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Entry kinds, and the target each carries.
-TTL = 0  # (Queue, Record): a ready message's time to live may be over
+TTL = 0  # (queue serial, Record): a ready message's time to live may be over
 DELAY_OVER = 1  # (Queue, Record): a delayed requeue goes back into its queue
 LEASE = 2  # Window: has its earliest lease run out?
 PEER_EXPIRY = 3  # Peer: silent past its expiry (or, without heartbeats, idle)?
@@ -39,7 +39,7 @@ Entry = tuple[int, int, int, Any]
 
 
 class Deadlines:
-    __slots__ = ("_compact_at", "_compacting", "_heap", "_seq")
+    __slots__ = ("_compact_at", "_compacting", "_heap", "_seq", "_seq_at_slice")
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
@@ -48,6 +48,8 @@ class Deadlines:
         #: after its end is cut is still a heap); new entries go to `_heap`.
         self._compacting: list[Entry] = []
         self._seq = 0
+        #: `_seq` at the last slice: what was armed since, a slice must outrun.
+        self._seq_at_slice = 0
         self._compact_at = COMPACT_MIN_ENTRIES
 
     def __len__(self) -> int:
@@ -80,15 +82,20 @@ class Deadlines:
         return bool(self._compacting) or len(self._heap) > self._compact_at
 
     def compact(self, is_live: Callable[[int, int, Any], bool]) -> None:
-        """One turn's share of a compaction: up to COMPACT_SLICE entries looked at, those
-        for which is_live(due, kind, target) holds kept, the others dropped."""
+        """One turn's share of a compaction: COMPACT_SLICE entries looked at, or four times
+        what was armed since the last slice if more (the entries armed meanwhile are not
+        looked at, and a compaction that let them outgrow it would never end), those for
+        which is_live(due, kind, target) holds kept, the others dropped."""
         if not self._compacting:
             self._compacting, self._heap = self._heap, []
+            self._seq_at_slice = self._seq
         old, heap = self._compacting, self._heap
+        size = max(COMPACT_SLICE, 4 * (self._seq - self._seq_at_slice))
+        self._seq_at_slice = self._seq
         push = heapq.heappush
-        for entry in old[-COMPACT_SLICE:]:
+        for entry in old[-size:]:
             if is_live(entry[0], entry[2], entry[3]):
                 push(heap, entry)
-        del old[-COMPACT_SLICE:]
+        del old[-size:]
         if not old:
             self._compact_at = max(COMPACT_MIN_ENTRIES, 2 * len(heap))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+from test_core_liveness import CONSUMER, PRODUCER, hello
+
 import phpmq.protocol as p
-from harness import CoreHarness
+from harness import CoreHarness, dispatches
 from phpmq.broker.deadlines import COMPACT_MIN_ENTRIES, COMPACT_SLICE, TTL, Deadlines
 
 SIZE = 4 * COMPACT_MIN_ENTRIES
@@ -77,3 +79,59 @@ def test_a_million_ttls_give_the_gc_nothing_to_walk() -> None:
         core.turn()
         core.advance(0.001)
     assert core.core.counters.expired == 20_001
+
+
+def test_a_fast_pipe_with_ttls_keeps_its_deadline_heap_bounded() -> None:
+    """8,000 sends a turn (TTL 1 h), each acked the next turn: every TTL entry is moot
+    within a turn, so compaction keeps the heap near COMPACT_MIN_ENTRIES. (Slices of a fixed
+    size let the entries armed during a compaction outgrow it: the heap grew by 8,000 a
+    turn, every acked message's record kept for its whole TTL.)"""
+    core = CoreHarness()
+    core.send(CONSUMER, hello(60_000), p.Consume("jobs", 50_000))
+    acks: list = []
+    sizes = []
+    for _ in range(120):
+        sends = [p.Send("jobs", b"x", 3600) for _ in range(8_000)]
+        out = core.turn((PRODUCER, sends), (CONSUMER, acks))
+        acks = [p.Ack("jobs", d.message_id) for d in dispatches(out.get(CONSUMER, []))]
+        sizes.append(len(core.core.deadlines))
+    assert core.core.counters.acked >= 110 * 8_000
+    assert max(sizes) <= 4 * 65_536, sizes[-10:]
+
+
+def test_ttls_of_a_deleted_queue_do_not_touch_its_successor() -> None:
+    """TTL deadlines name a queue by its serial: those of a deleted queue find none."""
+    core = CoreHarness()
+    for n in (10, 20_000):  # a small delete (retired at once) and a big one (set aside)
+        core.send(PRODUCER, *[p.Send("jobs", b"old", 1) for _ in range(n)])
+        core.admin("queue-delete", queue="jobs")
+        core.send(PRODUCER, *[p.Send("jobs", b"new", 5) for _ in range(n)])
+        core.advance(2)
+        for _ in range(10):
+            core.turn()
+            core.advance(0.001)
+        assert core.stats("jobs")["ready"] == n
+        assert core.core.counters.expired == 0
+        core.advance(4)
+        for _ in range(10):
+            core.turn()
+            core.advance(0.001)
+        assert core.core.counters.expired == n and core.stats("jobs")["ready"] == 0
+        assert core.core.queues["jobs"].stale == 0
+        core.core.counters.expired = 0
+        core.admin("queue-delete", queue="jobs")
+
+
+def test_ttls_during_a_big_purge_and_head_trim_keep_stale_right() -> None:
+    core = CoreHarness()
+    core.send(PRODUCER, *[p.Send("jobs", b"a", 1) for _ in range(12_000)])
+    core.admin("queue-purge", queue="jobs")
+    core.send(PRODUCER, *[p.Send("jobs", b"b", 1) for _ in range(300)], p.Send("jobs", b"k", 0))
+    core.advance(1)
+    for _ in range(10):
+        core.turn()
+        core.advance(0.001)
+    q = core.core.queues["jobs"]
+    assert core.core.counters.expired == 300
+    assert q.stale == sum(r.state != 0 for r in q.ready)
+    assert core.stats("jobs")["ready"] == 1
