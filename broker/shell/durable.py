@@ -497,9 +497,9 @@ class DurableStore:
                 at the next start).
         """
         db, turn_log = self._db, self._log
-        finish_purges = finish_purges and self.purging
-        if db is None or not (turn_log.pending or finish_purges):
+        if db is None or not (turn_log.pending or (finish_purges and self.purging)):
             return  # read-only: the reader is a copy, folded (_read_only)
+        # (Finished after the fold whatever `purging` says: a logged turn may mark one.)
         try:
             db.execute("BEGIN")
             turn_log.fold(db, time.monotonic(), every=True)
