@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Entry kinds, and the target each carries.
-TTL = 0  # (queue serial, Record): a ready message's time to live may be over
+TTL = 0  # (queue serial, Record), armed flat (arm_pair): a ready message's TTL may be over
 DELAY_OVER = 1  # (Queue, Record): a delayed requeue goes back into its queue
 LEASE = 2  # Window: has its earliest lease run out?
 PEER_EXPIRY = 3  # Peer: silent past its expiry (or, without heartbeats, idle)?
@@ -59,6 +59,14 @@ class Deadlines:
         self._seq += 1
         heapq.heappush(self._heap, (due_ns, self._seq, kind, target))
 
+    def arm_pair(self, due_ns: int, kind: int, first: int, second: Any) -> None:
+        """`arm` with the target (first, second), kept flat in the entry: an entry of numbers
+        and an object the GC does not track is untracked at its first collection, where a
+        tuple inside it may be looked at after it and keep it tracked (a TTL a message:
+        promoted, they made the GC's full passes over big queues frequent)."""
+        self._seq += 1
+        heapq.heappush(self._heap, (due_ns, self._seq, kind, first, second))
+
     def next_due(self) -> int | None:
         heap, old = self._heap, self._compacting
         if old and (not heap or old[0] < heap[0]):
@@ -71,12 +79,12 @@ class Deadlines:
         heap, old = self._heap, self._compacting
         while True:
             if old and old[0][0] <= now_ns and (not heap or old[0] < heap[0]):
-                due, _, kind, target = heapq.heappop(old)
+                entry = heapq.heappop(old)
             elif heap and heap[0][0] <= now_ns:
-                due, _, kind, target = heapq.heappop(heap)
+                entry = heapq.heappop(heap)
             else:
                 return
-            yield due, kind, target
+            yield entry[0], entry[2], entry[3] if len(entry) == 4 else entry[3:]
 
     def needs_compaction(self) -> bool:
         return bool(self._compacting) or len(self._heap) > self._compact_at
@@ -94,7 +102,7 @@ class Deadlines:
         self._seq_at_slice = self._seq
         push = heapq.heappush
         for entry in old[-size:]:
-            if is_live(entry[0], entry[2], entry[3]):
+            if is_live(entry[0], entry[2], entry[3] if len(entry) == 4 else entry[3:]):
                 push(heap, entry)
         del old[-size:]
         if not old:

@@ -22,10 +22,10 @@ class Expiry:
 
     def watch(self, queue: Queue, record: Record) -> None:
         """Arm the record's TTL (call when it becomes READY with `expires_at` set). The
-        deadline names the queue by its serial: a tuple of a number and a record (whose
-        type the GC does not track) is not tracked either, so a million TTLs add nothing to
-        the GC's full passes (they took 0.2-0.5 s each with the queue in the tuple)."""
-        self._ctx.deadlines.arm(record.expires_at, TTL, (queue.serial, record))
+        deadline names the queue by its serial: an entry of numbers and a record (whose type
+        the GC does not track) is not tracked either, so a million TTLs add nothing to the
+        GC's full passes (they took 0.2-0.5 s each with the queue in the entry)."""
+        self._ctx.deadlines.arm_pair(record.expires_at, TTL, queue.serial, record)
 
     @staticmethod
     def is_live(due: int, target: tuple[int, Record]) -> bool:

@@ -167,10 +167,10 @@ class Queues:
         """TTLs that came due while the queue's purge was retiring: those still ready (not
         purged) are armed again, at once."""
         deferred, queue.purging = queue.purging or [], None
-        arm = self._ctx.deadlines.arm
+        arm = self._ctx.deadlines.arm_pair
         for record in deferred:
             if record.state == READY:
-                arm(record.expires_at, TTL, (queue.serial, record))
+                arm(record.expires_at, TTL, queue.serial, record)
 
     def delete(self, queue: Queue) -> tuple[int, int]:
         """Remove a queue with its ready messages and dead letters; (messages, dead letters)
