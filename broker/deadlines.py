@@ -18,7 +18,7 @@ from typing import Any
 
 #: Entry kinds, and the target each carries.
 TTL = 0  # (queue serial, Record), armed flat (arm_pair): a ready message's TTL may be over
-DELAY_OVER = 1  # (Queue, Record): a delayed requeue goes back into its queue
+DELAY_OVER = 1  # (queue serial, Record), flat: a delayed requeue or send goes into its queue
 LEASE = 2  # Window: has its earliest lease run out?
 PEER_EXPIRY = 3  # Peer: silent past its expiry (or, without heartbeats, idle)?
 HEARTBEAT = 4  # Peer: has the broker been silent towards it for an interval?

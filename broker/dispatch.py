@@ -302,20 +302,22 @@ class Dispatch:
         ctx = self._ctx
         record.state = DELAYED
         queue.delayed += 1
-        ctx.deadlines.arm(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, (queue, record))
+        ctx.deadlines.arm_pair(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, queue.serial, record)
         if ctx.journal.durable:
             record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
         ctx.journal.delayed(record)
 
     @staticmethod
-    def is_delay_live(due: int, target: tuple[Queue, Record]) -> bool:
+    def is_delay_live(due: int, target: tuple[int, Record]) -> bool:
         return target[1].state == DELAYED
 
-    def on_delay_over(self, due: int, target: tuple[Queue, Record]) -> None:
-        queue, record = target
+    def on_delay_over(self, due: int, target: tuple[int, Record]) -> None:
+        """(The target names the queue by its serial, as a TTL's does: expiry.py.)"""
+        serial, record = target
         if record.state != DELAYED:
             return
-        if queue.deleted:  # its queue went while it waited: it goes too
+        queue = self._queues.by_serial.get(serial)
+        if queue is None:  # its queue went while it waited: it goes too
             self._ctx.retire(record)
             return
         queue.delayed -= 1

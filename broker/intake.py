@@ -381,7 +381,7 @@ class Intake:
         queue.delayed_sends += 1
         if ctx.journal.durable:
             record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
-        ctx.deadlines.arm(visible_at, DELAY_OVER, (queue, record))
+        ctx.deadlines.arm_pair(visible_at, DELAY_OVER, queue.serial, record)
         ctx.journal.put(queue.name, record, message_id, content, visible_at)
         ctx.journal.delayed(record)
 

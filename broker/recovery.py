@@ -101,7 +101,8 @@ def _delay_until(ctx: Context, queue: Queue, record: Record, seconds: float) -> 
     record.state = DELAYED
     queue.delayed += 1
     queue.delayed_sends += 1
-    ctx.deadlines.arm(ctx.now + int(seconds * NS_PER_SECOND), DELAY_OVER, (queue, record))
+    due = ctx.now + int(seconds * NS_PER_SECOND)
+    ctx.deadlines.arm_pair(due, DELAY_OVER, queue.serial, record)
 
 
 def restore_keys(ctx: Context, intake: Intake, keys: list[Any], holds: Iterable[Any] = ()) -> int:

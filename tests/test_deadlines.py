@@ -144,3 +144,15 @@ def test_ttls_during_a_big_purge_and_head_trim_keep_stale_right() -> None:
     assert core.core.counters.expired == 300
     assert q.stale == sum(r.state != 0 for r in q.ready)
     assert core.stats("jobs")["ready"] == 1
+
+
+def test_delayed_sends_of_a_deleted_queue_do_not_land_in_its_successor() -> None:
+    """A delay's deadline names its queue by serial too: the one deleted is gone."""
+    core = CoreHarness()
+    core.send(PRODUCER, *[p.Send("jobs", b"old", 60, delay_ms=1_000) for _ in range(3)])
+    core.admin("queue-delete", queue="jobs")
+    core.send(PRODUCER, p.Send("jobs", b"new", 60))
+    core.advance(2)
+    core.turn()
+    got = dispatches(core.send(CONSUMER, hello(60_000), p.Consume("jobs", 10)))
+    assert [d.content for d in got] == [b"new"]
