@@ -2,12 +2,12 @@
 delayed requeues and sends, leases, peer expiry, heartbeats owed, idempotency-key expiry, and
 the runs of scheduled jobs.
 
-One heap of (due_ns, seq, kind, target), driven by the core's injected clock. Entries are
-never removed when they become moot (a message was acked, a peer spoke again): the part that
-owns the kind checks, when the entry comes due, whether it still applies. So arming is one
-heap push and cancelling costs nothing. Moot entries are dropped (`compact`, a slice a turn)
-when the heap grows past twice the entries still live, so a fast queue with long TTLs does
-not keep an entry per message for the whole TTL.
+One heap of (due_ns, seq, kind, target) (a pair target armed flat: `arm_pair`), driven by the
+core's injected clock. Entries are never removed when they become moot (a message was acked, a
+peer spoke again): the part that owns the kind checks, when the entry comes due, whether it
+still applies. So arming is one heap push and cancelling costs nothing. Moot entries are
+dropped (`compact`, a slice a turn) when the heap grows past twice the entries still live,
+so a fast queue with long TTLs does not keep an entry per message for the whole TTL.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ COMPACT_MIN_ENTRIES = 65_536
 #: big queue's TTLs) took 120 ms and more in one turn; a slice is 1-4 ms.
 COMPACT_SLICE = 8_192
 
-Entry = tuple[int, int, int, Any]
+#: (due_ns, seq, kind, target), or (due_ns, seq, kind, first, second) armed flat (arm_pair).
+Entry = tuple[Any, ...]
 
 
 class Deadlines:

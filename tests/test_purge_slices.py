@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from test_core_liveness import hello
 
 import phpmq.protocol as p
 from harness import BrokerProcess, CoreHarness, StoredCore, abandon, dispatches
@@ -253,6 +254,27 @@ def test_a_read_only_store_is_not_forever_reclaimable(
         assert not store.reclaimable and not store.stats()["purges_waiting"]
     finally:
         store.close()
+
+
+def test_a_purge_still_in_the_turn_log_is_finished_before_recovery_reads(
+    tmp_path: Path,
+) -> None:
+    """A busy pipe switches the turn log on: the purge's CLEAR waits in the log, and the
+    fold for recovery's read makes its marker. The read must finish it too, or the purged
+    messages are read back as ready."""
+    stored = StoredCore(tmp_path)
+    stored.send(CONSUMER, hello(60_000), p.Consume("busy", 1_000))
+    acks: list = []
+    for _ in range(8):
+        sends = [p.Send("busy", b"x", 60) for _ in range(100)]
+        out = stored.core.turn((PRODUCER, sends), (CONSUMER, acks))
+        stored.commit()
+        acks = [p.Ack("busy", got.message_id) for got in dispatches(out.get(CONSUMER, []))]
+    fill(stored, 50)
+    stored.admin(cmd.QUEUE_PURGE, queue="q")
+    assert stored.store.stats()["turn_log_on"] and not stored.store.purging
+    recovered = stored.recovered()
+    assert "q" not in recovered.core.queues or recovered.stats("q")["ready"] == 0
 
 
 def test_a_slice_passes_the_rows_in_flight_once(tmp_path: Path) -> None:
