@@ -10,6 +10,7 @@ broker drains (503) or its store cannot write (507), for a bad key (422), a bad 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from ..protocol import ErrorCode, Send, encode_confirm, key_problem, queue_name_problem
 from ..protocol.rules import correlation_problem
@@ -187,7 +188,17 @@ class Intake:
         make_routed = self._routed_record
         journal_put = ctx.journal.put
         watch = self._expiry.watch if ttl else None
-        confirm = self.confirm if peer.confirm or tags is not None else None
+        # Confirms go straight onto the peer's chunks (one call a send was a tenth of it);
+        # through `confirm` only while publishes wait for copies (`copies.hold`).
+        confirm: Callable[[Peer, bytes, int | None], None] | None = None
+        confirm_box: dict[bytes, list[bytes]] | None = None
+        if peer.confirm or tags is not None:
+            if ctx.copies.routing:
+                confirm = self.confirm
+            else:
+                confirm_box = ctx.confirms if ctx.journal.durable else ctx.outbox
+        confirms: list[bytes] | None = None
+        confirmed = 0
         expires_at = ctx.now + ttl * NS_PER_SECOND if ttl else 0
         name, ready, max_length = queue.name, queue.ready, queue.max_length
         pause_mark = queue.pause_mark if max_length else 0
@@ -232,9 +243,17 @@ class Intake:
                 ctx.held_bytes >= flow.pause_at
             ):
                 flow.after_put(peer, queue)
-            if confirm is not None:
+            if confirm_box is not None:
+                if confirms is None:  # the same list `confirm` (a repeat's) appends to
+                    confirms = confirm_box.get(peer.id)
+                    if confirms is None:
+                        confirms = confirm_box[peer.id] = []
+                confirms.append(encode_confirm(message_id, tag))
+                confirmed += 1
+            elif confirm is not None:
                 confirm(peer, message_id, tag)
             taken += 1
+        ctx.counters.confirmed += confirmed
         put = taken - repeats
         queue.published += put
         ctx.counters.received += put
