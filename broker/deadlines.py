@@ -108,3 +108,31 @@ class Deadlines:
         del old[-size:]
         if not old:
             self._compact_at = max(COMPACT_MIN_ENTRIES, 2 * len(heap))
+
+
+class NextTurn:
+    """A part's one entry of `kind` for work it does a slice a turn (keys let go, a purge's
+    records retired): armed for the next turn while work waits, never twice at once."""
+
+    __slots__ = ("_deadlines", "_kind", "_due")
+
+    def __init__(self, deadlines: Deadlines, kind: int) -> None:
+        self._deadlines = deadlines
+        self._kind = kind
+        self._due = 0
+
+    def arm(self, now_ns: int) -> None:
+        """Due after this turn's pass over the deadlines (none armed yet)."""
+        if not self._due:
+            self._due = now_ns + 1
+            self._deadlines.arm(self._due, self._kind, None)
+
+    def is_live(self, due: int, target: None) -> bool:
+        return due == self._due
+
+    def take(self, due: int) -> bool:
+        """Whether `due` is the armed entry's (then it is armed no more)."""
+        if due != self._due:
+            return False
+        self._due = 0
+        return True

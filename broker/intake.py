@@ -17,7 +17,7 @@ from ..protocol.rules import correlation_problem
 from ..protocol.runs import SendRun
 from .context import Context
 from .deadletters import DeadLetters
-from .deadlines import DELAY_OVER, KEY_EXPIRY, KEY_LET_GO
+from .deadlines import DELAY_OVER, KEY_EXPIRY, KEY_LET_GO, NextTurn
 from .expiry import Expiry
 from .flow import Flow
 from .idempotency import SEPARATOR, KeyWindow, entry
@@ -53,7 +53,7 @@ class Intake:
         "_key_expiry_due",
         "_keys_expired_at_purge",
         "_keys_purged_at",
-        "_let_go_due",
+        "_let_go_turn",
         "_queues",
         "_routed_record",
         "_record",
@@ -92,7 +92,7 @@ class Intake:
         #: When the schedule's one key-expiry entry is due (0: none armed).
         self._key_expiry_due = 0
         #: When the schedule's one entry for letting released held keys go is due (0: none).
-        self._let_go_due = 0
+        self._let_go_turn = NextTurn(ctx.deadlines, KEY_LET_GO)
 
     def on_send(self, peer: Peer, message: Send) -> None:
         tag = message.tag
@@ -550,17 +550,15 @@ class Intake:
         self._arm_let_go()
 
     def _arm_let_go(self) -> None:
-        if self.holds.released and not self._let_go_due:
-            self._let_go_due = self._ctx.now + 1  # after this turn's pass over the deadlines
-            self._ctx.deadlines.arm(self._let_go_due, KEY_LET_GO, None)
+        if self.holds.released:
+            self._let_go_turn.arm(self._ctx.now)
 
     def is_let_go_live(self, due: int, target: None) -> bool:
-        return due == self._let_go_due
+        return self._let_go_turn.is_live(due, target)
 
     def on_let_go_due(self, due: int, target: None) -> None:
-        if due != self._let_go_due:
+        if not self._let_go_turn.take(due):
             return
-        self._let_go_due = 0
         self._let_go(*self.holds.take_released(LET_GO_PER_TURN))
         self._arm_let_go()
 

@@ -13,7 +13,7 @@ from collections import deque
 from ..protocol import ErrorCode, queue_name_problem
 from .config import QueueSettings
 from .context import Context
-from .deadlines import PURGE_SLICE, TTL, UNUSED_QUEUE
+from .deadlines import PURGE_SLICE, TTL, UNUSED_QUEUE, NextTurn
 from .model import NS_PER_MS, READY, Peer, Queue, Record
 from .quotas import QUEUES
 
@@ -29,7 +29,7 @@ class Queues:
         "_durable",
         "_head_seq",
         "_next_serial",
-        "_purge_due",
+        "_purge_turn",
         "_set_aside",
         "_tail_seq",
         "by_name",
@@ -47,8 +47,7 @@ class Queues:
         self._next_serial = 0
         #: Ready records purges set aside, with their queue, oldest purge first.
         self._set_aside: deque[tuple[Queue, deque[Record]]] = deque()
-        #: When the schedule's one entry for retiring them is due (0: none armed).
-        self._purge_due = 0
+        self._purge_turn = NextTurn(ctx.deadlines, PURGE_SLICE)
 
     def get(self, name: str) -> Queue | None:
         return self.by_name.get(name)
@@ -137,19 +136,17 @@ class Queues:
         return purged
 
     def _arm_purge(self) -> None:
-        if self._set_aside and not self._purge_due:
-            self._purge_due = self._ctx.now + 1  # after this turn's pass over the deadlines
-            self._ctx.deadlines.arm(self._purge_due, PURGE_SLICE, None)
+        if self._set_aside:
+            self._purge_turn.arm(self._ctx.now)
 
     def is_purge_live(self, due: int, target: None) -> bool:
-        return due == self._purge_due
+        return self._purge_turn.is_live(due, target)
 
     def on_purge_due(self, due: int, target: None) -> None:
         """Retire up to PURGE_PER_TURN set-aside records; a queue whose last set-aside
         records are retired has the TTLs that came due meanwhile looked at again."""
-        if due != self._purge_due:
+        if not self._purge_turn.take(due):
             return
-        self._purge_due = 0
         set_aside, budget = self._set_aside, PURGE_PER_TURN
         while set_aside and budget > 0:
             queue, records = set_aside[0]
