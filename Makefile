@@ -15,7 +15,14 @@ JOBS ?= 4
 # The Python sources, compiled to bytecode before the tests run.
 PY_SOURCES = bench bridges broker phpmq pipeline protocol workers tests tools conftest.py
 
-.PHONY: broker test lint bench
+# The compiled hot path (setup.py, docs/performance.md): mypyc's C extensions beside their
+# sources. `make test` runs the suite once pure, once compiled, and leaves the tree pure.
+COMPILED_FILES = broker/*.so protocol/*.so broker/_compiled_sources.txt \
+	protocol/_compiled_sources.txt
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup \
+	--no-loadscope-reorder --durations=25 $(ARGS)
+
+.PHONY: broker test lint bench compiled pure
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +33,18 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,spark,web]'
+	$(BIN)/pip install --quiet -e '.[test,spark,web,compile]'
 	touch $@
+
+$(VENV)/.compile: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[compile]'
+	touch $@
+
+compiled: $(VENV)/.compile
+	PHPMQ_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace
+
+pure:
+	rm -f $(COMPILED_FILES)
 
 broker: $(VENV)/.core
 	$(BIN)/phpmq broker $(ARGS)
@@ -53,8 +70,14 @@ test: $(VENV)/.test
 	$(BIN)/python -m compileall -q -j 0 $(PY_SOURCES)
 	@# Spark's classes parsed once for all the run's JVMs (tests/spark_cds.py; kept in the venv).
 	$(BIN)/python tests/spark_cds.py
-	env -u PYTHONDONTWRITEBYTECODE \
-	  $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --no-loadscope-reorder --durations=25 $(ARGS); status=$$?; \
+	@# Once pure Python, once with the compiled hot path: both pass the same tests.
+	rm -f $(COMPILED_FILES)
+	@echo "== the suite, pure Python"
+	$(PYTEST); status=$$?; \
+	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
+	@echo "== the suite, with the compiled hot path"
+	PHPMQ_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace
+	PHPMQ_EXPECT_COMPILED=1 $(PYTEST); status=$$?; rm -f $(COMPILED_FILES); \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 
 bench: $(VENV)/.core

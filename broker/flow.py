@@ -50,7 +50,7 @@ class Flow:
     def resume_bytes(self) -> int:
         return self.limit - self.limit // 5
 
-    def admits(self, peer: Peer, queue_name: str, tag: int | None) -> bool:
+    def admits(self, peer: Peer, queue_name: str | None, tag: int | None) -> bool:
         """Whether a send may be taken now; if not, its sender was refused (503) and, if it
         said HELLO, asked to pause."""
         if not self.memory_high:

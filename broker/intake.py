@@ -302,9 +302,9 @@ class Intake:
             and len(queue.ready) - queue.stale + queue.delayed_sends >= queue.max_length
         )
 
-    def refuses_now(self, peer: Peer, name: str, tag: int | None) -> bool:
+    def refuses_now(self, peer: Peer, name: str | None, tag: int | None) -> bool:
         """Refused (and the peer told) because the broker drains or its store cannot write:
-        nothing is taken at all then. `name` is the queue (or event) the ERROR names."""
+        nothing is taken at all then. `name` is the queue the ERROR names (None: none)."""
         ctx = self._ctx
         if ctx.draining:
             code, reason = ErrorCode.SHUTTING_DOWN, "broker is shutting down"

@@ -127,15 +127,17 @@ class Journal:
 
     def back(self, record: Record) -> None:
         """Ready again at its `seq` (returned or requeued)."""
+        seq = record.seq  # type: ignore[attr-defined]  # a durable journal's records have one
         self._operations.append(
-            (BACK, record.id, record.seq, self._expires_wall(record), record.deliveries)
+            (BACK, record.id, seq, self._expires_wall(record), record.deliveries)
         )
 
     def delayed(self, record: Record) -> None:
         """Requeued with a delay, its delivery counted: at the tail on disk, so after a
         restart it is ready at once (the delay is not kept) with the count it has now."""
+        seq = record.seq  # type: ignore[attr-defined]
         self._operations.append(
-            (DELAY, record.id, record.seq, self._expires_wall(record), record.deliveries)
+            (DELAY, record.id, seq, self._expires_wall(record), record.deliveries)
         )
 
     def acked(self, message_id: bytes) -> None:

@@ -461,43 +461,43 @@ class Counters:
     """What the broker did, as plain int attributes (bumped on the hot path); `stats` shows
     them in this order."""
 
-    __slots__ = (
-        "received",
-        "dispatched",
-        "acked",
-        "requeued",
-        "dead_lettered",
-        "expired",
-        "redelivered",
-        "lease_expired",
-        "peers_expired",
-        "max_deliveries",
-        "overflowed",
-        "confirmed",
-        "deduplicated",
-        "errors",
-        "refused_memory",
-        "pauses",
-        "resumes",
-        "stalled_consumers",
-        "consumers_reclaimed",
-        "published",
-        "routed",
-        "unrouted",
-        "cancelled",
-        "queues_deleted",
-        "queues_unused_deleted",
-        "deleted_messages",
-        "requests",
-        "replied",
-        "replies_dropped",
-        "scheduled_runs",
-        "leased",
-        "lease_committed",
-        "lease_released",
-        "leases_timed_out",
-        "returned_unstarted",
-    )
+    received: int
+    dispatched: int
+    acked: int
+    requeued: int
+    dead_lettered: int
+    expired: int
+    redelivered: int
+    lease_expired: int
+    peers_expired: int
+    max_deliveries: int
+    overflowed: int
+    confirmed: int
+    deduplicated: int
+    errors: int
+    refused_memory: int
+    pauses: int
+    resumes: int
+    stalled_consumers: int
+    consumers_reclaimed: int
+    published: int
+    routed: int
+    unrouted: int
+    cancelled: int
+    queues_deleted: int
+    queues_unused_deleted: int
+    deleted_messages: int
+    requests: int
+    replied: int
+    replies_dropped: int
+    scheduled_runs: int
+    leased: int
+    lease_committed: int
+    lease_released: int
+    leases_timed_out: int
+    returned_unstarted: int
+
+    __slots__ = tuple(__annotations__)
 
     def __init__(self) -> None:
         for name in self.__slots__:

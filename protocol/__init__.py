@@ -3,6 +3,8 @@
 The wire format and the extension types are specified in docs/protocol.md.
 """
 
+# First: a compiled module (runs, writer) built from another source refuses to load.
+from . import compiled as _compiled  # noqa: F401
 from .constants import (
     DEFAULT_MAX_CONTENT_BYTES,
     MIN_CONTROL_PACKET_BYTES,

@@ -99,8 +99,11 @@ def like_sends(data: bytes, first: int, after: int, max_content_bytes: int) -> t
         return 0, after
     #: The header and queue packet each like message starts with, and the TTL packet (with its
     #: value) the README form ends with.
+    tail_start = head_end + PACKET_HEADER_BYTES + first_content
+    if tail_start > after:
+        return 0, after
     head = data[first:head_end]
-    tail = data[head_end + PACKET_HEADER_BYTES + first_content : after]
+    tail = data[tail_start:after]
     if tail and _length_at(tail, 0, _TTL_FIXED) != len(tail) - PACKET_HEADER_BYTES:
         return 0, after
     content_at = len(head)
@@ -363,10 +366,12 @@ def send_run(data: bytes, max_content_bytes: int) -> SendRun | None:
         if tags is not None:
             start = pos + PACKET_HEADER_BYTES
             length = _tag_lengths[data[pos:start]]
+            if not 1 <= length <= MAX_INTEGER_DIGITS:
+                return None  # (what the decoder takes as a number: 1-18 digits)
             pos = start + length
             tag = data[start:pos]
-            if not 1 <= length <= MAX_INTEGER_DIGITS or len(tag) != length or not tag.isdigit():
-                return None  # (what the decoder takes as a number: 1-18 digits)
+            if len(tag) != length or not tag.isdigit():
+                return None
             tags.append(tag)
         # The packets after the tag are read inline: a call each was a third of a keyed
         # send's reading.

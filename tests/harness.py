@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import zmq
 
 import phpmq.protocol as p
 from phpmq import testing
+from phpmq.broker.build import compiled_modules
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
@@ -27,6 +29,14 @@ from phpmq.broker.journal import Journal
 from phpmq.broker.shell.durable import DurableStore
 from phpmq.broker.shell.turn_log import fold_stored
 from phpmq.testing import free_port as free_port
+
+#: A compiled core (docs/performance.md) calls the compiled codec's functions directly, and its
+#: methods cannot be replaced on an instance: a test that replaces either to watch the core
+#: runs in the pure-Python pass of `make test` only.
+replaces_core_calls = pytest.mark.skipif(
+    "phpmq.broker.core" in compiled_modules(),
+    reason="replaces what a compiled core calls directly; the pure-Python pass runs it",
+)
 
 REPO = Path(__file__).resolve().parent.parent
 #: The peer CoreHarness.admin sends from.

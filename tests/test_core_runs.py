@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import phpmq.protocol as p
-from harness import CoreHarness
+from harness import CoreHarness, replaces_core_calls
 from phpmq.broker import core as core_module
 from phpmq.protocol.runs import ack_run, send_run
 
@@ -86,6 +86,7 @@ def _ack(how: str, dispatch: p.Dispatch) -> p.Ack:
     return p.Ack(dispatch.queue if how == "own" else other, dispatch.message_id)
 
 
+@replaces_core_calls
 @settings(max_examples=200, deadline=None)
 @given(scenarios)
 def test_an_ack_run_is_settled_as_the_decoded_acks_would_be(scenario: dict[str, Any]) -> None:
@@ -223,6 +224,7 @@ def _ranked(messages: list) -> list:
     return out
 
 
+@replaces_core_calls
 @settings(max_examples=200, deadline=None)
 @given(send_scenarios)
 def test_a_send_run_is_put_as_the_decoded_sends_would_be(scenario: dict[str, Any]) -> None:
@@ -284,6 +286,7 @@ def test_send_frames_that_are_not_one_run_are_left_to_the_decoder(frame: list | 
     assert send_run(wire[:-1], 1000) is None
 
 
+@replaces_core_calls
 def test_a_peer_with_rights_has_each_message_read_by_the_guard(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

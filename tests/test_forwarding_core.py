@@ -8,7 +8,7 @@ import pytest
 
 import phpmq.broker.core as core_module
 import phpmq.protocol as p
-from harness import CoreHarness
+from harness import CoreHarness, replaces_core_calls
 from phpmq.broker.copies import COPY_TIMEOUT_S
 from phpmq.broker.core import Turn
 from phpmq.broker.forwarding import OWN_FORWARD_MESSAGES
@@ -105,6 +105,7 @@ def test_an_extension_peer_gets_its_confirms_and_errors_from_the_owner() -> None
     assert type(error) is p.Error and error.code == 404
 
 
+@replaces_core_calls
 def test_a_frame_for_one_queue_of_another_shard_goes_there_without_being_decoded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -136,6 +137,7 @@ def test_a_frame_for_one_queue_of_another_shard_goes_there_without_being_decoded
     assert len(errors) == 1 and "packet type 99" in errors[0].reason
 
 
+@replaces_core_calls
 def test_acks_for_several_queues_of_one_other_shard_go_there_without_being_decoded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -23,6 +23,7 @@ import zmq
 
 from ...protocol import admin_commands as cmd
 from ...protocol.cluster import decode_map
+from ..build import hot_path
 from ..clock import Clock, SystemClock
 from ..config import BrokerConfig
 from ..core import Core, Turn
@@ -396,6 +397,7 @@ class BrokerServer:
             )
         else:
             log.info("phpmq broker listening on %s (durable: %s)", self.endpoint, self.store.path)
+        log.info("hot path: %s (docs/performance.md)", hot_path())
         if self.tcp is not None:
             log.info("raw TCP endpoint for stock PHPMQ clients on %s", self.tcp.endpoint)
         poller = zmq.Poller()
