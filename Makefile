@@ -22,7 +22,7 @@ COMPILED_FILES = broker/*.so protocol/*.so broker/_compiled_sources.txt \
 PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup \
 	--no-loadscope-reorder --durations=25 $(ARGS)
 
-.PHONY: broker test lint bench compiled pure
+.PHONY: broker test lint bench compiled pure wheel
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ compiled: $(VENV)/.compile
 
 pure:
 	rm -f $(COMPILED_FILES)
+
+# A compiled wheel in dist/ (and the tree left pure): what a deployment installs with pip.
+wheel: $(VENV)/.compile
+	rm -rf dist
+	PHPMQ_COMPILE=1 $(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist . \
+	  2>&1 | grep -v "Package would be ignored\|importable" || true
+	rm -f $(COMPILED_FILES)
+	$(BIN)/python tools/check_wheel.py dist/phpmq_zmq-*.whl
 
 broker: $(VENV)/.core
 	$(BIN)/phpmq broker $(ARGS)
@@ -79,6 +87,8 @@ test: $(VENV)/.test
 	PHPMQ_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace
 	PHPMQ_EXPECT_COMPILED=1 $(PYTEST); status=$$?; rm -f $(COMPILED_FILES); \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
+	@echo "== a compiled wheel, installed on its own"
+	$(MAKE) --no-print-directory wheel
 
 bench: $(VENV)/.core
 	$(BIN)/phpmq bench $(ARGS)

@@ -87,3 +87,20 @@ def test_an_edited_source_stops_the_broker_from_starting_with_its_old_build(
         stamp.write_text(kept)
     assert result.returncode != 0
     assert "is compiled from another version of" in result.stderr
+
+
+def test_bytes_like_content_is_sent_as_bytes() -> None:
+    """The compiled writer takes bytes only: a bytearray or memoryview (which pure Python
+    happened to take) is copied to bytes first, so both builds send the same frames."""
+    from phpmq.client.batches import send_batches
+    from phpmq.client.message import content_bytes
+    from phpmq.protocol import queue_packet
+
+    assert content_bytes(bytearray(b"ab")) == content_bytes(memoryview(b"ab")) == b"ab"
+    assert content_bytes("é") == "é".encode()
+
+    def frames(contents: list) -> list[bytes]:
+        batches = send_batches("q", queue_packet("q"), contents, 0, None, None, 64, 1 << 20)
+        return [frame for frame, _, _ in batches]
+
+    assert frames([bytearray(b"x"), memoryview(b"y"), "z"]) == frames([b"x", b"y", b"z"])

@@ -200,10 +200,13 @@ def bench(
     --events (event routing: publish once, a copy to every bound queue), --rpc (requests
     and replies through a worker pool), --web (the pipe without and with a web console) and
     --replicated (the durable pipe on one node and on 3 replicas, and failover times).
-    Figures are printed, never asserted.
+    Figures are printed, never asserted. The first line says whether the broker's hot path
+    runs compiled or as pure Python (docs/performance.md).
     """
     from ..bench.pipe import run_pipe_benchmark
+    from ..broker.build import hot_path
 
+    click.echo(f"hot path: {hot_path()} (docs/performance.md)")
     if codec:
         from ..bench.codec import run_codec_benchmark
 

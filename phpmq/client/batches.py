@@ -19,6 +19,7 @@ from ..protocol import (
     key_problem,
 )
 from .errors import ClientError, InvalidArgument, PartialSend, Paused
+from .message import content_bytes
 
 _headers = msgspec.json.Encoder()
 
@@ -150,7 +151,7 @@ def send_batches(
         if tags is not None:
             tag = next(tags)
             batch_tags.append(tag)
-        body = content.encode() if isinstance(content, str) else content
+        body = content if content.__class__ is bytes else content_bytes(content)
         if len(body) > max_content_bytes:
             raise too_large(queue, len(body), max_content_bytes)
         if not keyed:  # the plain batch: nothing more per message

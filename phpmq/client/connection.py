@@ -80,7 +80,7 @@ from .events import (
 )
 from .greeting import Greeting
 from .liveness import HEARTBEAT, Liveness
-from .message import AckSettle, ReceivedMessage, Settle, as_bytes, queue_packet
+from .message import AckSettle, ReceivedMessage, Settle, as_bytes, content_bytes, queue_packet
 from .outbox import Outbox
 from .pauses import Pauses
 from .refusals import Refusals
@@ -267,7 +267,7 @@ class Connection:
         packet = queue_packet(queue)
         if key is not None:
             check_key(key)
-        body = content.encode() if isinstance(content, str) else content
+        body = content_bytes(content)
         self._check_size(queue, body)
         if headers or delay_ms or message_key is not None:
             return encode_full_send(queue, body, ttl, headers, tag, key, delay_ms, message_key)

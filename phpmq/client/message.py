@@ -42,6 +42,16 @@ Settle = Callable[[bytes, int], object]
 AckSettle = Callable[[str, bytes, int], object]
 
 
+def content_bytes(content: bytes | str) -> bytes:
+    """Content as the wire carries it: text as UTF-8, another bytes-like object (bytearray,
+    memoryview) copied, so that the codec gets bytes, compiled or not (docs/performance.md)."""
+    if content.__class__ is bytes:
+        return content  # type: ignore[return-value]
+    if isinstance(content, str):
+        return content.encode()
+    return bytes(content)
+
+
 def as_bytes(value: bytes | str | None) -> bytes | None:
     """A message key as the wire carries it (text as UTF-8)."""
     return value.encode() if isinstance(value, str) else value
@@ -158,7 +168,7 @@ class ReceivedMessage:
         self._settle(self._reply_frame(content, error), self._generation)
 
     def _reply_frame(self, content: bytes | str, error: str | None) -> bytes:
-        body = content.encode() if isinstance(content, str) else content
+        body = content_bytes(content)
         if error is None:
             return encode_reply(body, queue_packet(self.queue), self._id)
         return encode(Reply(body, self.queue, self._id, None, int(ErrorCode.INTERNAL), error))

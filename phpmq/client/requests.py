@@ -21,7 +21,7 @@ import msgspec
 from ..protocol import Error, Reply, encode_send
 from .batches import too_large
 from .errors import BrokerRefused, ClientError, InvalidArgument, ReplyError, RequestLost
-from .message import queue_packet
+from .message import content_bytes, queue_packet
 
 ReplyFormat = Literal["raw", "json", "msgpack"]
 REPLY_FORMATS: tuple[str, ...] = ("raw", "json", "msgpack")
@@ -166,7 +166,7 @@ def encode_request(
         InvalidArgument: a bad queue name, content over `limit`.
     """
     packet = queue_packet(queue)
-    body = content.encode() if isinstance(content, str) else content
+    body = content_bytes(content)
     if len(body) > limit:
         raise too_large(queue, len(body), limit)
     if reply_format != "raw":

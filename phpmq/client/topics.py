@@ -31,7 +31,7 @@ from ..protocol import Cancel, Consume, Publish, encode, event_name_problem
 from ..protocol.rules import PATTERN_SEPARATOR, pattern_problem
 from .batches import check_key, too_large
 from .errors import InvalidArgument
-from .message import ReceivedMessage
+from .message import ReceivedMessage, content_bytes
 
 #: A live feed's queue: this prefix and 16 random hex digits (docs/protocol.md §6.5).
 LIVE_PREFIX = "live."
@@ -97,7 +97,7 @@ def encode_publish(
     check_event(event)
     if key is not None:
         check_key(key)
-    body = content.encode() if isinstance(content, str) else content
+    body = content_bytes(content)
     if len(body) > limit:
         raise too_large(event, len(body), limit)
     encoded = _headers.encode(headers) if headers else None
