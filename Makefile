@@ -85,7 +85,7 @@ test: $(VENV)/.test
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 	@echo "== the suite, with the compiled hot path"
 	PHPMQ_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace
-	PHPMQ_EXPECT_COMPILED=1 $(PYTEST); status=$$?; rm -f $(COMPILED_FILES); \
+	EXPECT_COMPILED_HOT_PATH=1 $(PYTEST); status=$$?; rm -f $(COMPILED_FILES); \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 	@echo "== a compiled wheel, installed on its own"
 	$(MAKE) --no-print-directory wheel

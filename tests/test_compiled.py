@@ -20,7 +20,7 @@ from phpmq.protocol.compiled import (
     source_hash,
 )
 
-#: What setup.py compiles; `make test` sets PHPMQ_EXPECT_COMPILED=1 for its compiled pass.
+#: What setup.py compiles; `make test` sets EXPECT_COMPILED_HOT_PATH=1 for its compiled pass.
 COMPILED_COUNT = 13
 
 
@@ -59,7 +59,7 @@ def test_a_pure_package_needs_no_stamp(tmp_path: Path) -> None:
 
 def test_the_compiled_pass_runs_compiled_modules() -> None:
     names = compiled_modules()
-    if os.environ.get("PHPMQ_EXPECT_COMPILED") == "1":
+    if os.environ.get("EXPECT_COMPILED_HOT_PATH") == "1":
         assert len(names) == COMPILED_COUNT, names
         assert hot_path() == f"compiled ({COMPILED_COUNT} modules)"
         import phpmq.broker.core
@@ -104,3 +104,10 @@ def test_bytes_like_content_is_sent_as_bytes() -> None:
         return [frame for frame, _, _ in batches]
 
     assert frames([bytearray(b"x"), memoryview(b"y"), "z"]) == frames([b"x", b"y", b"z"])
+
+
+def test_a_shell_that_keeps_the_build_variable_exported_gets_no_warning() -> None:
+    from phpmq.cli.environment import unknown_variables
+
+    assert unknown_variables({"PHPMQ_COMPILE": "1"}) == []
+    assert unknown_variables({"PHPMQ_COMPILED": "1"}) == ["PHPMQ_COMPILED"]

@@ -19,6 +19,8 @@ BROKER_VARIABLE = "PHPMQ_BROKER"
 #: Where `phpmq web` listens, and its users file (cli/web.py).
 WEB_BIND_VARIABLE = "PHPMQ_WEB_BIND"
 WEB_USERS_VARIABLE = "PHPMQ_WEB_USERS"
+#: The build's (setup.py: compile the hot path): a shell may keep it exported.
+COMPILE_VARIABLE = "PHPMQ_COMPILE"
 
 
 def client_variables() -> frozenset[str]:
@@ -33,7 +35,10 @@ def client_variables() -> frozenset[str]:
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """The PHPMQ_* names in `environ` that neither a client nor the broker reads."""
-    given = {name for name in environ if name.startswith(PREFIX)} - {BROKER_VARIABLE}
+    given = {name for name in environ if name.startswith(PREFIX)} - {
+        BROKER_VARIABLE,
+        COMPILE_VARIABLE,
+    }
     if not given:
         return []
     unknown = given - client_variables()
