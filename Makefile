@@ -12,6 +12,9 @@ BIN := $(VENV)/bin
 # --no-loadscope-reorder: the groups start in the collection's order, the longest first
 # (tests/conftest.py's LONGEST_GROUPS), not in the order of their number of tests.
 JOBS ?= 4
+# Set only where a recipe compiles (compiled, wheel, test): exported from a shell it would make
+# every `pip install` of the venv try to compile.
+unexport PHPMQ_COMPILE
 # The Python sources, compiled to bytecode before the tests run.
 PY_SOURCES = bench bridges broker phpmq pipeline protocol workers tests tools conftest.py
 
@@ -34,7 +37,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,spark,web,compile]'
-	touch $@
+	touch $@ $(VENV)/.compile
 
 $(VENV)/.compile: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[compile]'
@@ -48,7 +51,7 @@ pure:
 
 # A compiled wheel in dist/ (and the tree left pure): what a deployment installs with pip.
 wheel: $(VENV)/.compile
-	rm -rf dist
+	rm -rf dist build/lib* build/bdist*
 	PHPMQ_COMPILE=1 $(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist . \
 	  2>&1 | grep -v "Package would be ignored\|importable" || true
 	rm -f $(COMPILED_FILES)
@@ -81,11 +84,13 @@ test: $(VENV)/.test
 	@# Once pure Python, once with the compiled hot path: both pass the same tests.
 	rm -f $(COMPILED_FILES)
 	@echo "== the suite, pure Python"
-	$(PYTEST); status=$$?; \
+	EXPECT_COMPILED_HOT_PATH=0 $(PYTEST); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 	@echo "== the suite, with the compiled hot path"
-	PHPMQ_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace
-	EXPECT_COMPILED_HOT_PATH=1 $(PYTEST); status=$$?; rm -f $(COMPILED_FILES); \
+	@# The tree is left pure however this ends (a failure, Ctrl-C).
+	trap 'rm -f $(COMPILED_FILES)' EXIT; trap 'exit 130' INT TERM; \
+	  PHPMQ_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace \
+	  && EXPECT_COMPILED_HOT_PATH=1 $(PYTEST); status=$$?; \
 	  if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$status
 	@echo "== a compiled wheel, installed on its own"
 	$(MAKE) --no-print-directory wheel

@@ -1,5 +1,4 @@
-"""The build's one optional step: the compiled hot path (docs/performance.md, "The compiled
-hot path").
+"""The build's one optional step: the compiled hot path (docs/performance.md).
 
 With PHPMQ_COMPILE=1 (and mypy installed: `make compiled` does both), mypyc compiles the
 modules of COMPILED into C extensions that sit beside their sources; without it, nothing here
@@ -8,7 +7,9 @@ the same tests (`make test` runs the suite once each way).
 
 mypy names a module after the packages around its file, and ours live in top-level folders
 (broker/ installs as phpmq.broker): the sources are copied into build/mypyc-src/phpmq/ first,
-so that the extensions get their installed names.
+so that the extensions get their installed names. Compiled modules left in the tree by an
+earlier build are removed first, and only a build that succeeded stamps the sources it was
+built from (protocol/compiled.py checks the stamp at import).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 #: The hot path of a message (intake, dispatch, acks) and the codec it reads and writes with;
 #: each group is one shared library in its own package (protocol/ imports nothing of ours).
@@ -44,33 +47,63 @@ COMPILED = {
 STAGE = Path("build", "mypyc-src")
 #: protocol/compiled.py's STAMP_NAME.
 STAMP_NAME = "_compiled_sources.txt"
+NO_MYPYC = (
+    "PHPMQ_COMPILE=1 needs mypyc in the build environment: pip install -e '.[compile]', then"
+    " build with --no-build-isolation (`make compiled` does both; docs/performance.md)"
+)
+
+
+class BuildAndStamp(build_ext):
+    """build_ext, then the stamp of every source of each compiled package, beside the modules
+    it built (in place, or in the wheel's tree)."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.extensions:
+            return
+        for package, (folder, _) in COMPILED.items():
+            target = Path(folder) if self.inplace else Path(self.build_lib, *package.split("."))
+            target.mkdir(parents=True, exist_ok=True)
+            (target / STAMP_NAME).write_text(_stamp(Path(folder)), encoding="utf-8")
+
+
+def _stamp(folder: Path) -> str:
+    """`<file> <sha256>` for every source in `folder`, as protocol/compiled.py reads it."""
+    sources = sorted(folder.glob("*.py"))
+    return "".join(f"{p.name} {hashlib.sha256(p.read_bytes()).hexdigest()}\n" for p in sources)
+
+
+def _remove_earlier_build() -> None:
+    """The compiled modules and stamps of an earlier in-place build: a build that fails now
+    leaves the tree pure, never old modules beside new sources."""
+    for folder, _ in COMPILED.values():
+        for path in Path(folder).iterdir():
+            if path.suffix == ".so" or path.name == STAMP_NAME:
+                path.unlink()
 
 
 def _staged() -> list[tuple[list[str], str]]:
-    """Copy the packages mypy reads into STAGE, and stamp each compiled module's source
-    (protocol/compiled.py); each group's staged files and its name."""
+    """Copy the packages mypy reads into STAGE; each group's staged files and its name."""
     shutil.rmtree(STAGE, ignore_errors=True)
     shutil.copytree("phpmq", STAGE / "phpmq", ignore=shutil.ignore_patterns("__pycache__"))
     groups = []
     for package, (folder, files) in COMPILED.items():
         target = STAGE / package.replace(".", "/")
-        shutil.copytree(folder, target, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        shutil.copytree(
+            folder, target, ignore=shutil.ignore_patterns("__pycache__", "*.so", STAMP_NAME)
+        )
         groups.append(([str(target / name) for name in files], f"{package}._compiled"))
-        stamp = "".join(f"{name} {_sha256(Path(folder, name))}\n" for name in files)
-        Path(folder, STAMP_NAME).write_text(stamp, encoding="utf-8")
     return groups
-
-
-def _sha256(path: Path) -> str:
-    """As protocol/compiled.py's source_hash (setup.py cannot import the package)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _extensions() -> list:
     if os.environ.get("PHPMQ_COMPILE") != "1":
         return []
-    from mypyc.build import mypycify
-
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        sys.exit(NO_MYPYC)
+    _remove_earlier_build()
     groups = _staged()
     paths = [path for files, _ in groups for path in files]
     return mypycify(
@@ -80,4 +113,4 @@ def _extensions() -> list:
     )
 
 
-setup(ext_modules=_extensions())
+setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildAndStamp})

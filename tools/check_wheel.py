@@ -10,6 +10,11 @@ import zipfile
 
 #: What setup.py compiles: 2 codec modules and 11 of the core.
 COMPILED_COUNT = 13
+#: Run in the installed wheel alone: the hot path it reports, and where the core came from.
+PROBE = (
+    "import phpmq.broker.core as core; from phpmq.broker.build import hot_path;"
+    " print(hot_path()); print(core.__file__)"
+)
 
 
 def main(wheel: str) -> int:
@@ -26,16 +31,17 @@ def main(wheel: str) -> int:
             check=True,
         )  # fmt: skip
         ran = subprocess.run(
-            [sys.executable, "-c", "from phpmq.broker.build import hot_path; print(hot_path())"],
+            [sys.executable, "-c", PROBE],
             cwd=target,
             capture_output=True,
             text=True,
             env={"PYTHONPATH": target, "PATH": "/usr/bin:/bin"},
         )
-    expected = f"compiled ({COMPILED_COUNT} modules)"
-    if ran.stdout.strip() != expected:
-        print(f"{wheel} installed says {ran.stdout.strip()!r} {ran.stderr}", file=sys.stderr)
-        return 1
+        expected = f"compiled ({COMPILED_COUNT} modules)"
+        said = [*ran.stdout.split("\n"), "", ""]
+        if said[0] != expected or not said[1].startswith(f"{target}/phpmq/broker/core.cpython"):
+            print(f"{wheel} installed says {ran.stdout!r} {ran.stderr}", file=sys.stderr)
+            return 1
     print(f"{wheel}: {expected}, stamped")
     return 0
 

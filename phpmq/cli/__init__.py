@@ -73,6 +73,13 @@ class InterruptibleGroup(click.Group):
         except click.Abort:  # a declined confirmation (Ctrl-C at a prompt exits in invoke)
             click.echo("phpmq: aborted", err=True)
             sys.exit(1)
+        except RuntimeError as exc:
+            # A work tree's compiled modules older than its sources (protocol/compiled.py): by
+            # name, as importing its module would run the check again.
+            if type(exc).__name__ != "StaleCompiledModule":
+                raise
+            click.echo(f"phpmq: {exc}", err=True)
+            sys.exit(1)
         sys.exit(status if isinstance(status, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -117,5 +124,3 @@ def main() -> None:
     MESSAGE` and `phpmq subscribe PATTERN`; jobs the broker runs itself with `phpmq schedule
     add`. The wire protocol is documented in docs/protocol.md.
     """
-
-

@@ -43,18 +43,27 @@ AckSettle = Callable[[str, bytes, int], object]
 
 
 def content_bytes(content: bytes | str) -> bytes:
-    """Content as the wire carries it: text as UTF-8, another bytes-like object (bytearray,
-    memoryview) copied, so that the codec gets bytes, compiled or not (docs/performance.md)."""
+    """Content as the wire carries it: text as UTF-8, a bytearray or memoryview copied, so
+    that the codec gets bytes, compiled or not (docs/performance.md).
+
+    Raises:
+        TypeError: `content` is none of those.
+    """
     if content.__class__ is bytes:
         return content  # type: ignore[return-value]
     if isinstance(content, str):
         return content.encode()
-    return bytes(content)
+    if isinstance(content, bytes | bytearray | memoryview):
+        return bytes(content)
+    raise TypeError(f"content must be bytes or str, not {type(content).__name__}")
 
 
 def as_bytes(value: bytes | str | None) -> bytes | None:
-    """A message key as the wire carries it (text as UTF-8)."""
-    return value.encode() if isinstance(value, str) else value
+    """A message key as the wire carries it (text as UTF-8, another bytes-like object
+    copied, as `content_bytes` does)."""
+    if value is None or value.__class__ is bytes:
+        return value
+    return content_bytes(value)
 
 
 @lru_cache(maxsize=4096)
