@@ -54,17 +54,26 @@ NO_MYPYC = (
 
 
 class BuildAndStamp(build_ext):
-    """build_ext, then the stamp of every source of each compiled package, beside the modules
-    it built (in place, or in the wheel's tree)."""
+    """build_ext that first removes an earlier in-place build (a build that fails then leaves
+    the tree pure, never old modules beside new sources) and, once it succeeded, writes the
+    stamp of the sources it compiled beside the modules (in place, or in the wheel's tree)."""
 
     def run(self) -> None:
-        super().run()
-        if not self.extensions:
+        if not self.extensions:  # the pure build
+            super().run()
             return
+        if self.inplace:
+            _remove_earlier_build()
+        super().run()
         for package, (folder, _) in COMPILED.items():
             target = Path(folder) if self.inplace else Path(self.build_lib, *package.split("."))
             target.mkdir(parents=True, exist_ok=True)
-            (target / STAMP_NAME).write_text(_stamp(Path(folder)), encoding="utf-8")
+            (target / STAMP_NAME).write_text(_stamps[package], encoding="utf-8")
+
+
+#: Each compiled package's stamp, made from the copies mypyc compiled (an edit saved while
+#: the build runs is not stamped as built).
+_stamps: dict[str, str] = {}
 
 
 def _stamp(folder: Path) -> str:
@@ -74,11 +83,13 @@ def _stamp(folder: Path) -> str:
 
 
 def _remove_earlier_build() -> None:
-    """The compiled modules and stamps of an earlier in-place build: a build that fails now
-    leaves the tree pure, never old modules beside new sources."""
-    for folder, _ in COMPILED.values():
+    """The compiled modules (of COMPILED, and each group's shared library) and the stamps an
+    earlier in-place build left in the tree."""
+    for folder, files in COMPILED.values():
+        ours = {name.removesuffix(".py") for name in files} | {"_compiled__mypyc"}
         for path in Path(folder).iterdir():
-            if path.suffix == ".so" or path.name == STAMP_NAME:
+            compiled = path.suffix == ".so" and path.name.split(".")[0] in ours
+            if (compiled or path.name == STAMP_NAME) and not path.is_dir():
                 path.unlink()
 
 
@@ -93,6 +104,7 @@ def _staged() -> list[tuple[list[str], str]]:
             folder, target, ignore=shutil.ignore_patterns("__pycache__", "*.so", STAMP_NAME)
         )
         groups.append(([str(target / name) for name in files], f"{package}._compiled"))
+        _stamps[package] = _stamp(target)
     return groups
 
 
@@ -103,7 +115,6 @@ def _extensions() -> list:
         from mypyc.build import mypycify
     except ImportError:
         sys.exit(NO_MYPYC)
-    _remove_earlier_build()
     groups = _staged()
     paths = [path for files, _ in groups for path in files]
     return mypycify(

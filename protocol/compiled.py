@@ -52,6 +52,8 @@ def check_compiled(folder: str, package: str) -> None:
     if not names:
         return
     stamped = _read_stamp(os.path.join(folder, STAMP_NAME))
+    if not stamped:
+        raise _stale(package, os.path.join(folder, STAMP_NAME), "is missing (no build wrote it)")
     for name in names:
         if name + ".py" not in stamped or not os.path.exists(os.path.join(folder, name + ".py")):
             raise _stale(

@@ -53,7 +53,8 @@ def test_a_package_whose_sources_match_their_stamp_loads(tmp_path: Path) -> None
     [
         ("fast.py", "fast.py changed since the build"),
         ("slow.py", "slow.py changed since the build"),  # its types are compiled into fast
-        ("unstamped", "fast.py has no source it was built from"),
+        ("unstamped", f"{STAMP_NAME} is missing"),
+        ("not in the stamp", "fast.py has no source it was built from"),
         ("source gone", "fast.py has no source it was built from"),
     ],
 )
@@ -65,6 +66,8 @@ def test_a_package_built_from_other_sources_refuses_to_load(
         (folder / change).write_text("Z = 2\n")
     elif change == "source gone":
         (folder / "fast.py").unlink()
+    elif change == "not in the stamp":
+        (folder / STAMP_NAME).write_text(f"slow.py {source_hash(str(folder / 'slow.py'))}\n")
     with pytest.raises(StaleCompiledModule, match=f"pkg is compiled, and .*{says}.*make pure"):
         check_compiled(str(folder), "pkg")
 
@@ -132,6 +135,16 @@ def test_bytes_like_content_is_sent_as_bytes() -> None:
         return [frame for frame, _, _ in batches]
 
     assert frames([bytearray(b"x"), memoryview(b"y"), "z"]) == frames([b"x", b"y", b"z"])
+
+    def keyed(message_keys: list) -> list[bytes]:
+        batches = send_batches(
+            "q", queue_packet("q"), [b"c"] * 3, 0, None, None, 64, 1 << 20, None, message_keys
+        )
+        return [frame for frame, _, _ in batches]
+
+    assert keyed([bytearray(b"k"), memoryview(b"k"), "k"]) == keyed([b"k"] * 3)
+    with pytest.raises(TypeError, match="a message key must be bytes or str, not int"):
+        keyed([5, b"k", b"k"])
 
 
 def test_a_shell_that_keeps_the_build_variable_exported_gets_no_warning() -> None:

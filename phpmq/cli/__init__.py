@@ -19,7 +19,22 @@ from click.exceptions import NoSuchCommand
 
 from .. import __version__
 from .environment import warn_unknown_variables
-from .shared import EXIT_INTERRUPTED, usage_line
+
+
+def _exit_if_stale(exc: RuntimeError) -> None:
+    """A work tree's compiled modules older than its sources (protocol/compiled.py) as one
+    line and status 1; known by name, as importing its module would run the check again."""
+    if type(exc).__name__ != "StaleCompiledModule":
+        return
+    click.echo(f"phpmq: {exc}", err=True)
+    sys.exit(1)
+
+
+try:
+    from .shared import EXIT_INTERRUPTED, usage_line  # the first import of the codec
+except RuntimeError as exc:
+    _exit_if_stale(exc)
+    raise
 
 __all__ = ["main"]
 
@@ -73,13 +88,9 @@ class InterruptibleGroup(click.Group):
         except click.Abort:  # a declined confirmation (Ctrl-C at a prompt exits in invoke)
             click.echo("phpmq: aborted", err=True)
             sys.exit(1)
-        except RuntimeError as exc:
-            # A work tree's compiled modules older than its sources (protocol/compiled.py): by
-            # name, as importing its module would run the check again.
-            if type(exc).__name__ != "StaleCompiledModule":
-                raise
-            click.echo(f"phpmq: {exc}", err=True)
-            sys.exit(1)
+        except RuntimeError as exc:  # (the broker's check, when a command imports it)
+            _exit_if_stale(exc)
+            raise
         sys.exit(status if isinstance(status, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -19,7 +19,7 @@ from ..protocol import (
     key_problem,
 )
 from .errors import ClientError, InvalidArgument, PartialSend, Paused
-from .message import content_bytes
+from .message import as_bytes, content_bytes
 
 _headers = msgspec.json.Encoder()
 
@@ -94,7 +94,7 @@ def encode_full_send(
             key,
             _headers.encode(headers) if headers else None,
             delay_ms=delay_ms or None,
-            message_key=message_key.encode() if isinstance(message_key, str) else message_key,
+            message_key=as_bytes(message_key),
         )
     )
 
@@ -170,8 +170,8 @@ def send_batches(
             if message_key is None:
                 message_key = none
             else:
-                if message_key.__class__ is str:
-                    message_key = message_key.encode()
+                if message_key.__class__ is not bytes:
+                    message_key = as_bytes(message_key)
                 if len(message_key) > key_limit:
                     raise too_large(queue, len(message_key), key_limit, "message key")
             data = encoder(packet, body, ttl, tag, key, header, message_key)

@@ -42,9 +42,9 @@ Settle = Callable[[bytes, int], object]
 AckSettle = Callable[[str, bytes, int], object]
 
 
-def content_bytes(content: bytes | str) -> bytes:
-    """Content as the wire carries it: text as UTF-8, a bytearray or memoryview copied, so
-    that the codec gets bytes, compiled or not (docs/performance.md).
+def content_bytes(content: bytes | str, what: str = "content") -> bytes:
+    """Content (or a message key: `what`) as the wire carries it: text as UTF-8, a bytearray
+    or memoryview copied, so that the codec gets bytes, compiled or not (docs/performance.md).
 
     Raises:
         TypeError: `content` is none of those.
@@ -55,15 +55,14 @@ def content_bytes(content: bytes | str) -> bytes:
         return content.encode()
     if isinstance(content, bytes | bytearray | memoryview):
         return bytes(content)
-    raise TypeError(f"content must be bytes or str, not {type(content).__name__}")
+    raise TypeError(f"{what} must be bytes or str, not {type(content).__name__}")
 
 
 def as_bytes(value: bytes | str | None) -> bytes | None:
-    """A message key as the wire carries it (text as UTF-8, another bytes-like object
-    copied, as `content_bytes` does)."""
+    """A message key as the wire carries it (None: none), as `content_bytes` makes content."""
     if value is None or value.__class__ is bytes:
         return value
-    return content_bytes(value)
+    return content_bytes(value, "a message key")
 
 
 @lru_cache(maxsize=4096)
