@@ -186,7 +186,8 @@ class Intake:
         ctx, flow = self._ctx, self._flow
         new_id, make, place = ctx.new_id, self._record, self._queues.place
         make_routed = self._routed_record
-        journal_put = ctx.journal.put
+        # In memory the journal keeps nothing: no call a message for it.
+        journal_put = ctx.journal.put if ctx.journal.durable else None
         watch = self._expiry.watch if ttl else None
         # Confirms go straight onto the peer's chunks (one call a send was a tenth of it);
         # through `confirm` only while publishes wait for copies (`copies.hold`).
@@ -234,7 +235,8 @@ class Intake:
                     len(content) + len(message_key) + len(header) + RECORD_OVERHEAD_BYTES
                 )
             place(queue, record, False)
-            journal_put(name, record, message_id, content)
+            if journal_put is not None:
+                journal_put(name, record, message_id, content)
             if watch is not None:
                 watch(queue, record)
             if keys is not None:
