@@ -44,6 +44,7 @@ $(VENV)/.compile: pyproject.toml | $(BIN)/python
 	touch $@
 
 compiled: $(VENV)/.compile
+	rm -f $(COMPILED_FILES)
 	PHPMQ_COMPILE=1 $(BIN)/python setup.py --quiet build_ext --inplace
 
 pure:

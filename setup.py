@@ -115,6 +115,8 @@ def _extensions() -> list:
         from mypyc.build import mypycify
     except ImportError:
         sys.exit(NO_MYPYC)
+    if {"--inplace", "-i"} & set(sys.argv):  # before mypyc, which exits on a type error
+        _remove_earlier_build()
     groups = _staged()
     paths = [path for files, _ in groups for path in files]
     return mypycify(

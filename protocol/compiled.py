@@ -53,7 +53,7 @@ def check_compiled(folder: str, package: str) -> None:
         return
     stamped = _read_stamp(os.path.join(folder, STAMP_NAME))
     if not stamped:
-        raise _stale(package, os.path.join(folder, STAMP_NAME), "is missing (no build wrote it)")
+        raise _stale(package, os.path.join(folder, STAMP_NAME), "is missing or unreadable")
     for name in names:
         if name + ".py" not in stamped or not os.path.exists(os.path.join(folder, name + ".py")):
             raise _stale(

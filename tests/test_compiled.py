@@ -53,7 +53,7 @@ def test_a_package_whose_sources_match_their_stamp_loads(tmp_path: Path) -> None
     [
         ("fast.py", "fast.py changed since the build"),
         ("slow.py", "slow.py changed since the build"),  # its types are compiled into fast
-        ("unstamped", f"{STAMP_NAME} is missing"),
+        ("unstamped", f"{STAMP_NAME} is missing or unreadable"),
         ("not in the stamp", "fast.py has no source it was built from"),
         ("source gone", "fast.py has no source it was built from"),
     ],
@@ -116,6 +116,15 @@ def test_an_edited_source_stops_every_process_from_importing_the_old_build(
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=environment)
     assert result.returncode != 0
     assert "model.py changed since the build" in result.stderr
+    # The command says it in one line, even when its first import of the codec fails.
+    messages = tmp_path / "phpmq" / "protocol" / "messages.py"
+    messages.write_text(messages.read_text() + "\n")
+    command = [sys.executable, "-m", "phpmq", "stats"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=environment)
+    assert result.returncode == 1
+    assert result.stderr.startswith("phpmq: phpmq.protocol is compiled, and ")
+    assert "messages.py changed since the build" in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
 
 
 def test_bytes_like_content_is_sent_as_bytes() -> None:

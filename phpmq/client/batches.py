@@ -170,7 +170,9 @@ def send_batches(
             if message_key is None:
                 message_key = none
             else:
-                if message_key.__class__ is not bytes:
+                if message_key.__class__ is str:
+                    message_key = message_key.encode()
+                elif message_key.__class__ is not bytes:
                     message_key = as_bytes(message_key)
                 if len(message_key) > key_limit:
                     raise too_large(queue, len(message_key), key_limit, "message key")
