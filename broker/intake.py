@@ -91,7 +91,7 @@ class Intake:
         self._keys_expired_at_purge = 0
         #: When the schedule's one key-expiry entry is due (0: none armed).
         self._key_expiry_due = 0
-        #: When the schedule's one entry for letting released held keys go is due (0: none).
+        #: The schedule's one entry for letting released held keys go, a slice a turn.
         self._let_go_turn = NextTurn(ctx.deadlines, KEY_LET_GO)
 
     def on_send(self, peer: Peer, message: Send) -> None:
