@@ -18,9 +18,15 @@ source runner, the per-batch planner processes: in local mode the executors are 
 as proportional set sizes, since the Python workers are forked from one daemon and share
 pages. The JVM keeps part of what earlier paths made its heap grow to, so a path's peak is
 not its own alone. Wall time includes query planning; a warm-up query
-runs first, so Python worker start-up is not counted. Figures are printed, never asserted.
-Needs `pip install .[spark]`; starts its own brokers (one in memory, then one durable, in a
-scratch directory) on free loopback ports.
+runs first, so Python worker start-up is not counted.
+
+Rounds: one run of a path varies by up to a fifth on a shared 2-core machine, more than the
+ratios it is compared by, so every path runs once a round (DEFAULT_ROUNDS, `--rounds`), the
+order reversed every other round, and a row gives the path's median round beside the slowest
+and fastest; the ratios are of medians. Both brokers run throughout, so that a keyed path and
+its plain one, or a durable path and its in-memory one, meet the same machine in each round.
+Figures are printed, never asserted. Needs `pip install .[spark]`; starts its own brokers (one
+in memory, one durable in a scratch directory) on free loopback ports.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ TUNED_SINK_TASKS = 4
 DEFAULT_MESSAGES = 100_000
 DEFAULT_BYTES = 256 * MB
 WARM_UP_MESSAGES = 2_000
+#: Rounds of every path: one run of a path varies by up to a fifth on a shared 2-core machine,
+#: so each row is a path's median round.
+DEFAULT_ROUNDS = 3
 #: Seconds a query may take before the benchmark gives up.
 QUERY_TIMEOUT_S = 600
 
@@ -68,43 +77,94 @@ def run_spark_benchmark(
     size: int = 100,
     spark: SparkSession | None = None,
     warm_up: bool = True,
+    rounds: int = DEFAULT_ROUNDS,
 ) -> list[dict]:
-    """Run the paths (PATHS) and print a table; returns its rows. Without `spark`, a local
-    session is started for the run and stopped after it; without `warm_up`, the first path
-    pays for Spark's Python workers starting."""
+    """Run the paths (PATHS, DURABLE_PATHS) `rounds` times and print a table of each path's
+    median; returns its rows. Without `spark`, a local session is started for the run and
+    stopped after it; without `warm_up`, the first path pays for Spark's Python workers
+    starting."""
     from ..pipeline.session import local_session
 
     messages = messages or default_messages(size)
-    console = Console(width=max(Console().width, 190))
+    console = Console(width=max(Console().width, 215))
     tuned = tuned_source_options(TUNED_RECORDS, TUNED_BYTES, size)
     console.print(
         f"spark: {messages:,} messages of {size:,} bytes per path, local[2], loopback brokers"
         f" (in memory, and durable: --data-dir); tuned source: {_describe(tuned)}; tuned sink:"
-        f" {TUNED_SINK_TASKS} tasks; keyed: every message with a message key and headers"
+        f" {TUNED_SINK_TASKS} tasks; keyed: every message with a message key and headers;"
+        f" {_rounds_said(rounds)}"
     )
     own_session = spark is None
     spark = spark or local_session("phpmq-bench")
-    results: list[dict] = []
     try:
-        driver = DriverRss(_driver_pid(spark))
         with tempfile.TemporaryDirectory(prefix="phpmq-bench-") as scratch:
-            work = Path(scratch)
-            for durable in (False, True):
-                data_dir = work / "data" if durable else None
-                with BrokerProcess("--log-level", "WARNING", data_dir=data_dir) as broker:
-                    paths = _Paths(spark, broker.address, size, work, tuned)
-                    if warm_up:
-                        paths.warm_up()
-                    for path in PATHS if not durable else DURABLE_PATHS:
-                        with driver.sampling():
-                            result = paths.run(path, messages)
-                        results.append({**path.labels(durable), **result, **driver.peaks()})
+            runs = _run_rounds(spark, messages, size, Path(scratch), tuned, warm_up, rounds)
     finally:
         if own_session:
             spark.stop()
+    results = [_median_of(path_runs) for path_runs in runs.values()]
     _add_ratios(results)
-    console.print(_table(results, size))
+    console.print(_table(results, size, rounds))
     return results
+
+
+def _rounds_said(rounds: int) -> str:
+    if rounds == 1:
+        return "one round"
+    return (
+        f"{rounds} rounds, every path once a round, in turn against both brokers (the order"
+        " reversed every other round): each row is the path's median round, `range` its"
+        " slowest and fastest, the ratios of medians"
+    )
+
+
+def _run_rounds(
+    spark: SparkSession,
+    messages: int,
+    size: int,
+    work: Path,
+    tuned: dict[str, str],
+    warm_up: bool,
+    rounds: int,
+) -> dict[tuple[bool, BenchPath], list[dict]]:
+    """Each path's results, one a round, in table order (the in-memory broker's paths, then
+    the durable one's). Both brokers run throughout, so that a path and the one it is
+    compared with (keyed and plain, durable and in memory) share each round's machine."""
+    driver = DriverRss(_driver_pid(spark))
+    order = [(False, path) for path in PATHS] + [(True, path) for path in DURABLE_PATHS]
+    runs: dict[tuple[bool, BenchPath], list[dict]] = {key: [] for key in order}
+    with (
+        BrokerProcess("--log-level", "WARNING") as memory,
+        BrokerProcess("--log-level", "WARNING", data_dir=work / "data") as durable,
+    ):
+        brokers = {
+            False: _Paths(spark, memory.address, size, work, tuned),
+            True: _Paths(spark, durable.address, size, work, tuned),
+        }
+        if warm_up:
+            for paths in brokers.values():
+                paths.warm_up()
+        for round_number in range(rounds):
+            for is_durable, path in order if round_number % 2 == 0 else order[::-1]:
+                with driver.sampling():
+                    result = brokers[is_durable].run(path, messages, round_number)
+                runs[(is_durable, path)].append(
+                    {**path.labels(is_durable), **result, **driver.peaks()}
+                )
+    return runs
+
+
+def _median_of(path_runs: list[dict]) -> dict:
+    """A path's median round (by rows/s; the lower middle one of an even count), with the
+    slowest and fastest rates of its rounds and the highest memory peaks."""
+    ranked = sorted(path_runs, key=lambda run: run["rows_per_s"])
+    median = dict(ranked[(len(ranked) - 1) // 2])
+    median["slowest"], median["fastest"] = ranked[0]["rows_per_s"], ranked[-1]["rows_per_s"]
+    median["rounds"] = len(ranked)
+    for peak in ("jvm_peak", "driver_peak"):
+        peaks = [run[peak] for run in path_runs if run[peak] is not None]
+        median[peak] = max(peaks) if peaks else None
+    return median
 
 
 @dataclass(frozen=True)
@@ -161,15 +221,18 @@ class _Paths:
 
     def warm_up(self) -> None:
         self._source.run("warm-up", WARM_UP_MESSAGES, {}, keyed=False)
-        _sink(self._spark, self._address, WARM_UP_MESSAGES, self._size, None, keyed=False)
+        _sink(self._spark, self._address, WARM_UP_MESSAGES, self._size, None, False, -1)
 
-    def run(self, path: BenchPath, messages: int) -> dict:
+    def run(self, path: BenchPath, messages: int, round_number: int) -> dict:
+        """One run of `path`, to and from queues of this round only."""
         if path.direction == "source":
-            name = "tuned" if path.tuned else "default"
+            name = f"{'tuned' if path.tuned else 'default'}-{path.keyed}-{round_number}"
             options = self._tuned if path.tuned else {}
-            return self._source.run(f"{name}-{path.keyed}", messages, options, path.keyed)
+            return self._source.run(name, messages, options, path.keyed)
         tasks = TUNED_SINK_TASKS if path.tuned else None
-        return _sink(self._spark, self._address, messages, self._size, tasks, path.keyed)
+        return _sink(
+            self._spark, self._address, messages, self._size, tasks, path.keyed, round_number
+        )
 
 
 def tuned_source_options(records: int, max_bytes: int, size: int) -> dict[str, str]:
@@ -252,9 +315,15 @@ def _keyed_messages(messages: int) -> dict[str, list[Any]]:
 
 
 def _sink(
-    spark: SparkSession, address: str, messages: int, size: int, tasks: int | None, keyed: bool
+    spark: SparkSession,
+    address: str,
+    messages: int,
+    size: int,
+    tasks: int | None,
+    keyed: bool,
+    round_number: int,
 ) -> dict:
-    queue = f"bench-sink-{tasks or 'default'}-{keyed}-{messages}"
+    queue = f"bench-sink-{tasks or 'default'}-{keyed}-{messages}-{round_number}"
     columns = [F.lpad(F.col("id").cast("string"), size, "x").alias("content")]
     if keyed:
         columns.append(F.format_string("key-%d", F.col("id") % 1000).cast("binary").alias("key"))
@@ -386,9 +455,10 @@ class DriverRss:
 # --------------------------------------------------------------------------- the table
 
 
-def _table(results: list[dict], size: int) -> Table:
+def _table(results: list[dict], size: int, rounds: int) -> Table:
     table = Table(title=f"{size:,}-byte messages")
-    columns = ("path", "settings", "rows", "batches", "wall s", "rows/s", "MB/s")
+    spread = ("range",) if rounds > 1 else ()
+    columns = ("path", "settings", "rows", "batches", "wall s", "rows/s", *spread, "MB/s")
     ratios = {"vs_default": "vs default", "vs_plain": "keyed/plain", "vs_memory": "durable/memory"}
     for column in (*columns, *ratios.values(), "JVM RSS", "all PSS"):
         justify = "left" if column in ("path", "settings") else "right"
@@ -401,6 +471,7 @@ def _table(results: list[dict], size: int) -> Table:
             str(result["batches"] or "-"),
             f"{result['wall_s']:.1f}",
             f"{result['rows_per_s']:,.0f}",
+            *(f"{result['slowest']:,.0f}-{result['fastest']:,.0f}",) * len(spread),
             f"{result['mb_per_s']:,.1f}",
             *(f"{result[key]:.2f}x" if result[key] else "-" for key in ratios),
             _mb(result["jvm_peak"]),

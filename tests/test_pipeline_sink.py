@@ -473,13 +473,16 @@ def test_streaming_sink_routes_rows_by_their_queue_and_ttl_columns(
 def test_the_benchmark_runs_at_a_tiny_size(spark: SparkSession) -> None:
     from phpmq.bench.spark import run_spark_benchmark, tuned_source_options
 
-    results = run_spark_benchmark(messages=40, size=10, spark=spark, warm_up=False)
+    results = run_spark_benchmark(messages=40, size=10, spark=spark, warm_up=False, rounds=2)
     memory = ["default", "tuned", "default keyed"]
     durable = ["default", "default keyed"]
     paths = [f"{direction} {name}" for direction in ("source", "sink") for name in memory]
     paths += [f"durable {direction} {name}" for direction in ("source", "sink") for name in durable]
     assert [result["path"] for result in results] == paths
     assert all(result["rows"] == 40 for result in results)
+    # Two rounds: each row is the slower one (the lower middle), beside the faster.
+    assert all(result["rounds"] == 2 for result in results)
+    assert all(result["rows_per_s"] == result["slowest"] <= result["fastest"] for result in results)
     by_path = {result["path"]: result for result in results}
     assert by_path["sink tuned"]["vs_default"] > 0 and by_path["sink default"]["vs_default"] is None
     assert by_path["source default keyed"]["vs_plain"] > 0
@@ -497,3 +500,7 @@ def test_cli_offers_the_benchmark_with_a_message_size() -> None:
 
     result = CliRunner().invoke(pipeline, ["bench", "--help"])
     assert result.exit_code == 0 and "--size" in result.output and "102400" in result.output
+    from phpmq.bench.spark import DEFAULT_ROUNDS
+
+    assert "--rounds" in result.output and "median" in result.output
+    assert f"[default: {DEFAULT_ROUNDS};" in result.output  # the CLI cannot import it early

@@ -81,11 +81,21 @@ def demo(address: str, events: int, keys: int, workdir: Path) -> None:
     show_default=True,
     help="Content bytes per message (e.g. 100, or 102400 for 100 KB).",
 )
-def bench(messages: int | None, size: int) -> None:
-    """Rows/s through the phpmq source (queue -> Parquet) and sink (DataFrame -> queue), with
-    default settings beside tuned ones, and the driver's peak memory.
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Runs of every path; each row is the path's median, and the ratios are of medians"
+    " (one run varies by up to a fifth on a busy machine).",
+)
+def bench(messages: int | None, size: int, rounds: int) -> None:
+    """Rows/s through the phpmq source (queue -> Parquet) and sink (DataFrame -> queue):
+    default settings beside tuned ones, keyed rows beside plain ones, a durable broker beside
+    one in memory, and the driver's peak memory.
 
-    Starts its own broker on a free loopback port.
+    Starts its own brokers (one in memory, one durable in a scratch directory) on free
+    loopback ports.
     """
     try:
         from ..bench.spark import run_spark_benchmark
@@ -93,6 +103,6 @@ def bench(messages: int | None, size: int) -> None:
     except ImportError:
         fail(SPARK_MISSING)
     try:
-        run_spark_benchmark(messages=messages, size=size)
+        run_spark_benchmark(messages=messages, size=size, rounds=rounds)
     except SparkUnavailable as exc:
         fail(str(exc))
