@@ -1,5 +1,6 @@
 """The turn log (broker/shell/turn_log.py): whatever it logs, folds or leaves out, and
-wherever a crash cuts it, the tables end as writing every turn straight to them leaves them."""
+wherever a crash cuts it, the tables end as writing every turn straight to them leaves them:
+purges marked the way the core journals them now (a range, finished later) among them."""
 
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ from phpmq.broker.journal import (
     LEASE_TAKEN,
     LET_GO,
     PUT,
+    SETTLE,
     UNDEAD,
     UNKEY,
 )
 from phpmq.broker.shell import turn_log as turn_log_module
 from phpmq.broker.shell.durable import DurableStore, StorageError
+from phpmq.broker.shell.store_purges import finish_all
 from phpmq.broker.shell.store_schema import SCHEMA, read_keys, write
 from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored
 
@@ -43,6 +46,8 @@ TABLES = {
     "key_batches": "SELECT * FROM key_batches ORDER BY rowid",
     "held_key_batches": "SELECT * FROM held_key_batches ORDER BY rowid",
     "turn_log": "SELECT * FROM turn_log",
+    "purges": "SELECT * FROM purges",
+    "purged_seqs": "SELECT * FROM purged_seqs",
 }
 
 
@@ -126,6 +131,17 @@ class Model:
             return [(KEY, queue, f"k{pick % 7}", chosen, math.inf)]  # held
         if action == 17:
             return [(LET_GO, queue, f"k{pick % 7}", chosen, 100.0 + pick % 5)]
+        if action in (19, 20):  # a purge or delete as journaled now: marked, finished later
+            purge = action == 19
+            for message_id, state in list(self.live.items()):
+                if state[0] == queue and not (purge and state[2]):
+                    del self.live[message_id]
+            if not purge:
+                self.dead = {m: q for m, q in self.dead.items() if q != queue}
+            kind = CLEAR if purge else DELETE_QUEUE
+            return [(kind, queue, self.head[queue], self.tail[queue] - 1)]  # as handed out
+        if action == 21:
+            return [(SETTLE,)]
         return [(UNKEY, math.inf if pick % 4 == 0 else 100.0 + pick % 5)]
 
 
@@ -135,6 +151,14 @@ def tables(db: sqlite3.Connection) -> dict[str, list]:
     return {**found, "keys": read_keys(db)}
 
 
+def finished(db: sqlite3.Connection) -> sqlite3.Connection:
+    """`db` with every purge it marked finished (what a read does first)."""
+    db.execute("BEGIN")
+    finish_all(db)
+    db.execute("COMMIT")
+    return db
+
+
 def new_db() -> sqlite3.Connection:
     db = sqlite3.connect(":memory:", isolation_level=None)
     db.executescript(SCHEMA)
@@ -142,7 +166,7 @@ def new_db() -> sqlite3.Connection:
 
 
 turn_strategy = st.lists(
-    st.tuples(st.integers(0, 18), st.integers(0, 1000)), min_size=0, max_size=12
+    st.tuples(st.integers(0, 21), st.integers(0, 1000)), min_size=0, max_size=12
 )
 step_strategy = st.tuples(
     turn_strategy,
@@ -178,14 +202,15 @@ def test_logged_turns_fold_into_the_tables_as_written_turns_would(
                 logged.execute("BEGIN")
                 fold_stored(logged)
                 logged.execute("COMMIT")
-                assert tables(logged) == tables(direct)
+                assert tables(logged) == tables(finished(direct))
         logged.execute("BEGIN")
         log.fold(logged, now, every=True)
+        finish_all(logged)
         logged.execute("COMMIT")
     finally:
         turn_log_module.MAX_LOGGED_OPERATIONS = saved_cap
     assert not log.pending
-    assert tables(logged) == tables(direct)
+    assert tables(logged) == tables(finished(direct))
 
 
 @settings(max_examples=200, deadline=None)
@@ -218,8 +243,9 @@ def test_a_rolled_back_turn_leaves_the_log_as_its_table_says(
         now += wait
     logged.execute("BEGIN")
     log.fold(logged, now, every=True)
+    finish_all(logged)
     logged.execute("COMMIT")
-    assert tables(logged) == tables(direct)
+    assert tables(logged) == tables(finished(direct))
 
 
 def test_a_store_whose_commit_fails_forgets_what_its_log_did_in_it(
