@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from ..protocol import sent_at
+from ..protocol.constants import MAX_INTEGER_DIGITS
 from .config import BrokerConfig
 from .errors import CommandError
 from .model import READY, DeadLetterEntry, Queue, Record, record_bytes
@@ -92,12 +93,17 @@ def _window(options: dict[str, Any], default_limit: int) -> tuple[int, int | Non
     offset = options.get("offset", 0)
     end = options.get("end")
     limit = options.get("limit", default_limit)
-    for key, value in (("offset", offset), ("limit", limit)):
-        if type(value) is not int or value < 0:
-            raise CommandError(f"{key!r} must be a non-negative integer")
-    if end is not None and (type(end) is not int or end < 0):
-        raise CommandError("'end' must be a non-negative integer")
+    for key, value in (("offset", offset), ("limit", limit), ("end", end)):
+        if (value is not None or key != "end") and not _is_position(value):
+            raise CommandError(
+                f"{key!r} must be a non-negative integer of at most {MAX_INTEGER_DIGITS} digits"
+            )
     return offset, end, limit
+
+
+def _is_position(value: object) -> bool:
+    """A place in a queue (itertools.islice takes none past sys.maxsize)."""
+    return type(value) is int and 0 <= value < 10**MAX_INTEGER_DIGITS
 
 
 def peek(queue: Queue, config: BrokerConfig, now: int, options: dict[str, Any]) -> dict[str, Any]:

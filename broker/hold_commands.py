@@ -15,7 +15,7 @@ from ..protocol.rules import hold_scope_problem
 from .context import Context
 from .errors import CommandError
 from .intake import Intake
-from .key_holds import Hold
+from .key_holds import MAX_BATCH_DIGITS, Hold
 from .pages import page, page_request
 from .quotas import KEY_HOLDS
 
@@ -76,8 +76,10 @@ class HoldCommands:
         scope = _scope(options)
         _target(options)
         batch = options.get("batch")
-        if type(batch) is not int or batch < 0:
-            raise CommandError("'batch' must be an integer of at least 0")
+        if type(batch) is not int or not 0 <= batch < 10**MAX_BATCH_DIGITS:
+            raise CommandError(
+                f"'batch' must be an integer of at least 0 and at most {MAX_BATCH_DIGITS} digits"
+            )
         hold = self._intake.holds.by_scope.get(scope)
         if hold is None:
             return {"scope": scope, "committed": None, "held_keys": 0, "released": 0}

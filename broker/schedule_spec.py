@@ -18,6 +18,7 @@ import msgspec
 from cronsim import CronSim, CronSimError
 
 from ..protocol import event_name_problem
+from ..protocol.constants import MAX_INTEGER_DIGITS
 from ..protocol.rules import (
     CATCH_UP_POLICIES,
     MIN_SCHEDULE_INTERVAL_MS,
@@ -25,6 +26,10 @@ from ..protocol.rules import (
     schedule_name_problem,
 )
 from .errors import CommandError
+
+#: `every_ms` and `ttl` are below this: what an integer packet holds (a client's TTL is one),
+#: so that the times worked out from them stay within a float's range.
+NUMBER_LIMIT = 10**MAX_INTEGER_DIGITS
 
 
 class ScheduleSpec(msgspec.Struct, kw_only=True, frozen=True):
@@ -71,8 +76,10 @@ def parse_spec(options: dict[str, Any], added: float, max_content_bytes: int) ->
     if not isinstance(nohaste, bool):
         raise CommandError("'nohaste' must be true or false")
     ttl = options.get("ttl", 0)
-    if type(ttl) is not int or ttl < 0:
-        raise CommandError("'ttl' must be a non-negative integer (seconds)")
+    if type(ttl) is not int or not 0 <= ttl < NUMBER_LIMIT:
+        raise CommandError(
+            f"'ttl' must be a non-negative integer (seconds) of at most {MAX_INTEGER_DIGITS} digits"
+        )
     headers = options.get("headers")
     if headers is not None and not isinstance(headers, dict):
         raise CommandError("'headers' must be a JSON object")
@@ -121,9 +128,10 @@ def _when(options: dict[str, Any]) -> tuple[int | None, str | None, str]:
         raise CommandError("'tz' must be an IANA time zone name such as 'Europe/Berlin'")
     zone = load_zone(tz)
     if every_ms is not None:
-        if type(every_ms) is not int or every_ms < MIN_SCHEDULE_INTERVAL_MS:
+        if type(every_ms) is not int or not MIN_SCHEDULE_INTERVAL_MS <= every_ms < NUMBER_LIMIT:
             raise CommandError(
-                f"'every_ms' must be an integer of at least {MIN_SCHEDULE_INTERVAL_MS} ms"
+                f"'every_ms' must be an integer of at least {MIN_SCHEDULE_INTERVAL_MS} ms and at"
+                f" most {MAX_INTEGER_DIGITS} digits"
             )
         return every_ms, None, tz
     if not isinstance(cron, str):
@@ -138,7 +146,7 @@ def _when(options: dict[str, Any]) -> tuple[int | None, str | None, str]:
 def load_zone(tz: str) -> ZoneInfo:
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder, a long name
         raise CommandError(
             f"unknown time zone {tz!r}: use an IANA name such as 'Europe/Berlin'"
         ) from None
