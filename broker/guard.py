@@ -198,7 +198,7 @@ class Guard:
         if decoded is None:
             try:
                 key, address, transport, granted = msgspec.json.decode(wire, type=_WIRE)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec's word for bad UTF-8
                 return UNKNOWN, False
             decoded = (Principal(key, address, transport or "router"), granted)
             if len(self._decoded) >= MAX_DECODED_PRINCIPALS:

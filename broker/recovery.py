@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from ..protocol.constants import MAX_INTEGER_DIGITS
 from .batch_leases import BatchLeases
 from .context import Context
 from .deadletters import DeadLetters
@@ -29,6 +30,9 @@ from .quotas import KEY_HOLDS
 IN_FLIGHT_ON_DISK = 1
 #: ... and of a message in a batch lease.
 LEASED_ON_DISK = 3
+#: The longest TTL a 003 can carry (18 digits). A deadline read back from its wall-clock
+#: seconds (a float, exact to about a minute at 10**18 s) is held to it.
+MAX_TTL_NS = (10**MAX_INTEGER_DIGITS - 1) * NS_PER_SECOND
 
 
 def restore_messages(
@@ -47,7 +51,8 @@ def restore_messages(
         queue = queues.get(stored.queue) or queues.create(stored.queue)
         expires_at = 0
         if stored.expires_wall:
-            expires_at = ctx.now + int((stored.expires_wall - wall) * NS_PER_SECOND)
+            left = int((stored.expires_wall - wall) * NS_PER_SECOND)
+            expires_at = ctx.now + min(left, MAX_TTL_NS)
         record = new_record(
             stored.id,
             stored.content,

@@ -127,7 +127,9 @@ def _reply_headers(message: Reply) -> bytes | None:
     if message.headers:
         try:
             headers = _json_object.decode(message.headers)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            # msgspec reports invalid UTF-8 inside a JSON string as a bare UnicodeDecodeError
+            # and deep nesting as a RecursionError: headers that are no JSON object all the same.
             headers = {}
     headers["error"] = {"code": message.code or int(ErrorCode.INTERNAL), "reason": message.reason}
     return _json.encode(headers)

@@ -113,5 +113,5 @@ def decode_map(raw: bytes) -> ClusterMap:
         return _map_decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise ValueError(f"not a cluster map: {exc}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(f"not a cluster map: {exc}") from None

@@ -194,6 +194,10 @@ def test_the_outcome_becomes_the_reply_or_an_exception() -> None:
         result(p.Error(429, "queue is full"), "raw")
     with pytest.raises(ClientError, match="not json"):
         result(p.Reply(b"{oops"), "json")
+    # msgspec's own exceptions for bad UTF-8 in a string and for deep nesting
+    for content in (b'{"a":"\xff"}', b"[" * 3000 + b"]" * 3000):
+        with pytest.raises(ClientError, match="not json"):
+            result(p.Reply(content), "json")
 
 
 @pytest.mark.parametrize(

@@ -201,5 +201,6 @@ def result(outcome: Outcome, reply_format: str) -> Any:
         if reply_format == "json":
             return msgspec.json.decode(content)
         return msgspec.msgpack.decode(content)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        # (msgspec reports bad UTF-8 in a JSON string and deep nesting with these two)
         raise ClientError(f"the reply is not {reply_format}: {exc}") from None
