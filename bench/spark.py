@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -85,6 +86,8 @@ def run_spark_benchmark(
     starting."""
     from ..pipeline.session import local_session
 
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
     messages = messages or default_messages(size)
     console = Console(width=max(Console().width, 215))
     tuned = tuned_source_options(TUNED_RECORDS, TUNED_BYTES, size)
@@ -303,6 +306,8 @@ class _SourcePath:
         wall = time.monotonic() - started
         batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
         rows = self._spark.read.parquet(str(target)).count()
+        for written in (target, Path(f"{target}.checkpoint")):  # (rounds would pile them up)
+            shutil.rmtree(written, ignore_errors=True)
         return _result(_describe(options, "\n"), rows, batches, wall, len(self._pad))
 
 

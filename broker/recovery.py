@@ -52,7 +52,9 @@ def restore_messages(
         expires_at = 0
         if stored.expires_wall:
             left = int((stored.expires_wall - wall) * NS_PER_SECOND)
-            expires_at = ctx.now + min(left, MAX_TTL_NS)
+            # (a delayed send's TTL counts from when it becomes visible)
+            hidden = max(0, int((stored.visible_wall - wall) * NS_PER_SECOND))
+            expires_at = ctx.now + min(left, hidden + MAX_TTL_NS)
         record = new_record(
             stored.id,
             stored.content,

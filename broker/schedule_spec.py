@@ -55,7 +55,17 @@ def encode_spec(spec: ScheduleSpec) -> bytes:
 
 
 def decode_spec(data: bytes) -> ScheduleSpec:
-    return msgspec.json.decode(data, type=ScheduleSpec)
+    """A spec as the store keeps it; an interval or TTL an older broker took past
+    NUMBER_LIMIT is held just under it (it would stop the start, or go out as 19 digits)."""
+    spec = msgspec.json.decode(data, type=ScheduleSpec)
+    every_ms, ttl = spec.every_ms, spec.ttl
+    if (every_ms is not None and every_ms >= NUMBER_LIMIT) or ttl >= NUMBER_LIMIT:
+        spec = msgspec.structs.replace(
+            spec,
+            every_ms=None if every_ms is None else min(every_ms, NUMBER_LIMIT - 1),
+            ttl=min(ttl, NUMBER_LIMIT - 1),
+        )
+    return spec
 
 
 def parse_spec(options: dict[str, Any], added: float, max_content_bytes: int) -> ScheduleSpec:

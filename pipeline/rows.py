@@ -90,7 +90,7 @@ def _headers(text: str | dict[str, Any] | None) -> list[tuple[str, str]]:
     if isinstance(text, str):
         try:
             headers = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # (nested too deep to read)
             return [("", text)]  # not JSON: kept whole rather than lost
     if not isinstance(headers, dict):
         return [("", str(text))]

@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,6 +42,7 @@ from phpmq.broker import guard
 from phpmq.broker.guard import Principal
 from phpmq.broker.model import PeerProfile
 from phpmq.broker.permissions import Permissions, Rights
+from phpmq.broker.schedule_spec import ScheduleSpec, decode_spec
 from phpmq.broker.shell.durable import DurableStore
 from phpmq.protocol import admin_commands as cmd
 
@@ -58,6 +60,7 @@ EXAMPLES = int(os.environ.get("ADMIN_FUZZ_EXAMPLES", "8"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
+    derandomize="ADMIN_FUZZ_EXAMPLES" not in os.environ,  # a soak explores afresh each time
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
@@ -535,6 +538,16 @@ def test_the_largest_numbers_taken_are_stored_and_read_back(
     assert "error" not in answer, answer
     stage.go_on()
     stage.recovered()
+
+
+def test_a_schedule_an_older_broker_stored_past_the_bounds_is_held_under_them() -> None:
+    """An older broker took any interval or TTL (the store's JSON holds 64 bits): read back,
+    they are held under 18 digits, so its runs' 003s stay decodable."""
+    huge = 2**64 - 1
+    stored = msgspec.json.encode(ScheduleSpec(name="old", queue="q", every_ms=huge, ttl=huge))
+    spec = decode_spec(stored)
+    assert (spec.every_ms, spec.ttl) == (10**18 - 1, 10**18 - 1)
+    assert decode_spec(msgspec.json.encode(ScheduleSpec(name="c", queue="q", cron="* * * * *")))
 
 
 # --------------------------------------------------------------------------- a real broker

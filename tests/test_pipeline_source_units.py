@@ -282,6 +282,14 @@ def test_entries_become_rows_in_spark_s_arrow_schema() -> None:
     assert rows[1]["key"] is None and rows[1]["headers"] == [] and rows[1]["sent_at"] is None
 
 
+def test_headers_nested_too_deep_to_read_are_kept_whole() -> None:
+    """Not a failed batch (json.loads raised RecursionError): kept as one entry, as headers
+    that are no JSON are."""
+    deep = '{"a":' + "[" * 5000 + "]" * 5000 + "}"
+    [row] = record_batch("q", [_entry(headers=deep)]).to_pylist()
+    assert row["headers"] == [("", deep)]
+
+
 def test_dead_letters_carry_reason_and_dead_at() -> None:
     batch = record_batch("q", [_entry(reason="expired", dead_at=1_700_000_100.0)], dead=True)
     assert batch.schema.equals(DEAD_LETTER_ARROW_SCHEMA)

@@ -435,6 +435,23 @@ def test_a_timeout_header_stops_a_job_of_a_pool_without_a_timeout(
     pool.wait_for(lambda: len(pool.worker_pids()) == 1, 10, "the worker replaced")
 
 
+def test_headers_no_worker_can_read_are_no_headers_not_a_dying_worker(
+    broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
+) -> None:
+    """Headers pass through the broker unread: nested too deep to decode (a RecursionError,
+    which killed the worker reading a job's timeout, again at each redelivery) or with bad
+    UTF-8 in a string, a job runs as one without headers."""
+    pool = start_pool("record", "-q", "odd", "--max-retries", "0", *FAST)
+    deep, not_utf8 = b'{"timeout":' + b"[" * 5000 + b"]" * 5000 + b"}", b'{"timeout":"\xff"}'
+    with broker.client() as client:  # (send_many sends JSON bytes as they are)
+        client.send_many("odd", [b"deep", b"not utf-8"], headers=[deep, not_utf8], confirm=True)
+
+    pool.wait_for(lambda: len(pool.records()) >= 2, 20, "both handled")
+    pool.wait_for(lambda: settled(broker, "odd"), 5, "the queue to settle")
+    assert deliveries(pool.records()) == {"deep": [1], "not utf-8": [1]}
+    assert dead_letters(broker, "odd") == {} and len(pool.worker_pids()) == 1
+
+
 def test_a_handler_that_aborts_the_process_is_dead_lettered_as_sigabrt(
     broker: BrokerProcess, start_pool: Callable[..., PoolProcess]
 ) -> None:

@@ -142,6 +142,11 @@ class Model:
             return [(kind, queue, self.head[queue], self.tail[queue] - 1)]  # as handed out
         if action == 21:
             return [(SETTLE,)]
+        if action == 22 and self.live[chosen][2]:
+            # A restart: what was in flight is ready again at its own place, which a marker
+            # still waiting would take; recovery journals SETTLE first (store_purges.py).
+            self.live[chosen][2] = False
+            return [(SETTLE,), (BACK, chosen, seq, 0.0, 2)]
         return [(UNKEY, math.inf if pick % 4 == 0 else 100.0 + pick % 5)]
 
 
@@ -166,7 +171,7 @@ def new_db() -> sqlite3.Connection:
 
 
 turn_strategy = st.lists(
-    st.tuples(st.integers(0, 21), st.integers(0, 1000)), min_size=0, max_size=12
+    st.tuples(st.integers(0, 22), st.integers(0, 1000)), min_size=0, max_size=12
 )
 step_strategy = st.tuples(
     turn_strategy,

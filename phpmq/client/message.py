@@ -157,7 +157,8 @@ class ReceivedMessage:
             return raw
         decoded: dict[str, Any] = {}
         if raw:
-            with contextlib.suppress(msgspec.DecodeError, UnicodeDecodeError):
+            # (msgspec's words for bad UTF-8 in a string and for nesting too deep to read)
+            with contextlib.suppress(msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 decoded = _headers.decode(raw)
         self._headers = decoded
         return decoded
