@@ -497,7 +497,7 @@ def load_config(
     if path is not None:
         try:
             values.update(tomllib.loads(Path(path).read_text()))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:  # (not UTF-8)
             raise ConfigError(f"cannot read config file {path}: {exc}") from None
     from_env = _from_env(os.environ if environ is None else environ)
     values.update(from_env)

@@ -13,6 +13,7 @@ import msgspec
 
 from .constants import (
     LENGTH_DIGITS,
+    MAX_INTEGER_DIGITS,
     PACKET_HEADER_BYTES,
     PROTOCOL_VERSION,
     MessageType,
@@ -24,6 +25,8 @@ from .table import SPEC_OF_CLASS, SPECS
 
 _json = msgspec.json.Encoder()
 _MAX_LENGTH = 10**LENGTH_DIGITS - 1
+#: Integer packets are below this: what the reader takes (18 digits).
+INTEGER_LIMIT = 10**MAX_INTEGER_DIGITS
 
 
 def packet(packet_type: int, content: bytes) -> bytes:
@@ -43,8 +46,8 @@ def _value_bytes(value: Any) -> bytes:
     if isinstance(value, bool):
         raise LocalProtocolError("booleans have no PHPMQ encoding")
     if isinstance(value, int):
-        if value < 0:
-            raise LocalProtocolError(f"integer packets cannot be negative: {value}")
+        if not 0 <= value < INTEGER_LIMIT:
+            raise LocalProtocolError(f"integers are 0 to {MAX_INTEGER_DIGITS} digits: {value}")
         return b"%d" % value
     if isinstance(value, dict):
         return _json.encode(value)
@@ -281,8 +284,8 @@ def encode_send(
                 "a tag, key, headers or message key need the TTL form (ttl=0: never expires)"
             )
         return b"".join((_SEND_HEADERS[2], queue_packet, _CONTENT_HEADERS[len(content)], content))
-    if ttl < 0:
-        raise LocalProtocolError(f"TTL cannot be negative: {ttl}")
+    if not 0 <= ttl < INTEGER_LIMIT:
+        raise LocalProtocolError(f"a TTL is 0 to {MAX_INTEGER_DIGITS} digits: {ttl}")
     parts = [
         _SEND_HEADERS[3],
         queue_packet,

@@ -10,7 +10,14 @@ import msgspec
 import pytest
 
 from phpmq import protocol as p
-from phpmq.client import BrokerRefused, ClientError, InvalidArgument, ReplyError, RequestLost
+from phpmq.client import (
+    BrokerRefused,
+    Client,
+    ClientError,
+    InvalidArgument,
+    ReplyError,
+    RequestLost,
+)
 from phpmq.client.connection import Connection
 from phpmq.client.requests import (
     SMALL_REQUEST_BYTES,
@@ -19,6 +26,7 @@ from phpmq.client.requests import (
     encode_request,
     result,
 )
+from phpmq.client.schedules import delay_ms
 
 
 def reply(correlation: str | None, content: bytes = b"ok", **error: object) -> bytes:
@@ -214,3 +222,17 @@ def test_an_error_reply_reason_splits_into_type_and_text(
 ) -> None:
     error = ReplyError(500, reason)
     assert (error.type_name, error.text) == (type_name, text)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 10**30, "5", True])
+@pytest.mark.parametrize("name", ["send_timeout", "close_timeout", "confirm_timeout"])
+def test_a_timeout_no_socket_can_wait_is_refused_at_once(name: str, value: object) -> None:
+    """nan and inf once failed deep in the socket's setup (int(nan * 1000))."""
+    with pytest.raises(InvalidArgument, match=name):
+        Client("tcp://127.0.0.1:1", **{name: value})
+
+
+@pytest.mark.parametrize("delay", [float("nan"), float("inf"), 10**15, 1e300])
+def test_a_delay_no_packet_can_carry_is_refused_at_once(delay: float) -> None:
+    with pytest.raises(InvalidArgument, match="a delay must be"):
+        delay_ms(delay)

@@ -377,9 +377,7 @@ def test_the_content_limit_applies_to_content_and_headers() -> None:
 def test_control_packets_have_a_limit_of_their_own() -> None:
     """Finding 11 of issue 27: `--max-content-bytes 100` refused every HELLO (105 bytes)."""
     options = b'{"name":"%s"}' % (b"n" * 200)
-    assert decode_message(b"H0110101" + pkt(13, options), 0, 100)[0] == Hello(
-        {"name": "n" * 200}
-    )
+    assert decode_message(b"H0110101" + pkt(13, options), 0, 100)[0] == Hello({"name": "n" * 200})
     assert decode_message(b"H0100202" + pkt(1, b"a-long-queue") + COUNT, 0, 5)[0] == Consume(
         "a-long-queue", 5
     )
@@ -551,12 +549,14 @@ def test_error_hierarchy() -> None:
 @pytest.mark.parametrize(
     ("message", "reason"),
     [
-        (Send("Foo", b"x", -1), "cannot be negative"),
-        (Requeue("Foo", MESSAGE_ID, -3600), "cannot be negative"),
-        (Consume("Foo", -5), "cannot be negative"),
-        (Dispatch("Foo", b"x", MESSAGE_ID, ttl=-1), "cannot be negative"),
-        (Dispatch("Foo", b"x", MESSAGE_ID, ttl=1, delivery_count=-1), "cannot be negative"),
-        (Error(-400, "bad"), "cannot be negative"),
+        (Send("Foo", b"x", -1), "0 to 18 digits"),
+        (Requeue("Foo", MESSAGE_ID, -3600), "0 to 18 digits"),
+        (Consume("Foo", -5), "0 to 18 digits"),
+        (Dispatch("Foo", b"x", MESSAGE_ID, ttl=-1), "0 to 18 digits"),
+        (Dispatch("Foo", b"x", MESSAGE_ID, ttl=1, delivery_count=-1), "0 to 18 digits"),
+        (Error(-400, "bad"), "0 to 18 digits"),
+        (Send("Foo", b"x", 10**18), "0 to 18 digits"),  # the reader takes no 19th
+        (Consume("Foo", 10**30), "0 to 18 digits"),
         (Send("Foo", b"x", True), "booleans"),
         (Consume("Foo", False), "booleans"),
         (Send(None, b"x"), "SEND needs queue"),
@@ -577,10 +577,11 @@ def test_encoding_illegal_message(message, reason: str) -> None:
     assert reason in info.value.reason
 
 
-def test_hot_path_send_refuses_negative_ttl() -> None:
+@pytest.mark.parametrize("ttl", [-1, 10**18])
+def test_hot_path_send_refuses_a_ttl_no_reader_takes(ttl: int) -> None:
     with pytest.raises(LocalProtocolError) as info:
-        encode_send(queue_packet("Foo"), b"x", -1)
-    assert "negative" in info.value.reason
+        encode_send(queue_packet("Foo"), b"x", ttl)
+    assert "a TTL is 0 to 18 digits" in info.value.reason
 
 
 def test_encoder_refusal_is_not_a_remote_error() -> None:

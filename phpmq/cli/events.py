@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .shared import broker_option, fail, timeout_option, with_client
+from .shared import MAX_WIRE_INTEGER, broker_option, fail, timeout_option, with_client
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -41,7 +41,7 @@ def _refused(action: str, exc: Exception) -> None:
 @click.argument("message", required=False)
 @click.option(
     "--ttl",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_WIRE_INTEGER),
     default=0,
     show_default=True,
     help="Seconds each copy lives; 0 never expires.",

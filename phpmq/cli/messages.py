@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .shared import Duration, broker_option, fail, timeout_option, with_client
+from .shared import MAX_WIRE_INTEGER, Duration, broker_option, fail, timeout_option, with_client
 
 if TYPE_CHECKING:
     from ..client import Client, Unconfirmed
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 @click.argument("message", required=False)
 @click.option(
     "--ttl",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_WIRE_INTEGER),
     default=0,
     show_default=True,
     help="Seconds to live; 0 never expires.",
@@ -133,7 +133,7 @@ def _fail_unconfirmed(exc: Unconfirmed, address: str, queue: str) -> None:
 @click.option(
     "--count",
     "-n",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WIRE_INTEGER),
     default=1,
     show_default=True,
     help="Stop after this many messages.",
@@ -147,7 +147,7 @@ def _fail_unconfirmed(exc: Unconfirmed, address: str, queue: str) -> None:
 )
 @click.option(
     "--window",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WIRE_INTEGER),
     help="Unacked messages at a time.  [default: --count, 100 with --follow]",
 )
 @click.option(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .shared import broker_option, fail, with_client
+from .shared import MAX_TIMEOUT_S, FiniteFloatRange, broker_option, fail, with_client
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 @broker_option
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True, max=MAX_TIMEOUT_S),
     default=5.0,
     show_default=True,
     help="Seconds to wait for the reply (and for the broker to answer at all). The request"

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import click
 
-from .shared import Duration, broker_option, timeout_option, with_client
+from .shared import MAX_WIRE_INTEGER, Duration, broker_option, timeout_option, with_client
 
 
 @click.group()
@@ -46,7 +46,7 @@ def schedule() -> None:
 )
 @click.option(
     "--ttl",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_WIRE_INTEGER),
     default=0,
     show_default=True,
     help="Seconds each run's message lives; 0 never expires.",

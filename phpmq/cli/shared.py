@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import click
 
 from ..protocol import DEFAULT_ADDRESS
 from ..protocol import admin_commands as cmd
+from ..protocol.constants import MAX_INTEGER_DIGITS
 from .environment import BROKER_VARIABLE
 
 if TYPE_CHECKING:
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 Result = TypeVar("Result")
 
 DEFAULT_TIMEOUT_S = 5.0
+#: The longest --timeout: ZeroMQ takes a socket's timeout in milliseconds, as a C int.
+MAX_TIMEOUT_S = (2**31 - 1) // 1000
+#: The largest integer a packet carries (a TTL in seconds, a delay in ms): 18 digits.
+MAX_WIRE_INTEGER = 10**MAX_INTEGER_DIGITS - 1
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 
@@ -40,6 +46,19 @@ def checked_address(ctx: click.Context, param: click.Parameter, address: str) ->
     return address
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange without nan and inf, which it lets through (nan compares false with
+    any bound) and no timer can wait."""
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        number: float = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 broker_option = click.option(
     "--broker",
     "address",
@@ -52,7 +71,7 @@ broker_option = click.option(
 
 timeout_option = click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True, max=MAX_TIMEOUT_S),
     default=DEFAULT_TIMEOUT_S,
     show_default=True,
     help="Seconds to wait for the broker to answer before giving up.",
@@ -93,8 +112,12 @@ class Duration(click.ParamType):
             seconds = float(text[: len(text) - len(unit)]) * self.UNITS.get(unit, 1.0)
         except ValueError:
             self.fail(f"{value!r} is not a duration such as 500ms, 10s, 5m or 2h", param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite duration", param, ctx)
         if seconds < 0:
             self.fail(f"{value!r} is negative", param, ctx)
+        if seconds * 1000 > MAX_WIRE_INTEGER:
+            self.fail(f"{value!r} is longer than {MAX_WIRE_INTEGER}ms", param, ctx)
         return Seconds(seconds, str(value).strip())
 
 

@@ -7,6 +7,7 @@ Nothing here touches a socket, a thread or an event loop.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import time
@@ -18,7 +19,7 @@ from ..protocol import DEFAULT_ADDRESS, Error, ErrorCode, MessageType, Pause
 from ..protocol.cluster import ClusterMap, Shard
 from .connection import Connection
 from .curve import Curve, curve_from_environment
-from .errors import BrokerRefused, Paused, QueueDeleted, Unconfirmed
+from .errors import BrokerRefused, InvalidArgument, Paused, QueueDeleted, Unconfirmed
 from .events import (
     BROKER_LEAVING,
     BROKER_LOST,
@@ -96,11 +97,13 @@ class Driver:
         #: CURVE keys (docs/security.md): given, or from PHPMQ_CURVE_SECRET/_SERVER.
         curve: Curve | None = settings["curve"]
         self.curve = curve if curve is not None else curve_from_environment()
-        self.send_timeout: float = settings["send_timeout"]
-        self.close_timeout: float = settings["close_timeout"]
+        self.send_timeout: float = timeout_seconds(settings["send_timeout"], "send_timeout")
+        self.close_timeout: float = timeout_seconds(settings["close_timeout"], "close_timeout")
         #: How long a confirmed send waits for the broker's answer (per message for send,
         #: without progress for send_many).
-        self.confirm_timeout: float = settings["confirm_timeout"]
+        self.confirm_timeout: float = timeout_seconds(
+            settings["confirm_timeout"], "confirm_timeout"
+        )
         self.on_event: Callable[[str, str], None] | None = settings["on_event"]
         self.closed = False
         #: Whether a follower replica is left for its leader (and a lost one for another).
@@ -412,3 +415,17 @@ class Driver:
                 self.on_event(event, detail)
             except Exception:
                 log.exception("on_event callback failed")
+
+
+#: The longest timeout: ZeroMQ takes a socket's in milliseconds, as a C int.
+MAX_TIMEOUT_S = (2**31 - 1) // 1000
+
+
+def timeout_seconds(value: object, name: str) -> float:
+    """A client's timeout, refused at once (InvalidArgument) unless a finite number of
+    seconds from 0 to MAX_TIMEOUT_S (nan or inf would fail deep in the socket's setup)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{name} must be a number of seconds", repr(value))
+    if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT_S):
+        raise InvalidArgument(f"{name} must be from 0 to {MAX_TIMEOUT_S:,} seconds", repr(value))
+    return float(value)
