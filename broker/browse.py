@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ..protocol import sent_at
-from ..protocol.constants import MAX_INTEGER_DIGITS
+from ..protocol.constants import INTEGER_LIMIT, MAX_INTEGER_DIGITS
 from .config import BrokerConfig
 from .errors import CommandError
 from .model import READY, DeadLetterEntry, Queue, Record, record_bytes
@@ -103,7 +103,7 @@ def _window(options: dict[str, Any], default_limit: int) -> tuple[int, int | Non
 
 def _is_position(value: object) -> bool:
     """A place in a queue (itertools.islice takes none past sys.maxsize)."""
-    return type(value) is int and 0 <= value < 10**MAX_INTEGER_DIGITS
+    return type(value) is int and 0 <= value < INTEGER_LIMIT
 
 
 def peek(queue: Queue, config: BrokerConfig, now: int, options: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ..protocol.constants import MAX_INTEGER_DIGITS
+from ..protocol.constants import INTEGER_LIMIT
 from .batch_leases import BatchLeases
 from .context import Context
 from .deadletters import DeadLetters
@@ -32,7 +32,7 @@ IN_FLIGHT_ON_DISK = 1
 LEASED_ON_DISK = 3
 #: The longest TTL a 003 can carry (18 digits). A deadline read back from its wall-clock
 #: seconds (a float, exact to about a minute at 10**18 s) is held to it.
-MAX_TTL_NS = (10**MAX_INTEGER_DIGITS - 1) * NS_PER_SECOND
+MAX_TTL_NS = (INTEGER_LIMIT - 1) * NS_PER_SECOND
 
 
 def restore_messages(

@@ -18,7 +18,7 @@ import msgspec
 from cronsim import CronSim, CronSimError
 
 from ..protocol import event_name_problem
-from ..protocol.constants import MAX_INTEGER_DIGITS
+from ..protocol.constants import INTEGER_LIMIT, MAX_INTEGER_DIGITS
 from ..protocol.rules import (
     CATCH_UP_POLICIES,
     MIN_SCHEDULE_INTERVAL_MS,
@@ -29,7 +29,7 @@ from .errors import CommandError
 
 #: `every_ms` and `ttl` are below this: what an integer packet holds (a client's TTL is one),
 #: so that the times worked out from them stay within a float's range.
-NUMBER_LIMIT = 10**MAX_INTEGER_DIGITS
+NUMBER_LIMIT = INTEGER_LIMIT
 
 
 class ScheduleSpec(msgspec.Struct, kw_only=True, frozen=True):

@@ -31,6 +31,8 @@ MIN_CONTROL_PACKET_BYTES = 64 * 1024
 #: Integer packets (count, TTL, delivery count, error code) are plain decimal; 18 digits keep
 #: every value inside a 64-bit signed integer.
 MAX_INTEGER_DIGITS = 18
+#: Integer packets are below this (what MAX_INTEGER_DIGITS digits can say, and more).
+INTEGER_LIMIT = 10**MAX_INTEGER_DIGITS
 
 
 class MessageType(IntEnum):

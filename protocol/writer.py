@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from .constants import (
+    INTEGER_LIMIT,
     LENGTH_DIGITS,
     MAX_INTEGER_DIGITS,
     PACKET_HEADER_BYTES,
@@ -25,8 +26,6 @@ from .table import SPEC_OF_CLASS, SPECS
 
 _json = msgspec.json.Encoder()
 _MAX_LENGTH = 10**LENGTH_DIGITS - 1
-#: Integer packets are below this: what the reader takes (18 digits).
-INTEGER_LIMIT = 10**MAX_INTEGER_DIGITS
 
 
 def packet(packet_type: int, content: bytes) -> bytes:

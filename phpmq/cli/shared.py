@@ -18,7 +18,7 @@ import click
 
 from ..protocol import DEFAULT_ADDRESS
 from ..protocol import admin_commands as cmd
-from ..protocol.constants import MAX_INTEGER_DIGITS
+from ..protocol.constants import INTEGER_LIMIT
 from .environment import BROKER_VARIABLE
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ DEFAULT_TIMEOUT_S = 5.0
 #: The longest --timeout: ZeroMQ takes a socket's timeout in milliseconds, as a C int.
 MAX_TIMEOUT_S = (2**31 - 1) // 1000
 #: The largest integer a packet carries (a TTL in seconds, a delay in ms): 18 digits.
-MAX_WIRE_INTEGER = 10**MAX_INTEGER_DIGITS - 1
+MAX_WIRE_INTEGER = INTEGER_LIMIT - 1
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 

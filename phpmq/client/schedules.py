@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..protocol import event_name_problem
-from ..protocol.constants import MAX_INTEGER_DIGITS
+from ..protocol.constants import INTEGER_LIMIT
 from ..protocol.rules import (
     CATCH_UP_POLICIES,
     MIN_SCHEDULE_INTERVAL_MS,
@@ -30,7 +30,7 @@ def duration_ms(value: Duration, what: str) -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise InvalidArgument(f"{what} must be a non-negative number of seconds", repr(value))
     # (nan and inf, and what 18 digits of milliseconds cannot say: no packet carries them)
-    if not math.isfinite(seconds) or seconds * 1000 >= 10**MAX_INTEGER_DIGITS:
+    if not math.isfinite(seconds) or seconds * 1000 >= INTEGER_LIMIT:
         raise InvalidArgument(f"{what} must be under 10**15 seconds", repr(value))
     return round(seconds * 1000)
 
