@@ -246,8 +246,8 @@ class BatchLeases:
             if not self._dead.count_delivery(queue, record):
                 continue
             record.state = READY
-            self._queues.place(queue, record, to_head=True)
-            self._ctx.journal.back(record)
+            was = self._queues.place(queue, record, to_head=True)
+            self._ctx.journal.back(record, queue.name, was)
             if record.expires_at:
                 self._expiry.watch(queue, record)
         self._ctx.counters.lease_released += len(records)

@@ -156,7 +156,7 @@ class Dispatch:
         queue = self._queues.by_name.get(queue_name)
         if queue is not None:
             queue.acked += 1
-        ctx.journal.acked(message_id)
+        ctx.journal.acked(queue_name, message_id, record)
         return True
 
     def ack_run(self, peer: Peer, queue_name: str, message_ids: list[bytes]) -> None:
@@ -179,7 +179,7 @@ class Dispatch:
                 continue
             taken += 1
             retire(record)
-            acked(message_id)
+            acked(queue_name, message_id, record)
         if not taken:
             return
         ctx.counters.acked += taken
@@ -290,8 +290,8 @@ class Dispatch:
         if counted and not self._dead.count_delivery(queue, record):
             return
         record.state = READY
-        self._queues.place(queue, record, to_head)
-        self._ctx.journal.back(record)
+        was = self._queues.place(queue, record, to_head)
+        self._ctx.journal.back(record, queue.name, was)
         if record.expires_at:
             self._expiry.watch(queue, record)
 
@@ -303,9 +303,11 @@ class Dispatch:
         record.state = DELAYED
         queue.delayed += 1
         ctx.deadlines.arm_pair(ctx.now + delay_ms * NS_PER_MS, DELAY_OVER, queue.serial, record)
+        was = 0
         if ctx.journal.durable:
+            was = record.seq  # type: ignore[attr-defined]
             record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
-        ctx.journal.delayed(record)
+        ctx.journal.delayed(record, queue.name, was)
 
     @staticmethod
     def is_delay_live(due: int, target: tuple[int, Record]) -> bool:
@@ -324,8 +326,8 @@ class Dispatch:
         if record.deliveries == 1:  # a requeue counted a delivery first: a delayed send
             queue.delayed_sends -= 1
         record.state = READY
-        self._queues.place(queue, record, to_head=False)
-        self._ctx.journal.back(record)
+        was = self._queues.place(queue, record, to_head=False)
+        self._ctx.journal.back(record, queue.name, was)
         if record.expires_at:
             self._expiry.watch(queue, record)
         self._ctx.mark_dirty(queue)

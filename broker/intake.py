@@ -400,11 +400,12 @@ class Intake:
         record.state = DELAYED
         queue.delayed += 1
         queue.delayed_sends += 1
+        seq = 0
         if ctx.journal.durable:
-            record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
+            seq = record.seq = self._queues.next_seq(to_head=False)  # type: ignore[attr-defined]
         ctx.deadlines.arm_pair(visible_at, DELAY_OVER, queue.serial, record)
         ctx.journal.put(queue.name, record, message_id, content, visible_at)
-        ctx.journal.delayed(record)
+        ctx.journal.delayed(record, queue.name, seq)
 
     def _is_request(self, peer: Peer, message: Send) -> bool:
         """A 001 with a reply route and a correlation id (§6.6); refused (422) when one is

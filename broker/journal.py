@@ -26,9 +26,11 @@ from .model import DeadLetterEntry, Record
 PUT = "put"  # id, queue, seq, content, headers, expires_wall, deliveries, event, reply_to,
 #              correlation, visible_wall (0: visible at once; else a delayed send), message key
 FLY = "fly"  # queue, first seq, last seq: the ready messages in that range were dispatched
-BACK = "back"  # id, seq, expires_wall, deliveries: ready again (returned, requeued)
-DELAY = "delay"  # id, seq, expires_wall, deliveries: requeued with a delay (already counted)
-DROP = "drop"  # id: acked
+BACK = "back"  # id, seq, expires_wall, deliveries, queue, seq before: ready again (returned,
+# requeued; written before 2026-11 without the queue and the seq it had before)
+DELAY = "delay"  # id, seq, expires_wall, deliveries, queue, seq before: requeued with a delay
+# (already counted; the same older form)
+DROP = "drop"  # id, queue, seq: acked (written before 2026-11: the id alone)
 DEAD = "dead"  # queue, id, content, reason, deliveries, dead_at, headers, message key
 UNDEAD = "undead"  # queue, id: out of the dead-letter store (replayed, or evicted by its bound)
 PURGE = "purge"  # queue: dead letters deleted
@@ -125,23 +127,30 @@ class Journal:
         """The queue's ready messages with `seq` from first to last went out in one pass."""
         self._operations.append((FLY, queue_name, first_seq, last_seq))
 
-    def back(self, record: Record) -> None:
-        """Ready again at its `seq` (returned or requeued)."""
+    def back(self, record: Record, queue_name: str, was_seq: int) -> None:
+        """Ready again at its `seq` (returned or requeued), from `was_seq`: where a put run
+        keeps it (shell/put_runs.py)."""
         seq = record.seq  # type: ignore[attr-defined]  # a durable journal's records have one
         self._operations.append(
-            (BACK, record.id, seq, self._expires_wall(record), record.deliveries)
-        )
+            (BACK, record.id, seq, self._expires_wall(record), record.deliveries, queue_name,
+             was_seq)
+        )  # fmt: skip
 
-    def delayed(self, record: Record) -> None:
+    def delayed(self, record: Record, queue_name: str, was_seq: int) -> None:
         """Requeued with a delay, its delivery counted: at the tail on disk, so after a
-        restart it is ready at once (the delay is not kept) with the count it has now."""
+        restart it is ready at once (the delay is not kept) with the count it has now; from
+        `was_seq`, as for back()."""
         seq = record.seq  # type: ignore[attr-defined]
         self._operations.append(
-            (DELAY, record.id, seq, self._expires_wall(record), record.deliveries)
-        )
+            (DELAY, record.id, seq, self._expires_wall(record), record.deliveries, queue_name,
+             was_seq)
+        )  # fmt: skip
 
-    def acked(self, message_id: bytes) -> None:
-        self._operations.append((DROP, message_id))
+    def acked(self, queue_name: str, message_id: bytes, record: Record) -> None:
+        """Acked: by its ID, and by its place, which is where a put run keeps it
+        (shell/put_runs.py)."""
+        seq = record.seq  # type: ignore[attr-defined]
+        self._operations.append((DROP, message_id, queue_name, seq))
 
     def leased(self, queue_name: str, lease_name: str, first_seq: int, last_seq: int) -> None:
         """The queue's ready messages from seq first to last went into a batch lease."""
@@ -265,13 +274,13 @@ class NullJournal:
     def dispatched(self, queue_name: str, first_seq: int, last_seq: int) -> None:
         pass
 
-    def back(self, record: Record) -> None:
+    def back(self, record: Record, queue_name: str, was_seq: int) -> None:
         pass
 
-    def delayed(self, record: Record) -> None:
+    def delayed(self, record: Record, queue_name: str, was_seq: int) -> None:
         pass
 
-    def acked(self, message_id: bytes) -> None:
+    def acked(self, queue_name: str, message_id: bytes, record: Record) -> None:
         pass
 
     def leased(self, queue_name: str, lease_name: str, first_seq: int, last_seq: int) -> None:

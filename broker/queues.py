@@ -182,15 +182,19 @@ class Queues:
         self._ctx.journal.queue_deleted(queue.name, self._head_seq, self._tail_seq)
         return purged, dead
 
-    def place(self, queue: Queue, record: Record, to_head: bool) -> None:
+    def place(self, queue: Queue, record: Record, to_head: bool) -> int:
         """Into the queue's ready deque; a durable record's `seq` records the place for the
-        store (memory mode has no seq: broker/model.py)."""
+        store (memory mode has no seq: broker/model.py). Returns the place it had (0 in
+        memory mode): the journal's return names it (journal.back)."""
+        was = 0
         if self._durable:
+            was = record.seq  # type: ignore[attr-defined]
             record.seq = self.next_seq(to_head)  # type: ignore[attr-defined]
         if to_head:
             queue.ready.appendleft(record)
         else:
             queue.ready.append(record)
+        return was
 
     def next_seq(self, to_head: bool) -> int:
         if to_head:

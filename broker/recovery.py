@@ -77,12 +77,12 @@ def restore_messages(
             were_in_flight += 1
             if not dead_letters.count_delivery(queue, record):
                 continue
-            ctx.journal.back(record)
+            ctx.journal.back(record, queue.name, stored.seq)
         elif stored.visible_wall > wall:  # a delayed send: invisible until its time
             _delay_until(ctx, queue, record, stored.visible_wall - wall)
             continue
         elif stored.in_flight:  # delayed when the broker stopped: ready now, count kept
-            ctx.journal.back(record)
+            ctx.journal.back(record, queue.name, stored.seq)
         queue.ready.append(record)
         if expires_at:
             expiry.watch(queue, record)

@@ -27,6 +27,7 @@ from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
 from phpmq.broker.journal import Journal
 from phpmq.broker.shell.durable import DurableStore
+from phpmq.broker.shell.store_schema import runs_as_rows
 from phpmq.broker.shell.turn_log import fold_stored
 from phpmq.testing import free_port as free_port
 
@@ -350,14 +351,16 @@ FIRST_MESSAGES_TABLE = (
 
 
 def read_folded(path: str | Path) -> sqlite3.Connection:
-    """A copy in memory of the store at `path`, its log folded into its tables: what it
-    holds, read without writing to it (a store a broker is using)."""
+    """A copy in memory of the store at `path`, its log folded into its tables and its put
+    runs written as rows: what it holds, read without writing to it (a store a broker is
+    using)."""
     source = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
     copy = sqlite3.connect(":memory:", isolation_level=None)
     try:
         source.backup(copy)
         copy.execute("BEGIN")
         fold_stored(copy)
+        runs_as_rows(copy)  # (a start reads them where they are: rows, to read plainly)
         copy.execute("COMMIT")
     except sqlite3.Error:
         copy.close()

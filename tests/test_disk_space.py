@@ -7,7 +7,6 @@ start."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import threading
 import time
@@ -19,7 +18,7 @@ import msgspec
 import pytest
 
 import phpmq.protocol as p
-from harness import BrokerProcess, dispatches, free_port, phpmq
+from harness import BrokerProcess, dispatches, free_port, phpmq, read_folded
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.shell.durable import DB_NAME, StorageError
 from phpmq.broker.shell.keeper import LEFT_OVER_NAME
@@ -251,7 +250,7 @@ def test_what_a_stop_could_not_write_is_kept_and_written_at_the_next_start(
     left_over = data / LEFT_OVER_NAME
     kinds = [op[0] for op in msgspec.msgpack.decode(left_over.read_bytes())]
     assert "drop" in kinds
-    with sqlite3.connect(data / DB_NAME) as db:
+    with read_folded(data / DB_NAME) as db:  # (its put runs as rows)
         assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 3  # not written
     with BrokerProcess(tmp_path / "next.log", data_dir=data) as broker:
         assert broker.stats()["queues"]["q"]["ready"] == 2
@@ -271,7 +270,7 @@ def test_a_start_on_a_full_disk_reads_the_store_with_what_the_last_stop_kept(
         data = volume / "data"
         with BrokerProcess(tmp_path / "1.log", data_dir=data) as broker, broker.client() as client:
             client.send_many("jobs", [KB] * 50, confirm=True)
-        with sqlite3.connect(data / DB_NAME) as db:
+        with read_folded(data / DB_NAME) as db:  # (its put runs as rows)
             ids = [row[0] for row in db.execute("SELECT id FROM messages ORDER BY seq LIMIT 10")]
         (data / LEFT_OVER_NAME).write_bytes(msgspec.msgpack.encode([("drop", i) for i in ids]))
         (data / "phpmq.reserve").unlink()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import phpmq.protocol as p
-from harness import FIRST_MESSAGES_TABLE, BrokerProcess, dispatches, free_port, phpmq
+from harness import FIRST_MESSAGES_TABLE, BrokerProcess, dispatches, free_port, phpmq, read_folded
 from phpmq.broker.clock import FakeClock
 from phpmq.broker.config import BrokerConfig
 from phpmq.broker.core import Core
@@ -124,7 +124,7 @@ def test_a_full_disk_refuses_sends_keeps_serving_and_recovers(tmp_path: Path) ->
         store.full = False
         server._commit()
         assert core.storage_problem is None
-        with sqlite3.connect(store.path) as db:
+        with read_folded(store.path) as db:  # (its put runs as rows)
             stored = {row[0] for row in db.execute("SELECT content FROM messages")}
         assert stored == {b"before", b"while full 1"}
     finally:
@@ -164,7 +164,7 @@ def test_a_send_accepted_while_the_disk_fails_is_confirmed_only_once_written(
         store.full = False
         [late] = turn()  # the retried commit succeeds: now it is on disk, and confirmed
         assert isinstance(late, p.Confirm) and late.tag == 2
-        with sqlite3.connect(store.path) as db:
+        with read_folded(store.path) as db:  # (its put runs as rows)
             stored = {row[0] for row in db.execute("SELECT content FROM messages")}
         assert stored == {b"before", b"taken as the disk fills"}
     finally:

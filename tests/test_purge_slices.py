@@ -22,6 +22,7 @@ from phpmq.broker.config import BrokerConfig
 from phpmq.broker.shell import keeper as keeper_module
 from phpmq.broker.shell import store_purges
 from phpmq.broker.shell.durable import DB_NAME, DurableStore, StorageError
+from phpmq.broker.shell.store_schema import read_put_runs
 from phpmq.protocol import admin_commands as cmd
 
 PRODUCER, CONSUMER = b"producer", b"consumer"
@@ -35,7 +36,12 @@ def small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_purges, "SLICE_ROWS", SLICE_ROWS)
 
 
-def fill(core: CoreHarness | StoredCore, count: int, queue: str = "q", ttl: int = 0) -> None:
+#: A TTL the tests never reach: a message with one is a row at once (put runs keep only
+#: messages that never expire, put_runs.py), for the purges' slices to delete.
+LONG_TTL = 3600
+
+
+def fill(core: CoreHarness | StoredCore, count: int, queue: str = "q", ttl: int = LONG_TTL) -> None:
     for start in range(0, count, 100):
         core.send(
             PRODUCER,
@@ -44,9 +50,11 @@ def fill(core: CoreHarness | StoredCore, count: int, queue: str = "q", ttl: int 
 
 
 def contents_on_disk(path: Path, queue: str = "q") -> list[bytes]:
+    """The contents of the queue's rows, and of its messages in put runs."""
     with sqlite3.connect(path / DB_NAME) as db:
         rows = db.execute("SELECT content FROM messages WHERE queue = ?", (queue,))
-        return [row[0] for row in rows]
+        in_runs = [m.content for m in read_put_runs(db) if m.queue == queue]
+        return [row[0] for row in rows] + in_runs
 
 
 def test_a_big_purge_answers_at_once_and_retires_a_slice_a_turn() -> None:
@@ -338,3 +346,25 @@ def test_a_durable_broker_killed_after_a_big_purge_keeps_only_what_came_after(
         f"longest confirmed send of another client: {worst[0] * 1000:.1f} ms;"
         f" purged rows still on disk at the kill: {marked_left}"
     )
+
+
+def test_a_purge_takes_the_put_runs_whole_and_a_kill_brings_none_back(tmp_path: Path) -> None:
+    """Messages that never expire wait in put runs (put_runs.py): a dispatch stubs the runs
+    it reaches, a purge deletes the others whole, at once (no slices), and a kill brings back
+    exactly what was in flight, with its content, and what came after."""
+    stored = StoredCore(tmp_path)
+    fill(stored, 5 * PER_TURN, ttl=0)
+    with sqlite3.connect(tmp_path / DB_NAME) as db:
+        assert db.execute("SELECT count(*) FROM put_runs").fetchone()[0] > 0
+        assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    held = dispatches(stored.send(CONSUMER, p.Consume("q", 3)))
+    assert stored.admin(cmd.QUEUE_PURGE, queue="q")["purged"] == 5 * PER_TURN - 3
+    stored.send(PRODUCER, p.Send("q", b"after"))
+    with sqlite3.connect(tmp_path / DB_NAME) as db:
+        runs = db.execute("SELECT stubbed FROM put_runs ORDER BY rowid").fetchall()
+        rows = db.execute("SELECT count(*), max(length(content)) FROM messages").fetchone()
+    assert runs == [(1,), (0,)]  # the one the dispatch reached, and the one after
+    assert 3 <= rows[0] <= 64 and rows[1] == 0  # its stubs, the ready ones marked for slices
+    restarted = stored.reopened()
+    got = dispatches(restarted.send(CONSUMER, p.Consume("q", 100)))
+    assert sorted(d.content for d in got) == sorted([b"after", *(d.content for d in held)])

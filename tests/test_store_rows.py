@@ -1,7 +1,7 @@
 """The store's rows (broker/shell/store_schema.py): a plain or keyed send's PUT binds only the
 values that differ from the columns' defaults; the row it writes must be the one the whole
 statement writes, column by column and type by type, in a store made now or converted from an
-old one."""
+old one, whether written at once or kept in a put run first."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from phpmq.broker.shell.store_schema import (
     SCHEMA,
     SEND_PUT_MIDDLE,
     STATEMENTS,
+    runs_as_rows,
     write,
 )
 
@@ -63,14 +64,19 @@ puts = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(puts, st.booleans())
+@given(puts, st.booleans(), st.booleans())
 def test_a_plain_or_keyed_put_writes_the_row_the_whole_statement_writes(
-    values: list[tuple], converted: bool
+    values: list[tuple], converted: bool, runs: bool
 ) -> None:
+    """Written at once, or kept in put runs and written as rows when read (put_runs.py: the
+    core never puts an ID twice but after its dead letter, which writes the runs first)."""
+    if runs:
+        values = list({value[0]: value for value in values}.values())  # one PUT an ID
     operations = [(PUT, *head, *tail) for *head, tail in values]
     fast, whole = _store(converted), _store(converted)
     fast.execute("BEGIN")
-    write(fast, operations)
+    write(fast, operations, keep_runs=runs)
+    runs_as_rows(fast)
     fast.execute("COMMIT")
     whole.execute("BEGIN")
     for operation in operations:  # one by one, in order: a repeated ID replaces its row

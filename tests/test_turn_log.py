@@ -36,7 +36,7 @@ from phpmq.broker.journal import (
 from phpmq.broker.shell import turn_log as turn_log_module
 from phpmq.broker.shell.durable import DurableStore, StorageError
 from phpmq.broker.shell.store_purges import finish_all
-from phpmq.broker.shell.store_schema import SCHEMA, read_keys, write
+from phpmq.broker.shell.store_schema import SCHEMA, read_keys, runs_as_rows, write
 from phpmq.broker.shell.turn_log import FOLD_AFTER_S, TurnLog, fold_stored
 
 QUEUES = ("a", "b")
@@ -48,6 +48,9 @@ TABLES = {
     "turn_log": "SELECT * FROM turn_log",
     "purges": "SELECT * FROM purges",
     "purged_seqs": "SELECT * FROM purged_seqs",
+    "put_runs": "SELECT * FROM put_runs",
+    "run_bits": "SELECT * FROM run_bits",
+    "run_leases": "SELECT * FROM run_leases",
 }
 
 
@@ -82,13 +85,14 @@ class Model:
                 if state[0] == chosen_queue and first <= state[1] <= seq:
                     state[2] = True
             return [(FLY, chosen_queue, first, seq)]
-        if action in (5, 6):
+        if action in (5, 6):  # an ack: by ID and place, or by ID alone as written before
             del self.live[chosen]
-            return [(DROP, chosen)]
-        if action == 7:
+            return [(DROP, chosen, chosen_queue, seq) if action == 5 else (DROP, chosen)]
+        if action == 7:  # returned: with the place it had, or by ID alone as written before
             self.head[chosen_queue] -= 1
             self.live[chosen] = [chosen_queue, self.head[chosen_queue], False]
-            return [(BACK, chosen, self.head[chosen_queue], 0.0, 1)]
+            where = (chosen_queue, seq) if pick % 3 else ()
+            return [(BACK, chosen, self.head[chosen_queue], 0.0, 1, *where)]
         if action == 8:
             del self.live[chosen]
             self.dead[chosen] = chosen_queue
@@ -118,10 +122,10 @@ class Model:
         if action == 12:
             return [(KEY, queue, f"k{pick % 7}", chosen, 100.0 + pick % 5)]
         if action == 13:  # requeued with a delay: at the tail on disk
-            seq = self.tail[chosen_queue]
+            tail = self.tail[chosen_queue]
             self.tail[chosen_queue] += 1
-            self.live[chosen] = [chosen_queue, seq, False]
-            return [(DELAY, chosen, seq, 0.0, 2)]
+            self.live[chosen] = [chosen_queue, tail, False]
+            return [(DELAY, chosen, tail, 0.0, 2, chosen_queue, seq)]
         lease = f"lease-{pick % 3}"
         if action == 14:
             return [(LEASE_TAKEN, lease, chosen_queue, self.head[chosen_queue], seq)]
@@ -146,7 +150,7 @@ class Model:
             # A restart: what was in flight is ready again at its own place, which a marker
             # still waiting would take; recovery journals SETTLE first (store_purges.py).
             self.live[chosen][2] = False
-            return [(SETTLE,), (BACK, chosen, seq, 0.0, 2)]
+            return [(SETTLE,), (BACK, chosen, seq, 0.0, 2, chosen_queue, seq)]
         return [(UNKEY, math.inf if pick % 4 == 0 else 100.0 + pick % 5)]
 
 
@@ -195,7 +199,7 @@ def test_logged_turns_fold_into_the_tables_as_written_turns_would(
             operations = [op for action, pick in actions for op in model.operation(action, pick)]
             for db in (direct, logged):
                 db.execute("BEGIN")
-            write(direct, operations)
+            write(direct, operations, keep_runs=False)  # every message a row at once
             if always_log:
                 log.logging = True
             log.write_turn(logged, operations, now)
@@ -206,10 +210,12 @@ def test_logged_turns_fold_into_the_tables_as_written_turns_would(
                 log = TurnLog()
                 logged.execute("BEGIN")
                 fold_stored(logged)
+                runs_as_rows(logged)  # (a start reads them as they are: rows to compare)
                 logged.execute("COMMIT")
                 assert tables(logged) == tables(finished(direct))
         logged.execute("BEGIN")
         log.fold(logged, now, every=True)
+        runs_as_rows(logged)
         finish_all(logged)
         logged.execute("COMMIT")
     finally:
@@ -233,7 +239,7 @@ def test_a_rolled_back_turn_leaves_the_log_as_its_table_says(
     for number, (actions, wait, _) in enumerate(steps):
         operations = [op for action, pick in actions for op in model.operation(action, pick)]
         direct.execute("BEGIN")
-        write(direct, operations)
+        write(direct, operations, keep_runs=False)
         direct.execute("COMMIT")
         if number in failing:
             logged.execute("BEGIN")
@@ -248,6 +254,7 @@ def test_a_rolled_back_turn_leaves_the_log_as_its_table_says(
         now += wait
     logged.execute("BEGIN")
     log.fold(logged, now, every=True)
+    runs_as_rows(logged)
     finish_all(logged)
     logged.execute("COMMIT")
     assert tables(logged) == tables(finished(direct))
@@ -341,6 +348,7 @@ def test_a_pipe_is_logged_and_its_acked_messages_never_written(
             # The first three turns' messages were written, and deleted when acked; the
             # folded turns' were never written; the last turns' are still in the log.
             assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+            assert db.execute("SELECT count(*) FROM put_runs").fetchone()[0] == 0
             assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] >= 6
         messages, _ = store.load()  # folds what is left first
         assert sorted(m.seq for m in messages) == list(range(198 * 50, 200 * 50))
@@ -353,16 +361,26 @@ def test_a_pipe_is_logged_and_its_acked_messages_never_written(
         store.close()
 
 
-def test_a_filling_queue_is_written_straight_to_the_tables(tmp_path: Path) -> None:
+def test_a_filling_queue_is_written_straight_to_the_store_in_put_runs(tmp_path: Path) -> None:
+    """Not logged (nothing acks), and not a row a message either: put runs (put_runs.py),
+    which a start reads as they are."""
     store = DurableStore(tmp_path)
     try:
         for operations in pipe_turns(100):
             store.commit([op for op in operations if op[0] == PUT])
         assert store.stats()["turns_logged"] == 0
         with sqlite3.connect(store.path) as db:
-            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100 * 50
+            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+            assert db.execute("SELECT count(*) FROM put_runs").fetchone()[0] == 100
     finally:
         store.close()
+    again = DurableStore(tmp_path)
+    try:
+        messages = again.load()[0]
+        assert [m.seq for m in messages] == list(range(100 * 50))
+        assert {m.in_flight for m in messages} == {0}
+    finally:
+        again.close()
 
 
 def test_logging_stops_when_its_folds_leave_nothing_out(
@@ -381,8 +399,8 @@ def test_logging_stops_when_its_folds_leave_nothing_out(
         assert 256 / 50 <= stats["turns_logged"] < 20
         assert stats["puts_never_written"] == 0
         with sqlite3.connect(store.path) as db:
-            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 20 * 50
             assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] == 0
+        assert len(store.load()[0]) == 20 * 50  # (the last turns' in put runs)
     finally:
         store.close()
 
@@ -535,6 +553,7 @@ def test_a_start_that_cannot_fold_the_log_yet_reads_a_folded_copy(
         again.commit([])  # the first write: the log reads its table and drains it
         with sqlite3.connect(tmp_path / "phpmq.sqlite3") as db:
             assert db.execute("SELECT count(*) FROM turn_log").fetchone()[0] == 0
+        with read_folded(tmp_path / "phpmq.sqlite3") as db:  # (its put runs as rows)
             assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
     finally:
         again.close()
@@ -621,7 +640,7 @@ def test_a_quiet_store_folds_its_log_in_reclaim(
         store.reclaim()
         assert store.stats()["turn_log_operations"] == 0
         assert not store.reclaimable
-        with sqlite3.connect(store.path) as db:
+        with read_folded(store.path) as db:  # (its put runs as rows)
             assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 100
     finally:
         store.close()

@@ -26,6 +26,7 @@ from pathlib import Path
 from .checkpoints import Checkpointer
 from .data_lock import DataDirInUse, DataDirLock
 from .disk import WAL_LIMIT_CHECKPOINTS, Reserve, checkpoint_bytes, free_and_total
+from .put_runs import run_span
 from .store_purges import delete_slice, finish_all, has_marks, purged_seqs
 from .store_schema import (
     ADDED_COLUMNS,
@@ -37,6 +38,8 @@ from .store_schema import (
     StoredMessage,
     keys_into_batches,
     read_keys,
+    read_put_runs,
+    with_run_content,
     write,
 )
 from .turn_log import TurnLog, fold_stored, has_logged_turns
@@ -50,6 +53,9 @@ REOPEN_S = 1.0
 RECLAIM_FREE_PAGES = 256
 #: ...at most this many per turn: a slice of about a millisecond (~7.5 us a page, measured).
 RECLAIM_SLICE_PAGES = 128
+#: Under this much room above the floor, a commit that lengthens the file is checkpointed at
+#: once (_grown_while_short).
+SHORT_OF_ROOM_BYTES = 32 << 20
 
 
 class StorageError(Exception):
@@ -107,6 +113,10 @@ class DurableStore:
         #: commit first copies the rest itself, so that its write starts the WAL over.
         self.hand_off = False
         self.hand_offs = 0
+        #: Whether the volume is short of room above its floor (room_above_floor), and the
+        #: file's pages at the last commit then.
+        self.short_of_room = False
+        self._pages = 0
         self.longest_hand_off_ms = 0.0
         #: Pages given back to the file system, the slices that did it and the last's cost.
         self.pages_reclaimed = 0
@@ -219,7 +229,8 @@ class DurableStore:
     def _up_to_date(self, db: sqlite3.Connection) -> None:
         """A store written by an older broker (opened, or restored from a replica's
         snapshot) gets what this one's has: the tables, columns and index added since, IDs
-        as blobs, keys in batches."""
+        as blobs, keys in batches. The columns first: SCHEMA indexes some of them."""
+        self._add_columns(db)
         db.executescript(SCHEMA)
         self._ids_as_blobs(db)
         self._add_columns(db)
@@ -279,6 +290,8 @@ class DurableStore:
         them (empty: a plain send)."""
         for table, added in (("messages", ADDED_COLUMNS), ("dead_letters", ADDED_DEAD_COLUMNS)):
             columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+            if not columns:  # a new store: SCHEMA makes the table whole
+                continue
             for name, declaration in added:
                 if name not in columns:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
@@ -295,14 +308,25 @@ class DurableStore:
     def load(self) -> tuple[list[StoredMessage], list[StoredDeadLetter]]:
         """Every message in queue order, and every dead letter oldest first."""
         self._settle_reader()
-        messages = [
-            StoredMessage(*row)
-            for row in self._reader.execute(
-                "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight,"
-                " event, reply_to, correlation, visible_wall, message_key, lease"
-                " FROM messages ORDER BY queue, seq"
-            )
-        ]
+        messages: list[StoredMessage] = []
+        stubs: list[tuple[StoredMessage, int]] = []
+        # (a store opened read-only may be older than stubs: none then)
+        in_run = "in_run" if _has_column(self._reader, "messages", "in_run") else "NULL"
+        for *row, at in self._reader.execute(
+            "SELECT id, queue, seq, content, headers, expires_wall, deliveries, in_flight,"
+            f" event, reply_to, correlation, visible_wall, message_key, lease, {in_run}"
+            " FROM messages ORDER BY queue, seq"
+        ):
+            if at is None:
+                messages.append(StoredMessage(*row))
+            else:
+                stubs.append((StoredMessage(*row), at))
+        # Messages of put runs (put_runs.py): stubbed ones take their content from the run;
+        # the others are ready, in among the rest.
+        in_runs = with_run_content(self._reader, stubs) + read_put_runs(self._reader)
+        if in_runs:
+            messages += in_runs
+            messages.sort(key=_queue_order)
         dead = [
             StoredDeadLetter(*row)
             for row in self._reader.execute(
@@ -332,13 +356,17 @@ class DurableStore:
         return read_keys(self._reader)
 
     def load_purged_seqs(self) -> tuple[int, int] | None:
-        """The lowest and highest position any purge or delete covered: new positions are
-        handed out outside them (store_purges.py)."""
+        """The lowest and highest position any purge or delete covered, or a put run spans:
+        new positions are handed out outside them (store_purges.py; put_runs.py: an ack
+        finds a run's message by its position, which must then be its alone)."""
         self._settle_reader()
         reader = self._reader
         if not reader.execute("SELECT 1 FROM sqlite_master WHERE name = 'purged_seqs'").fetchone():
             return None  # an older store read as it is (read-only)
-        return purged_seqs(reader)
+        spans = [span for span in (purged_seqs(reader), run_span(reader)) if span is not None]
+        if not spans:
+            return None
+        return min(lo for lo, _ in spans), max(hi for _, hi in spans)
 
     def load_holds(self) -> list[StoredHold]:
         """Every key hold (a store written before holds has the table, empty: SCHEMA)."""
@@ -374,6 +402,8 @@ class DurableStore:
             purging = delete_slice(db)
             free_pages = self._reclaim_slice(db)
             db.execute("COMMIT")
+            if self.short_of_room:
+                self._grown_while_short(db)
         except sqlite3.Error as exc:
             self._roll_back(db)
             raise StorageError(str(exc)) from None
@@ -427,6 +457,7 @@ class DurableStore:
         copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
             self._reader.backup(copy)
+            self._up_to_date(copy)  # (a store opened read-only may be an older broker's)
             copy.execute("BEGIN")
             fold_stored(copy)
             write(copy, operations)
@@ -471,6 +502,21 @@ class DurableStore:
         """The volume's free bytes above the floor sends are refused under (StoreKeeper):
         the turn log is used only with room to spare."""
         self._log.room_above_floor(room)
+        short = room < SHORT_OF_ROOM_BYTES
+        if short and not self.short_of_room and self._db is not None:
+            with contextlib.suppress(sqlite3.Error):  # the length it has now: no checkpoint
+                self._pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+        self.short_of_room = short
+
+    def _grown_while_short(self, db: sqlite3.Connection) -> None:
+        """A commit that made the file longer (a dispatch's first stubs, put_runs.py) has
+        the next one copy the WAL first, while the volume still has the room: a checkpoint
+        that must lengthen the file fails once the WAL has taken the rest, and then the WAL
+        can never start over."""
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        if pages > self._pages:
+            self.hand_off = True
+        self._pages = pages
 
     def _settle_reader(self) -> None:
         """Before the tables are read: every logged turn folded into them; where that
@@ -604,3 +650,11 @@ class DurableStore:
                 db.close()
         if self._lock is not None:
             self._lock.release()
+
+
+def _queue_order(message: StoredMessage) -> tuple[str, int]:
+    return message.queue, message.seq
+
+
+def _has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Set
 
 import msgspec
 
@@ -37,6 +37,7 @@ from ..journal import (
     UNUSED,
 )
 from ..key_holds import WriterBatches
+from . import put_runs
 from .store_purges import SCHEMA as PURGES_SCHEMA
 from .store_purges import finish_all, mark_cleared, mark_deleted, marked, outside_marked
 
@@ -56,7 +57,8 @@ CREATE TABLE IF NOT EXISTS messages (
     correlation TEXT,
     visible_wall REAL NOT NULL DEFAULT 0,
     message_key BLOB NOT NULL DEFAULT x'',
-    lease TEXT
+    lease TEXT,
+    in_run INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_by_position ON messages (queue, seq);
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -107,6 +109,8 @@ CREATE TABLE IF NOT EXISTS schedules (
 );
 """
     + PURGES_SCHEMA
+    + put_runs.SCHEMA
+    + put_runs.STUBS_SCHEMA
 )
 
 STATEMENTS = {
@@ -167,6 +171,7 @@ ADDED_COLUMNS = (
     ("visible_wall", "REAL NOT NULL DEFAULT 0"),
     ("message_key", "BLOB NOT NULL DEFAULT x''"),
     ("lease", "TEXT"),
+    ("in_run", "INTEGER"),
 )
 #: The same for `dead_letters`.
 ADDED_DEAD_COLUMNS = (("message_key", "BLOB NOT NULL DEFAULT x''"),)
@@ -235,29 +240,166 @@ def _runs(operations: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:
         yield kind, rows  # type: ignore[misc]
 
 
-def write(db: sqlite3.Connection, operations: Sequence[tuple]) -> None:
-    """Apply the journal's operations inside the open transaction of `db`.
+def write(
+    db: sqlite3.Connection,
+    operations: Sequence[tuple],
+    keep_runs: bool = True,
+    absent: Set[bytes] = frozenset(),
+) -> None:
+    """Apply the journal's operations inside the open transaction of `db`; plain sends that
+    never expire to a queue nothing else of `operations` names as put runs (put_runs.py),
+    unless `keep_runs` is False (every message a row at once). Runs already in `db` are
+    stubbed, dropped or left as the operations need either way. `absent`: IDs of messages
+    never written (the turn log left their PUT out), which no run need be searched for.
 
     A keyed send journals PUT, KEY, PUT, KEY, ...: runs of one, a statement each. The keys
     go last instead, in their own order: no other operation reads them, and UNKEY only
     deletes keys whose window ended, which a key written in the same transaction never has."""
     keys = [operation for operation in operations if operation[0] in KEY_KINDS]
     others = (op for op in operations if op[0] not in KEY_KINDS) if keys else operations
+    named = _named_queues(operations) if keep_runs else None
     for kind, rows in _runs(others):
         if kind == PUT:
             for statement, puts in _put_runs(rows):
-                db.executemany(statement, puts)
+                if named is not None and statement is not STATEMENTS[PUT]:
+                    puts = _keep_in_runs(db, puts, named)
+                if puts:
+                    db.executemany(statement, puts)
         elif kind == SETTLE:
             finish_all(db)
         elif kind in (DEAD, DELETE_QUEUE, CLEAR, UNKEY):
             for row in rows:
+                if kind != UNKEY:
+                    _runs_before(db, kind, row, absent)
                 _apply(db, (kind, *row))
-        elif kind in _RANGED:
-            db.executemany(STATEMENTS[kind], _outside_purges(db, kind, rows))
+        elif kind == FLY:
+            for row in rows:
+                put_runs.fly(db, *row)
+            db.executemany(STATEMENTS[FLY], _outside_purges(db, FLY, rows))
+        elif kind == LEASE_TAKEN:
+            for row in rows:
+                put_runs.lease_taken(db, *row)
+            db.executemany(STATEMENTS[LEASE_TAKEN], _outside_purges(db, LEASE_TAKEN, rows))
+        elif kind == LEASE_DONE:
+            for row in rows:
+                put_runs.lease_done(db, *row)
+            db.executemany(STATEMENTS[LEASE_DONE], rows)
+        elif kind == DROP:
+            rows_or_none, older = put_runs.drop(db, rows)
+            if rows_or_none:
+                db.executemany(STATEMENTS[DROP], rows_or_none)
+            if older:
+                _apply_by_id(db, STATEMENTS[DROP], older)
+        elif kind in (BACK, DELAY):
+            placed = [row[:4] for row in rows if len(row) == 6]
+            if placed:  # the queue and the position it had: its run, if any, stubbed
+                put_runs.stub_at(db, [row[4:] for row in rows if len(row) == 6])
+                db.executemany(STATEMENTS[kind], placed)
+            older = [row for row in rows if len(row) == 4]
+            if older:
+                _apply_by_id(db, STATEMENTS[kind], older)
         else:
             db.executemany(STATEMENTS[kind], rows)
     if keys:
         _write_keys(db, keys)
+
+
+#: Operations that stub the runs of the queue they name, and where its name is: a PUT to one
+#: of these queues in the same write is written as a row (put_runs.py).
+_NAMING = {DEAD: 1, CLEAR: 1, DELETE_QUEUE: 1}
+
+
+def _keep_in_runs(db: sqlite3.Connection, puts: list[tuple], named: set[str]) -> list[tuple]:
+    """The plain or keyed PUTs `put_runs.keep` keeps in runs, but those to `named` queues;
+    returns the rest, for rows."""
+    if not named:
+        return put_runs.keep(db, puts)
+    rows = [values for values in puts if values[put_runs.QUEUE_AT] in named]
+    rows += put_runs.keep(db, [v for v in puts if v[put_runs.QUEUE_AT] not in named])
+    return rows
+
+
+def _named_queues(operations: Sequence[tuple]) -> set[str]:
+    named: set[str] = set()
+    for operation in operations:
+        at = _NAMING.get(operation[0])
+        if at is not None:
+            named.add(operation[at])
+    return named
+
+
+def runs_as_rows(db: sqlite3.Connection) -> None:
+    """Every put run written as the rows it stands for, its stubs given their content and
+    headers, and the runs deleted: the tables as writing every message as a row would have
+    left them (to compare, or read plainly; a broker never needs this)."""
+    put_runs.stub_every_run(db)
+    for run, run_puts in put_runs.read_stubbed(db).items():
+        db.executemany(
+            "UPDATE messages SET content = ?, headers = ?, in_run = NULL WHERE in_run = ?",
+            [(p[3], p[4], put_runs.in_run(run, place)) for place, p in enumerate(run_puts)],
+        )
+    if put_runs.has_put_runs(db):
+        db.execute("DELETE FROM put_runs")
+
+
+def read_put_runs(db: sqlite3.Connection) -> list[StoredMessage]:
+    """The messages of the put runs not stubbed, as the rows they stand for would read."""
+    return [
+        StoredMessage(
+            *values[:_FIRST_VALUES],
+            in_flight,
+            message_key=values[_FIRST_VALUES] if len(values) > _FIRST_VALUES else b"",
+            lease=lease,
+        )
+        for values, in_flight, lease in put_runs.read_unstubbed(db)
+    ]
+
+
+def with_run_content(
+    db: sqlite3.Connection, stubs: list[tuple[StoredMessage, int]]
+) -> list[StoredMessage]:
+    """Stubs read from `messages` (a message and its `in_run`), with the content and headers
+    their runs hold."""
+    if not stubs:
+        return []
+    runs = put_runs.read_stubbed(db)
+    whole = []
+    for message, at in stubs:
+        run, place = put_runs.run_and_place(at)
+        values = runs[run][place]
+        whole.append(msgspec.structs.replace(message, content=values[3], headers=values[4]))
+    return whole
+
+
+def _runs_before(db: sqlite3.Connection, kind: str, row: tuple, absent: Set[bytes]) -> None:
+    """What a DEAD, CLEAR or DELETE_QUEUE needs of its queue's put runs first: a dead
+    letter's stub written (a message a dispatch took, or a full queue burying its oldest);
+    a purge's or delete's runs gone with the positions it marks (put_runs.clear)."""
+    queue = row[0]
+    if kind == DEAD:
+        if row[1] in absent or _has_row(db, row[1]) or put_runs.stub_holding(db, row[1:2], queue):
+            return
+        put_runs.stub_first_holding(db, row[1], queue)
+        return
+    lo, hi = (row[1], row[2]) if len(row) == 3 else (None, None)
+    put_runs.clear(db, queue, lo, hi, delete=kind == DELETE_QUEUE)
+
+
+def _has_row(db: sqlite3.Connection, message_id: bytes) -> bool:
+    return db.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone() is not None
+
+
+def _apply_by_id(db: sqlite3.Connection, statement: str, rows: list[tuple]) -> None:
+    """BACK, DELAY or older DROP rows, which name a message by ID alone: those whose message
+    is in a put run not stubbed stub it first, found among the runs holding messages in
+    flight or leased (where the core's are), or failing that in any run."""
+    if put_runs.has_unstubbed(db):
+        missing = [row[0] for row in rows if not _has_row(db, row[0])]
+        if missing:
+            rest = set(missing) - put_runs.stub_holding(db, missing)
+            if rest:
+                put_runs.stub_holding(db, rest, anywhere=True)
+    db.executemany(statement, rows)
 
 
 #: Operations on a range of positions, and where their queue is: they skip purged ranges.

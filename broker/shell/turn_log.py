@@ -200,7 +200,7 @@ class TurnLog:
             last_row, _, operations, size = turns.popleft()
             self.logged_operations -= len(operations)
             self.logged_bytes -= size
-            write(db, self._left(operations))
+            write(db, *self._left(operations))
         if last_row:
             db.execute("DELETE FROM turn_log WHERE turn <= ?", (last_row,))
             self.folds += 1
@@ -222,11 +222,13 @@ class TurnLog:
             self.logging = False
             self.switches += 1
 
-    def _left(self, operations: Sequence[tuple]) -> list[tuple]:
+    def _left(self, operations: Sequence[tuple]) -> tuple[list[tuple], set[bytes]]:
         """The operations of a logged turn that change the tables, in their order: without
-        the PUTs of messages a later logged DROP or DEAD removes, nor those DROPs."""
+        the PUTs of messages a later logged DROP or DEAD removes, nor those DROPs; and the
+        IDs of the messages its DEADs bury that were never written (store_schema.write)."""
         kills, left_out = self._kills, self._left_out
         kept: list[tuple] = []
+        absent: set[bytes] = set()
         puts = never = 0
         for operation in operations:
             kind = operation[0]
@@ -246,6 +248,7 @@ class TurnLog:
                     left_out.discard(message_id)
                     if kind == DROP:
                         continue  # its row was never written
+                    absent.add(message_id)
             kept.append(operation)
         self.puts_never_written += never
         self._window_puts += puts + never
@@ -255,7 +258,7 @@ class TurnLog:
             self._window_puts = self._window_left_out = 0
             if self._pays:
                 self._retry_after = RETRY_AFTER_S
-        return kept
+        return kept, absent
 
     def stats(self) -> dict[str, int | bool]:
         return {
