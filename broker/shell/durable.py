@@ -322,7 +322,7 @@ class DurableStore:
             else:
                 stubs.append((StoredMessage(*row), at))
         # Messages of put runs (put_runs.py): stubbed ones take their content from the run;
-        # the others are ready, in among the rest.
+        # the others are as the run's bits say, in among the rest.
         in_runs = with_run_content(self._reader, stubs) + read_put_runs(self._reader)
         if in_runs:
             messages += in_runs
@@ -509,7 +509,7 @@ class DurableStore:
         self.short_of_room = short
 
     def _grown_while_short(self, db: sqlite3.Connection) -> None:
-        """A commit that made the file longer (a dispatch's first stubs, put_runs.py) has
+        """A commit that made the file longer (stubs of put runs, for one: put_runs.py) has
         the next one copy the WAL first, while the volume still has the room: a checkpoint
         that must lengthen the file fails once the WAL has taken the rest, and then the WAL
         can never start over."""

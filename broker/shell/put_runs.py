@@ -417,15 +417,21 @@ def stub_at(db: sqlite3.Connection, places: list[tuple[str, int]]) -> None:
 def stub_first_holding(db: sqlite3.Connection, message_id: bytes, queue: str) -> bool:
     """The run of `queue` holding `message_id`, looked for oldest first (a full queue buries
     its oldest), stubbed; whether there was one. Runs that do not hold it stay as they are."""
-    for run in db.execute(
-        "SELECT rowid FROM put_runs WHERE queue = ? AND stubbed = 0 ORDER BY first_seq",
-        (queue,),
-    ).fetchall():
-        taken = _taken(db, " WHERE p.rowid = ?", run)
-        if any(values[0] == message_id for values in taken[0][1]):
-            _stub(db, taken)
-            return True
-    return False
+    after = None
+    while True:  # a few runs at a time: the first is almost always the one
+        runs = db.execute(
+            "SELECT rowid, first_seq FROM put_runs WHERE queue = ? AND stubbed = 0"
+            " AND first_seq > coalesce(?, -(1 << 62)) ORDER BY first_seq LIMIT 8",
+            (queue, after),
+        ).fetchall()
+        if not runs:
+            return False
+        for run, first in runs:
+            taken = _taken(db, " WHERE p.rowid = ?", (run,))
+            if any(values[0] == message_id for values in taken[0][1]):
+                _stub(db, taken)
+                return True
+            after = first
 
 
 def stub_every_run(db: sqlite3.Connection) -> int:
