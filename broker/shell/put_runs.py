@@ -17,7 +17,9 @@ next is kept in `run_bits`, a bit a message:
   says which lease took which (`lease_taken`); its commit (LEASE_DONE) makes them gone;
 - an ack (DROP, which names the message's queue and position) sets `gone` (`drop`); the run
   goes, with its bits, once every message in it is gone.
-A start reads a run's messages that are not gone, in flight or leased as their bits say.
+A start reads a run's messages that are not gone, in flight or leased as their bits say,
+and never hands out again a position a run spans (`run_span`): an ack's position is its
+message's alone.
 
 Anything rarer *stubs* the run first (`_stub`): each message not gone gets a row in
 `messages` like any other, in flight or leased as its bits say, but without its content and
@@ -25,9 +27,11 @@ headers, which stay in the run (`in_run` says where: the run's rowid times 64 pl
 message's place in it). The usual statements then act on the stubs, and the run goes with
 its last stub (the trigger in STUBS_SCHEMA). A stub costs about a tenth of a 1 KB message's
 row, so even that needs little room on a full disk. What stubs:
-- a return or delay (BACK, DELAY: by ID), the runs that hold the message in flight or in a
-  lease (`stub_holding`); a dead letter (DEAD: by ID) too, or else the queue's runs, oldest
-  first, until the message's stub is there (a full queue burying its oldest);
+- a return or delay (BACK, DELAY), which names the position its message had: the run
+  holding that position (`stub_at`);
+- a dead letter (DEAD: by ID alone): the run holding it, looked for among the queue's runs
+  in flight or leased (`stub_holding`), then oldest first (`stub_first_holding`: a full
+  queue burying its oldest); none for a message the turn log never wrote;
 - a purge or delete of the queue (CLEAR, DELETE_QUEUE) removes its runs inside the positions
   it marks whole, those with messages in flight or leased excepted for a purge, which it
   stubs (`clear`).
