@@ -349,9 +349,9 @@ def test_a_durable_broker_killed_after_a_big_purge_keeps_only_what_came_after(
 
 
 def test_a_purge_takes_the_put_runs_whole_and_a_kill_brings_none_back(tmp_path: Path) -> None:
-    """Messages that never expire wait in put runs (put_runs.py): a dispatch stubs the runs
-    it reaches, a purge deletes the others whole, at once (no slices), and a kill brings back
-    exactly what was in flight, with its content, and what came after."""
+    """Messages that never expire wait in put runs (put_runs.py): a purge deletes the runs
+    with nothing in flight whole, at once (no slices), stubs the one a dispatch reached, and
+    a kill brings back exactly what was in flight, with its content, and what came after."""
     stored = StoredCore(tmp_path)
     fill(stored, 5 * PER_TURN, ttl=0)
     with sqlite3.connect(tmp_path / DB_NAME) as db:
@@ -363,7 +363,7 @@ def test_a_purge_takes_the_put_runs_whole_and_a_kill_brings_none_back(tmp_path: 
     with sqlite3.connect(tmp_path / DB_NAME) as db:
         runs = db.execute("SELECT stubbed FROM put_runs ORDER BY rowid").fetchall()
         rows = db.execute("SELECT count(*), max(length(content)) FROM messages").fetchone()
-    assert runs == [(1,), (0,)]  # the one the dispatch reached, and the one after
+    assert runs == [(1,), (0,)]  # the one the dispatch reached (stubbed), the one after
     assert 3 <= rows[0] <= 64 and rows[1] == 0  # its stubs, the ready ones marked for slices
     restarted = stored.reopened()
     got = dispatches(restarted.send(CONSUMER, p.Consume("q", 100)))
