@@ -394,7 +394,7 @@ def stub_holding(
 
 def has_unstubbed(db: sqlite3.Connection) -> bool:
     """Whether `db` holds a run not stubbed."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'put_runs'").fetchone() is None:
+    if not _has_table(db):
         return False
     return db.execute("SELECT 1 FROM put_runs WHERE stubbed = 0 LIMIT 1").fetchone() is not None
 
@@ -562,7 +562,7 @@ def read_stubbed(db: sqlite3.Connection) -> dict[int, list[tuple]]:
 
 def run_span(db: sqlite3.Connection) -> tuple[int, int] | None:
     """The lowest and highest position a run holds, gone messages included (None: none)."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'put_runs'").fetchone() is None:
+    if not _has_table(db):
         return None
     lo, hi = db.execute("SELECT min(first_seq), max(last_seq) FROM put_runs").fetchone()
     return None if lo is None else (lo, hi)
@@ -570,6 +570,11 @@ def run_span(db: sqlite3.Connection) -> tuple[int, int] | None:
 
 def has_put_runs(db: sqlite3.Connection) -> bool:
     """Whether `db` holds runs, stubbed or not."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'put_runs'").fetchone() is None:
+    if not _has_table(db):
         return False
     return db.execute("SELECT 1 FROM put_runs LIMIT 1").fetchone() is not None
+
+
+def _has_table(db: sqlite3.Connection) -> bool:
+    """Whether `db` has the runs' tables (a store older than them, read as it is, has not)."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'put_runs'").fetchone() is not None
