@@ -11,6 +11,12 @@ durable over memory.
 * DataFrame -> sink: a cached DataFrame of N rows is written to a queue with
   `df.write.format("phpmq")`, and the count is checked in the broker's stats. Default: as
   Spark splits it (spark.default.parallelism tasks). Tuned: TUNED_SINK_TASKS tasks.
+* DataFrame -> discard ("Spark alone"): the same DataFrame written to a Python data source
+  that reads each Arrow batch Spark hands it and keeps nothing: what Spark itself spends on
+  the rows before the sink's code runs, plain and keyed. A keyed row carries two more columns
+  (a binary and a map) that Spark converts to Arrow and hands over however fast the sink is,
+  so the sink's keyed/plain ratio is printed beside Spark's own and beside the ratio of what
+  the sink adds to it (`_beyond_spark`).
 
 Peak memory, sampled from /proc every 0.1 s while the path runs: "JVM RSS" is the resident
 memory of the driver JVM; "all PSS" adds every process under it (Spark's Python workers, the
@@ -41,8 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (the usual name for this module)
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
 from rich.console import Console
 from rich.table import Table
 
@@ -108,6 +116,8 @@ def run_spark_benchmark(
     results = [_median_of(path_runs) for path_runs in runs.values()]
     _add_ratios(results)
     console.print(_table(results, size, rounds))
+    for line in _beyond_spark(results):
+        console.print(line)
     return results
 
 
@@ -134,7 +144,8 @@ def _run_rounds(
     the durable one's). Both brokers run throughout, so that a path and the one it is
     compared with (keyed and plain, durable and in memory) share each round's machine."""
     driver = DriverRss(_driver_pid(spark))
-    order = [(False, path) for path in PATHS] + [(True, path) for path in DURABLE_PATHS]
+    order = [(False, path) for path in PATHS + SPARK_ALONE_PATHS]
+    order += [(True, path) for path in DURABLE_PATHS]
     runs: dict[tuple[bool, BenchPath], list[dict]] = {key: [] for key in order}
     with (
         BrokerProcess("--log-level", "WARNING") as memory,
@@ -207,6 +218,8 @@ PATHS = (
     BenchPath("sink", tuned=True),
     BenchPath("sink", keyed=True),
 )
+#: Spark alone, plain and keyed: run beside the in-memory broker's paths (no broker is used).
+SPARK_ALONE_PATHS = (BenchPath("discard"), BenchPath("discard", keyed=True))
 DURABLE_PATHS = tuple(path for path in PATHS if not path.tuned)
 
 
@@ -233,6 +246,8 @@ class _Paths:
             options = self._tuned if path.tuned else {}
             return self._source.run(name, messages, options, path.keyed)
         tasks = TUNED_SINK_TASKS if path.tuned else None
+        if path.direction == "discard":
+            return _discard(self._spark, messages, self._size, path.keyed)
         return _sink(
             self._spark, self._address, messages, self._size, tasks, path.keyed, round_number
         )
@@ -329,15 +344,7 @@ def _sink(
     round_number: int,
 ) -> dict:
     queue = f"bench-sink-{tasks or 'default'}-{keyed}-{messages}-{round_number}"
-    columns = [F.lpad(F.col("id").cast("string"), size, "x").alias("content")]
-    if keyed:
-        columns.append(F.format_string("key-%d", F.col("id") % 1000).cast("binary").alias("key"))
-        columns.append(F.create_map(F.lit("n"), F.col("id").cast("string")).alias("headers"))
-    frame = spark.range(messages).select(*columns)
-    if tasks is not None:
-        frame = frame.repartition(tasks)
-    frame = frame.cache()
-    frame.count()  # materialise first: measure the sink, not the generation
+    frame = _sink_rows(spark, messages, size, tasks, keyed)
     tasks_used = frame.rdd.getNumPartitions()
     started = time.monotonic()
     writer = frame.write.format("phpmq").option("broker", address).option("queue", queue)
@@ -348,6 +355,55 @@ def _sink(
         landed = client.admin(cmd.STATS)["queues"][queue]["ready"]
         client.admin(cmd.QUEUE_PURGE, queue=queue)  # the broker need not hold them any more
     return _result(f"{tasks_used} tasks", landed, None, wall, size)
+
+
+def _sink_rows(
+    spark: SparkSession, messages: int, size: int, tasks: int | None, keyed: bool
+) -> DataFrame:
+    """The sink's input, cached and materialised (the sink is measured, not the generation):
+    `size`-byte contents, and keyed a message key and a one-entry headers map on each row."""
+    columns = [F.lpad(F.col("id").cast("string"), size, "x").alias("content")]
+    if keyed:
+        columns.append(F.format_string("key-%d", F.col("id") % 1000).cast("binary").alias("key"))
+        columns.append(F.create_map(F.lit("n"), F.col("id").cast("string")).alias("headers"))
+    frame = spark.range(messages).select(*columns)
+    if tasks is not None:
+        frame = frame.repartition(tasks)
+    frame = frame.cache()
+    frame.count()
+    return frame
+
+
+def _discard(spark: SparkSession, messages: int, size: int, keyed: bool) -> dict:
+    """The sink's default path with a writer that keeps nothing (`DiscardingSource`): Spark's
+    own cost of handing the rows to a Python data source."""
+    spark.dataSource.register(DiscardingSource)
+    frame = _sink_rows(spark, messages, size, None, keyed)
+    tasks_used = frame.rdd.getNumPartitions()
+    started = time.monotonic()
+    frame.write.format(DiscardingSource.name()).mode("append").save()
+    wall = time.monotonic() - started
+    frame.unpersist()
+    # (the rows are the frame's: a writer in Spark's Python workers cannot report back here)
+    return _result(f"{tasks_used} tasks, no broker", messages, None, wall, size)
+
+
+class DiscardingSource(DataSource):
+    """A Python data source whose writer reads every Arrow batch and keeps nothing."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "phpmq-bench-discard"
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return _DiscardingWriter()
+
+
+class _DiscardingWriter(DataSourceArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
 
 
 def _result(settings: str, rows: int, batches: int | None, wall: float, size: int) -> dict:
@@ -377,6 +433,35 @@ def _add_ratios(results: list[dict]) -> None:
         result["vs_default"] = over(result, result["tuned"], tuned=False)
         result["vs_plain"] = over(result, result["keyed"], keyed=False)
         result["vs_memory"] = over(result, result["durable"], durable=False)
+
+
+def _beyond_spark(results: list[dict]) -> list[str]:
+    """A line per sink (in memory, durable) on its keyed/plain ratio without Spark's share:
+    the time a row takes through the sink less the time Spark alone takes to hand it over
+    (the discard path), plain over keyed. Sets `vs_plain_beyond_spark` on the keyed sink's
+    result. None where a rate is missing or Spark alone is not the faster."""
+    rates = {_identity(result): result["rows_per_s"] for result in results}
+    spark_plain = rates.get(("discard", False, False, False))
+    spark_keyed = rates.get(("discard", False, False, True))
+    lines: list[str] = []
+    for result in results:
+        if result["direction"] != "sink" or result["tuned"] or not result["keyed"]:
+            continue
+        plain = rates.get(("sink", result["durable"], False, False))
+        if not (plain and spark_plain and spark_keyed):
+            continue
+        own_plain = 1 / plain - 1 / spark_plain
+        own_keyed = 1 / result["rows_per_s"] - 1 / spark_keyed
+        if own_plain <= 0 or own_keyed <= 0:
+            continue
+        ratio = result["vs_plain_beyond_spark"] = own_plain / own_keyed
+        lines.append(
+            f"{result['path']}: keyed/plain {result['vs_plain']:.2f}x; Spark alone"
+            f" {spark_keyed / spark_plain:.2f}x ({1e6 / spark_plain:.2f} and"
+            f" {1e6 / spark_keyed:.2f} us a row); beyond Spark's share {ratio:.2f}x"
+            f" ({1e6 * own_plain:.2f} and {1e6 * own_keyed:.2f} us a row)"
+        )
+    return lines
 
 
 def _identity(result: dict) -> tuple[str, bool, bool, bool]:

@@ -477,6 +477,7 @@ def test_the_benchmark_runs_at_a_tiny_size(spark: SparkSession) -> None:
     memory = ["default", "tuned", "default keyed"]
     durable = ["default", "default keyed"]
     paths = [f"{direction} {name}" for direction in ("source", "sink") for name in memory]
+    paths += ["discard default", "discard default keyed"]  # Spark alone, no broker
     paths += [f"durable {direction} {name}" for direction in ("source", "sink") for name in durable]
     assert [result["path"] for result in results] == paths
     assert all(result["rows"] == 40 for result in results)
@@ -488,9 +489,32 @@ def test_the_benchmark_runs_at_a_tiny_size(spark: SparkSession) -> None:
     assert by_path["source default keyed"]["vs_plain"] > 0
     assert by_path["durable sink default keyed"]["vs_memory"] > 0
     assert by_path["durable sink default keyed"]["vs_plain"] > 0
+    assert by_path["discard default keyed"]["vs_plain"] > 0
     options = tuned_source_options(25_000, 64 << 20, 100 << 10)  # 100 KB messages
     if "maxBytesPerTrigger" not in options:  # the row limit is cut to fit the bytes
         assert list(options.values()) == ["655"]
+
+
+def test_the_benchmark_takes_spark_s_share_out_of_the_keyed_ratio() -> None:
+    from phpmq.bench.spark import _beyond_spark
+
+    def row(direction: str, rate: float, keyed: bool, durable: bool = False) -> dict:
+        return {"direction": direction, "durable": durable, "tuned": False, "keyed": keyed,
+                "rows_per_s": rate, "path": f"{direction} {keyed}", "vs_plain": 0.5}  # fmt: skip
+
+    # Spark alone: 1 us a plain row, 2 a keyed one; the sink: 4 and 6 in memory, 4 and 5
+    # durable, so it adds 3 us to a plain row and 4 (in memory) or 3 (durable) to a keyed one.
+    results = [
+        row("discard", 1e6, False), row("discard", 5e5, True),
+        row("sink", 2.5e5, False), row("sink", 1e6 / 6, True),
+        row("sink", 2.5e5, False, durable=True), row("sink", 2e5, True, durable=True),
+    ]  # fmt: skip
+    lines = _beyond_spark(results)
+    assert results[3]["vs_plain_beyond_spark"] == pytest.approx(0.75)
+    assert results[5]["vs_plain_beyond_spark"] == pytest.approx(1.0)
+    assert len(lines) == 2 and "Spark alone 0.50x" in lines[0] and "share 0.75x" in lines[0]
+    # Without Spark's paths (or with a sink faster than Spark alone), no line and no ratio.
+    assert _beyond_spark(results[2:]) == [] and "vs_plain_beyond_spark" not in results[2]
 
 
 def test_cli_offers_the_benchmark_with_a_message_size() -> None:
