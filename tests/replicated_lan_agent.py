@@ -22,6 +22,7 @@ time.monotonic() (one clock for every process of the machine): the test's checke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -117,7 +118,16 @@ def _confirmed_at(endpoint: str, queue: str, key: str) -> bool:
         sock.send(p.encode(p.Send(queue, key.encode(), tag=1, key=key)))
         return isinstance(answer_to(sock, 1, CONFIRM_TIMEOUT_S), p.Confirm)
     finally:
-        sock.close()
+        close_saying_goodbye(sock)
+
+
+def close_saying_goodbye(sock: zmq.Socket) -> None:
+    """KBAI, then close: a broker remembers a peer that spoke the extensions and vanished
+    for idle_peer_seconds (300 s), and every one counts against its host's quota of
+    connections (1,000), which sockets opened for one send or one probe would fill."""
+    with contextlib.suppress(zmq.Again):  # (a pipe full of unanswered sends: no goodbye)
+        sock.send(p.encode(p.Kbai()), zmq.NOBLOCK)
+    sock.close(linger=100)
 
 
 def consume(endpoints: str, events: Events, queues: list[str], stop: threading.Event) -> None:
@@ -211,7 +221,7 @@ def minority(events: Events, endpoint: str, seconds: float, queue: str, key: str
         if isinstance(answer, p.Error):
             events.add("error", queue, key, why=f"{answer.code} {answer.reason}", minority=True)
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-    sock.close()
+    close_saying_goodbye(sock)
 
 
 def _hello_answer(sock: zmq.Socket, deadline: float) -> p.Hello | None:
@@ -250,7 +260,7 @@ def roles(endpoints: list[str], wait: float = 1.0) -> list[str | None]:
                     replication = message.options.get("replication", {})
                     found[sockets.index(sock)] = replication.get("role")
     for sock in sockets:
-        sock.close()
+        close_saying_goodbye(sock)
     return found
 
 
