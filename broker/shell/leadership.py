@@ -89,8 +89,14 @@ class ReplicaAdmin:
         """Raft hands leadership only to a replica with every entry (else its election
         would fail): refused here at once rather than dropped by pysyncobj."""
         status = self._group.status()
-        replica = status["replicas"][target]
+        replica = status["replicas"].get(target)
         what = f"the replica of shard {self._shard} on node {node}"
+        if replica is None:  # in the map, not yet (or no more) in the Raft group
+            raise CommandError(
+                f"{what} is not in the shard's Raft group now (its membership is changing):"
+                " ask again once the change is done",
+                ErrorCode.CONFLICT,
+            )
         if not replica["connected"]:
             raise CommandError(
                 f"{what} is not connected to the leader: it cannot take over",
