@@ -60,6 +60,26 @@ def test_headers_given_as_json_bytes_go_as_they_are_and_a_non_object_is_refused(
     assert broker.stats()["queues"]["orders"]["ready"] == 0  # nothing of the refused call
 
 
+def test_one_send_or_publish_takes_headers_as_json_bytes_too(
+    broker: BrokerProcess, connect: Connect
+) -> None:
+    # (They were JSON-encoded again, as a base64 string: no consumer saw a header.)
+    with connect(broker.address) as client:
+        client.bind("orders", "order.*")
+        client.send("orders", b"sent", headers=b'{"by":"php"}', confirm=True)
+        assert client.publish("order.made", b"published", headers=b'{"n":1}') == 1
+        got = consumed(client, "orders", 2)
+        assert [(m.content, m.headers) for m in got] == [
+            (b"sent", {"by": "php"}),
+            (b"published", {"n": 1}),
+        ]
+        for refused in (lambda: client.send("orders", b"x", headers=b"[1]"),
+                        lambda: client.publish("order.made", b"x", headers=b"1")):  # fmt: skip
+            with pytest.raises(InvalidArgument, match="must be a JSON object"):
+                refused()
+    assert broker.stats()["queues"]["orders"]["ready"] == 0
+
+
 def test_keyed_send_many_is_idempotent_per_message(broker: BrokerProcess, connect: Connect) -> None:
     with connect(broker.address) as client:
         first = client.send_many(
@@ -185,7 +205,8 @@ def test_other_batches_send_no_packet_for_a_message_without_headers_or_a_message
         "orders", [b"a", b"b"], 60, ["k1", "k2"], confirm=True, headers=[{"n": 1}, None]
     )
     assert p.decode_frame(frame)[0] == [
-        p.Send("orders", b"a", 60, 0, "k1", b'{"n":1}'), p.Send("orders", b"b", 60, 1, "k2")
+        p.Send("orders", b"a", 60, 0, "k1", b'{"n":1}'),
+        p.Send("orders", b"b", 60, 1, "k2"),
     ]
     [(frame, _, _)] = connection.send_batches(
         "orders", [b"a", b"b"], 60, headers=[{"n": 1}, None], message_keys=[None, b"m"]

@@ -36,6 +36,7 @@ import zmq
 from ..protocol import Error
 from . import aio_admin, aio_batches, aio_requests, aio_shards, aio_topics
 from . import aio_backend as backend
+from .batches import HeadersItem
 from .connection import Connection
 from .curve import Curve, admin_secret_from
 from .dealer import not_taken
@@ -121,16 +122,17 @@ class AsyncClient(
         queue: str,
         content: bytes | str,
         ttl: int = 0,
-        headers: dict[str, Any] | None = None,
+        headers: HeadersItem = None,
         *,
         confirm: bool = False,
         key: str | None = None,
         delay: Duration | None = None,
         message_key: bytes | str | None = None,
     ) -> str | None:
-        """Send one message. `headers` (JSON-able) travel with it to consumers that speak the
-        extensions (e.g. `{"timeout": 30}` for a worker pool), and so does a `message_key`
-        (Kafka's record key: the broker keeps it and never reads it).
+        """Send one message. `headers` (a JSON-able dict, or a JSON object's bytes, sent as they
+        are) travel with it to consumers that speak the extensions (e.g. `{"timeout": 30}`
+        for a worker pool), and so does a `message_key` (Kafka's record key: the broker keeps
+        it and never reads it).
 
         With `confirm=True` wait for the broker's answer and return the message ID: the
         message is queued (with a `--data-dir` broker: on disk). A `key` makes the send

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..protocol import admin_commands as cmd
+from .batches import HeadersItem
 from .errors import ClientError
 from .message import queue_packet
 from .refusals import FlowRefusal
@@ -27,7 +28,7 @@ class AsyncTopics:
         content: bytes | str,
         ttl: int = 0,
         key: str | None = None,
-        headers: dict[str, Any] | None = None,
+        headers: HeadersItem = None,
         *,
         confirm: bool = True,
         message_key: bytes | str | None = None,

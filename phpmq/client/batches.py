@@ -73,11 +73,17 @@ def too_large(queue: str, size: int, limit: int, part: str = "content") -> Inval
     )
 
 
+#: Per-message headers (a JSON object, or its compact JSON encoding as bytes; None for none)
+#: and message keys of a batch (or of one send).
+HeadersItem = dict[str, Any] | bytes | None
+MessageKeyItem = bytes | str | None
+
+
 def encode_full_send(
     queue: str,
     body: bytes,
     ttl: int,
-    headers: dict[str, Any] | None,
+    headers: HeadersItem,
     tag: int | None,
     key: str | None,
     delay_ms: int,
@@ -92,17 +98,13 @@ def encode_full_send(
             ttl,
             tag,
             key,
-            _headers.encode(headers) if headers else None,
+            encoded_headers(headers) if headers else None,
             delay_ms=delay_ms or None,
             message_key=as_bytes(message_key),
         )
     )
 
 
-#: Per-message headers (a JSON object, or its compact JSON encoding as bytes; None for none)
-#: and message keys of a batch.
-HeadersItem = dict[str, Any] | bytes | None
-MessageKeyItem = bytes | str | None
 #: Encodes one 001 or 108 from its target's packet: encode_send or encode_publish.
 Encoder = Callable[..., bytes]
 
@@ -162,7 +164,7 @@ def send_batches(
             if header is _MISSING or message_key is _MISSING:
                 raise ValueError("fewer headers or message keys than messages")
             if header:
-                header = _encoded_headers(header)
+                header = encoded_headers(header)
                 if len(header) > max_content_bytes:
                     raise too_large(queue, len(header), max_content_bytes, "headers (as JSON)")
             else:
@@ -190,7 +192,7 @@ def send_batches(
 _MISSING: Any = object()
 
 
-def _encoded_headers(headers: dict[str, Any] | bytes) -> bytes:
+def encoded_headers(headers: dict[str, Any] | bytes) -> bytes:
     """HEADERS JSON: a dict encoded; bytes (a producer that encoded its JSON objects already,
     such as the Spark sink) sent as they are, once they look like a JSON object."""
     if headers.__class__ is not bytes:

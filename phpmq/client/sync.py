@@ -36,6 +36,7 @@ import zmq
 from ..protocol import Error
 from . import sync_admin, sync_batches, sync_requests, sync_shards, sync_topics
 from . import sync_backend as backend
+from .batches import HeadersItem
 from .connection import Connection
 from .curve import Curve, admin_secret_from
 from .dealer import not_taken
@@ -121,16 +122,17 @@ class Client(
         queue: str,
         content: bytes | str,
         ttl: int = 0,
-        headers: dict[str, Any] | None = None,
+        headers: HeadersItem = None,
         *,
         confirm: bool = False,
         key: str | None = None,
         delay: Duration | None = None,
         message_key: bytes | str | None = None,
     ) -> str | None:
-        """Send one message. `headers` (JSON-able) travel with it to consumers that speak the
-        extensions (e.g. `{"timeout": 30}` for a worker pool), and so does a `message_key`
-        (Kafka's record key: the broker keeps it and never reads it).
+        """Send one message. `headers` (a JSON-able dict, or a JSON object's bytes, sent as they
+        are) travel with it to consumers that speak the extensions (e.g. `{"timeout": 30}`
+        for a worker pool), and so does a `message_key` (Kafka's record key: the broker keeps
+        it and never reads it).
 
         With `confirm=True` wait for the broker's answer and return the message ID: the
         message is queued (with a `--data-dir` broker: on disk). A `key` makes the send

@@ -23,13 +23,10 @@ from __future__ import annotations
 import secrets
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
-
-import msgspec
 
 from ..protocol import Cancel, Consume, Publish, encode, event_name_problem
 from ..protocol.rules import PATTERN_SEPARATOR, pattern_problem
-from .batches import check_key, too_large
+from .batches import HeadersItem, check_key, encoded_headers, too_large
 from .errors import InvalidArgument
 from .message import ReceivedMessage, content_bytes
 
@@ -38,8 +35,6 @@ LIVE_PREFIX = "live."
 #: The reason of the broker's answer to a client's CANCEL, and of its unasked one.
 CANCELLED = "cancelled"
 QUEUE_DELETED = "queue deleted"
-
-_headers = msgspec.json.Encoder()
 
 
 def live_queue_name() -> str:
@@ -83,7 +78,7 @@ def encode_publish(
     event: str,
     content: bytes | str,
     ttl: int,
-    headers: dict[str, Any] | None,
+    headers: HeadersItem,
     tag: int | None,
     key: str | None,
     limit: int,
@@ -100,7 +95,7 @@ def encode_publish(
     body = content_bytes(content)
     if len(body) > limit:
         raise too_large(event, len(body), limit)
-    encoded = _headers.encode(headers) if headers else None
+    encoded = encoded_headers(headers) if headers else None
     return encode(
         Publish(event, body, ttl, tag=tag, key=key, headers=encoded, message_key=message_key)
     )
