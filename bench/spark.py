@@ -185,17 +185,18 @@ def _median_of(path_runs: list[dict]) -> dict:
 class BenchPath:
     """One path through the pipeline: which direction, tuned or not, keyed rows or plain."""
 
-    direction: str  # "source" or "sink"
+    direction: str  # "source", "sink" or "discard" (Spark alone)
     tuned: bool = False
     keyed: bool = False
 
     def labels(self, durable: bool) -> dict:
+        alone = self.direction == "discard"
         name = " ".join(
             part
             for part in (
                 "durable" if durable else "",
-                self.direction,
-                "tuned" if self.tuned else "default",
+                "Spark alone" if alone else self.direction,
+                "" if alone else "tuned" if self.tuned else "default",
                 "keyed" if self.keyed else "",
             )
             if part
