@@ -4,10 +4,11 @@
 Columns: `content` (binary or string) is required; `queue` (string) and `event` (string) are
 used where the option of the same name is not given (an option overrides its column, as in
 Kafka's sink); `ttl` (integer, seconds, 0 = never expires) falls back to the option where it is
-absent or null; `headers` (map<string,string>) becomes the message's HEADERS JSON and
-`key` (binary or string) its message key. A row with an event is published as that event
-(docs/protocol.md §6.5) instead of sent to its queue; a row with neither fails the task.
-Other columns are ignored.
+absent or null; `headers` (map<string,string>, or Kafka's array of (key, value) structs with
+values as UTF-8 bytes or text, as Spark's Kafka source gives them) becomes the message's
+HEADERS JSON and `key` (binary or string) its message key. A row with an event is published
+as that event (docs/protocol.md §6.5) instead of sent to its queue; a row with neither fails
+the task. Other columns are ignored.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import msgspec
 import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import BinaryType, IntegralType, MapType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegralType,
+    MapType,
+    StringType,
+    StructType,
+)
 
 from ..protocol import ErrorCode, event_name_problem, queue_name_problem
 from .options import OptionError, SinkOptions
@@ -40,6 +48,8 @@ class SinkColumns:
     has_event: bool = False
     has_headers: bool = False
     has_key: bool = False
+    #: The headers column is Kafka's array of (key, value) structs, not a map.
+    headers_are_pairs: bool = False
 
     @classmethod
     def of(cls, schema: StructType, options: SinkOptions) -> SinkColumns:
@@ -65,9 +75,11 @@ class SinkColumns:
             raise OptionError(f"column `ttl` must be an integer, not {ttl.simpleString()}")
         if key is not None and not isinstance(key, BinaryType | StringType):
             raise OptionError(f"column `key` must be binary or a string, not {key.simpleString()}")
-        if headers is not None and not _is_string_map(headers):
+        pairs = headers is not None and _is_kafka_headers(headers)
+        if headers is not None and not pairs and not _is_string_map(headers):
             raise OptionError(
-                f"column `headers` must be a map<string,string>, not {headers.simpleString()}"
+                "column `headers` must be a map<string,string> or Kafka's"
+                f" array<struct<key:string,value:binary>>, not {headers.simpleString()}"
             )
         if queue is None and options.queue is None and event is None and options.event is None:
             raise OptionError(
@@ -77,7 +89,7 @@ class SinkColumns:
         text = isinstance(content, StringType)
         return cls(
             text, queue is not None, ttl is not None, event is not None, headers is not None,
-            key is not None,
+            key is not None, pairs,
         )  # fmt: skip
 
 
@@ -86,6 +98,18 @@ def _is_string_map(column: object) -> bool:
         isinstance(column, MapType)
         and isinstance(column.keyType, StringType)
         and isinstance(column.valueType, StringType)
+    )
+
+
+def _is_kafka_headers(column: object) -> bool:
+    """Kafka's headers: array<struct<key:string,value:binary>> (or the value as a string)."""
+    if not isinstance(column, ArrayType) or not isinstance(column.elementType, StructType):
+        return False
+    fields = {field.name: field.dataType for field in column.elementType.fields}
+    return (
+        len(fields) == 2
+        and isinstance(fields.get("key"), StringType)
+        and isinstance(fields.get("value"), BinaryType | StringType)
     )
 
 
@@ -128,8 +152,9 @@ class SinkRows:
                 index = pc.index(pc.greater(lengths, limit), True).as_py()
                 raise _too_large(first_row + index, name, lengths[index].as_py(), limit)
         if self._columns.has_headers:
-            for index in _headers_maybe_over(batch.column("headers"), limit):
-                pairs = batch.column("headers")[index].as_py()
+            column = self._headers_map(batch)
+            for index in _headers_maybe_over(column, limit):
+                pairs = column[index].as_py()
                 size = len(_HEADERS_JSON.encode(dict(pairs))) if pairs else 0
                 if size > limit:
                     raise _too_large(first_row + index, "headers (as JSON)", size, limit)
@@ -216,7 +241,7 @@ class SinkRows:
         here once, so the client sends the bytes as they are."""
         if not self._columns.has_headers:
             return None
-        column = batch.column("headers")
+        column = self._headers_map(batch)
         built = _headers_json(column)
         if built is not None:
             return built
@@ -224,12 +249,64 @@ class SinkRows:
         # A map arrives as a list of (key, value) pairs; an empty or null map sends no headers.
         return [encode(dict(pairs)) if pairs else None for pairs in column.to_pylist()]
 
+    def _headers_map(self, batch: pa.RecordBatch) -> pa.MapArray:
+        """The `headers` column as a map (Kafka's pairs turned into one)."""
+        column = batch.column("headers")
+        return _pairs_as_map(column) if self._columns.headers_are_pairs else column
+
     def _message_keys(self, batch: pa.RecordBatch) -> list[bytes | None] | None:
         """Each row's message key (None: no `key` column); a string column is cast to bytes in
         Arrow, not row by row (0.15 -> 0.03 us a row)."""
         if not self._columns.has_key:
             return None
         return batch.column("key").cast(pa.binary()).to_pylist()
+
+
+def _pairs_as_map(column: pa.ListArray) -> pa.MapArray:
+    """Kafka's headers (each row a list of (key, value) structs) as the map the sink reads:
+    the pairs in their order, a null list a null map. A key a row gives twice (Kafka allows
+    it) keeps its first place and its last value, as a dict of the pairs would: the headers'
+    JSON has each key once.
+
+    Raises:
+        ValueError: a null key, or a value that is not UTF-8 text (headers travel as JSON).
+    """
+    offsets = column.offsets  # into the entries of every row, not only of this slice
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    entries = column.values.slice(start, end - start)
+    keys, values = entries.field("key"), entries.field("value")
+    if keys.null_count:
+        raise ValueError("a row's `headers` holds a header whose key is null")
+    try:
+        keys, values = keys.cast(pa.string()), values.cast(pa.string())
+        values.validate(full=True)
+    except (pa.ArrowInvalid, ValueError) as exc:
+        raise ValueError(
+            "a row's `headers` holds a value that is not UTF-8 text: the phpmq sink sends"
+            " headers as JSON text (decode binary values to strings first)"
+        ) from exc
+    parents = pc.list_parent_indices(column)
+    pairs = pa.table({"row": parents, "key": keys})
+    if pairs.group_by(["row", "key"]).aggregate([]).num_rows < len(keys):
+        return _deduplicated(column, parents, keys, values)
+    rebased = pc.subtract(offsets, start).cast(pa.int32())
+    return pa.MapArray.from_arrays(rebased, keys, values, mask=column.is_null())
+
+
+def _deduplicated(
+    column: pa.ListArray, parents: pa.Array, keys: pa.Array, values: pa.Array
+) -> pa.MapArray:
+    """`_pairs_as_map` for a batch in which some row gives a key twice, row by row."""
+    rows: list[dict[str, str | None] | None] = [
+        None if empty else {} for empty in column.is_null().to_pylist()
+    ]
+    entries = zip(parents.to_pylist(), keys.to_pylist(), values.to_pylist(), strict=True)
+    for row, key, value in entries:
+        headers = rows[row]
+        if headers is not None:  # (a null list's entries, if any, are not its row's)
+            headers[key] = value
+    maps = [None if headers is None else list(headers.items()) for headers in rows]
+    return pa.array(maps, pa.map_(pa.string(), pa.string()))
 
 
 #: Characters JSON writes as a \u escape (or \n and the like), which Arrow cannot.

@@ -19,9 +19,10 @@ from pipeline_harness import drain, queue_stats, run_available_now, skip_without
 
 try:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql.types import (
+        ArrayType,
         BinaryType,
         LongType,
         MapType,
@@ -197,6 +198,59 @@ def test_a_batch_s_headers_take_the_arrow_path_for_large_strings_and_not_for_bad
     not_utf8 = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(b"\xff\xfe")])
     column = pa.MapArray.from_arrays(pa.array([0, 1], pa.int32()), pa.array(["k"]), not_utf8)
     assert sink_rows._headers_json(column) is None  # the row-by-row path refuses it
+
+
+#: Kafka's headers column, as Spark's Kafka source gives it with includeHeaders.
+KAFKA_HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+_KAFKA_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def test_kafka_s_headers_go_out_as_the_same_json_as_a_map_s() -> None:
+    """A Kafka source's `headers` (a list of key/binary-value structs) is written as the map
+    of the same pairs would be, in a slice of a batch too; a value that is not UTF-8 text or a
+    null key fails the task with a reason, and a Kafka-shaped column of another value type is
+    refused before anything runs."""
+    schema = StructType([CONTENT, StructField("headers", KAFKA_HEADERS)])
+    options = SinkOptions.parse({"queue": "q"})
+    rows = SinkRows(SinkColumns.of(schema, options), options)
+    pairs = [
+        [{"key": "trace", "value": b"abc"}],
+        None,
+        [],
+        [{"key": "a", "value": b"1"}, {"key": "b", "value": None}, {"key": "a", "value": b"2"}],
+        [{"key": 'q"', "value": "\u00e9".encode()}],
+    ]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([f"r{n}" for n in range(5)]), pa.array(pairs, _KAFKA_ARROW)],
+        ["content", "headers"],
+    )
+    got = [h for run in rows.runs(batch.slice(1), 0) for h in run.headers or []]
+    # Key `a` twice: its first place and its last value, as a dict of the pairs would have.
+    assert got == [None, None, b'{"a":"2","b":null}', '{"q\\"":"\u00e9"}'.encode()]
+    no_twice = batch.slice(0, 3)  # (the Arrow path: no row gives a key twice)
+    assert [h for run in rows.runs(no_twice, 0) for h in run.headers or []] == [
+        b'{"trace":"abc"}',
+        None,
+        None,
+    ]
+    rows.check(batch, 0, 18)
+    with pytest.raises(RowRefused, match="headers") as caught:
+        rows.check(batch, 0, 17)  # row 3's JSON is 18 bytes
+    assert caught.value.row == 3
+    for bad, reason in (([{"key": "k", "value": b"\xff"}], "not UTF-8 text"),
+                        ([{"key": None, "value": b"v"}], "key is null")):  # fmt: skip
+        bad_batch = pa.RecordBatch.from_arrays(
+            [pa.array(["c"]), pa.array([bad], _KAFKA_ARROW)], ["content", "headers"]
+        )
+        with pytest.raises(ValueError, match=reason):
+            list(rows.runs(bad_batch, 0))
+    wrong = ArrayType(
+        StructType([StructField("key", StringType()), StructField("value", LongType())])
+    )
+    with pytest.raises(OptionError, match="array<struct<key:string,value:binary>>"):
+        SinkColumns.of(StructType([CONTENT, StructField("headers", wrong)]), options)
 
 
 def test_keyed_rows_go_out_in_one_run_and_packed_frames_not_a_send_each(
@@ -443,6 +497,31 @@ def test_headers_and_key_columns_arrive_with_the_messages(
         assert message.headers == ({"parity": "even"} if number % 2 == 0 else {})
         expected_key = None if number % 3 == 0 else b"sensor-%d" % (number % 3)
         assert message.message_key == expected_key
+
+
+def test_a_kafka_source_s_headers_column_goes_through_the_sink(
+    spark: SparkSession, broker: BrokerProcess
+) -> None:
+    """Kafka's headers shape (includeHeaders), as Spark converts it: binary values as text,
+    a key given twice once with its last value, a row without headers with none."""
+
+    def header(key: str, value: Column) -> Column:
+        return F.struct(F.lit(key).alias("key"), value.cast("binary").alias("value"))
+
+    trace = header("trace", F.col("id").cast("string"))
+    headers = F.when(F.col("id") == 0, F.lit(None)).otherwise(
+        F.array(trace, header("hop", F.lit("1")), header("hop", F.lit("2")))
+    )
+    frame = spark.range(3).select(
+        F.col("id").cast("string").alias("content"), headers.alias("headers")
+    )
+    write_to(frame, broker, queue="from-kafka")
+    received = {m.content: m.headers for m in drain(broker, "from-kafka")}
+    assert received == {
+        b"0": {},
+        b"1": {"trace": "1", "hop": "2"},
+        b"2": {"trace": "2", "hop": "2"},
+    }
 
 
 def test_streaming_sink_routes_rows_by_their_queue_and_ttl_columns(
