@@ -141,6 +141,9 @@ class SinkRows:
     def __init__(self, columns: SinkColumns, options: SinkOptions) -> None:
         self._columns = columns
         self._options = options
+        #: Kafka-shaped headers turned into maps by `check`, for `runs`: id(batch) ->
+        #: (batch, map); at most the batches a task holds checked ahead (sink.checked_ahead).
+        self._converted: dict[int, tuple[pa.RecordBatch, pa.MapArray]] = {}
 
     def check(self, batch: pa.RecordBatch, first_row: int, limit: int) -> None:
         """Raise RowRefused for the first row of `batch` (row `first_row` of the task) the
@@ -152,7 +155,12 @@ class SinkRows:
                 index = pc.index(pc.greater(lengths, limit), True).as_py()
                 raise _too_large(first_row + index, name, lengths[index].as_py(), limit)
         if self._columns.has_headers:
-            column = self._headers_map(batch)
+            try:
+                column = self._headers_map(batch)
+            except BadHeader as exc:
+                raise RowRefused(ErrorCode.INVALID_VALUE, first_row + exc.row, str(exc)) from None
+            if self._columns.headers_are_pairs:
+                self._converted[id(batch)] = (batch, column)
             for index in _headers_maybe_over(column, limit):
                 pairs = column[index].as_py()
                 size = len(_HEADERS_JSON.encode(dict(pairs))) if pairs else 0
@@ -250,9 +258,19 @@ class SinkRows:
         return [encode(dict(pairs)) if pairs else None for pairs in column.to_pylist()]
 
     def _headers_map(self, batch: pa.RecordBatch) -> pa.MapArray:
-        """The `headers` column as a map (Kafka's pairs turned into one)."""
+        """The `headers` column as a map: Kafka's pairs turned into one (once: `check` keeps
+        what it turned for `runs`).
+
+        Raises:
+            BadHeader: a row's Kafka-shaped headers cannot be sent.
+        """
         column = batch.column("headers")
-        return _pairs_as_map(column) if self._columns.headers_are_pairs else column
+        if not self._columns.headers_are_pairs:
+            return column
+        converted = self._converted.pop(id(batch), None)
+        if converted is not None and converted[0] is batch:
+            return converted[1]
+        return _pairs_as_map(column)
 
     def _message_keys(self, batch: pa.RecordBatch) -> list[bytes | None] | None:
         """Each row's message key (None: no `key` column); a string column is cast to bytes in
@@ -262,49 +280,72 @@ class SinkRows:
         return batch.column("key").cast(pa.binary()).to_pylist()
 
 
+class BadHeader(ValueError):
+    """Kafka-shaped headers the sink cannot send: row `row` of the batch, and why."""
+
+    def __init__(self, row: int, problem: str) -> None:
+        super().__init__(problem)
+        self.row = row
+
+
 def _pairs_as_map(column: pa.ListArray) -> pa.MapArray:
     """Kafka's headers (each row a list of (key, value) structs) as the map the sink reads:
-    the pairs in their order, a null list a null map. A key a row gives twice (Kafka allows
-    it) keeps its first place and its last value, as a dict of the pairs would: the headers'
-    JSON has each key once.
+    the pairs in their order, a null list a null map, a null header (a null struct in the
+    list) none. A key a row gives twice (Kafka allows it) keeps its first place and its last
+    value, as a dict of the pairs would: the headers' JSON has each key once.
 
     Raises:
-        ValueError: a null key, or a value that is not UTF-8 text (headers travel as JSON).
+        BadHeader: a row with a null key, or a value that is not UTF-8 text (headers travel
+            as JSON).
     """
     offsets = column.offsets  # into the entries of every row, not only of this slice
     start, end = offsets[0].as_py(), offsets[-1].as_py()
     entries = column.values.slice(start, end - start)
+    parents = pc.list_parent_indices(column)
     keys, values = entries.field("key"), entries.field("value")
-    if keys.null_count:
-        raise ValueError("a row's `headers` holds a header whose key is null")
+    if entries.null_count or keys.null_count:
+        return _row_by_row(column, parents, entries)
     try:
         keys, values = keys.cast(pa.string()), values.cast(pa.string())
         values.validate(full=True)
-    except (pa.ArrowInvalid, ValueError) as exc:
-        raise ValueError(
-            "a row's `headers` holds a value that is not UTF-8 text: the phpmq sink sends"
-            " headers as JSON text (decode binary values to strings first)"
-        ) from exc
-    parents = pc.list_parent_indices(column)
+    except (pa.ArrowInvalid, ValueError):
+        return _row_by_row(column, parents, entries)  # which names the row
     pairs = pa.table({"row": parents, "key": keys})
     if pairs.group_by(["row", "key"]).aggregate([]).num_rows < len(keys):
-        return _deduplicated(column, parents, keys, values)
+        return _row_by_row(column, parents, entries)
     rebased = pc.subtract(offsets, start).cast(pa.int32())
     return pa.MapArray.from_arrays(rebased, keys, values, mask=column.is_null())
 
 
-def _deduplicated(
-    column: pa.ListArray, parents: pa.Array, keys: pa.Array, values: pa.Array
-) -> pa.MapArray:
-    """`_pairs_as_map` for a batch in which some row gives a key twice, row by row."""
+def _row_by_row(column: pa.ListArray, parents: pa.Array, entries: pa.StructArray) -> pa.MapArray:
+    """`_pairs_as_map` in Python, for a batch Arrow alone cannot turn: a key given twice, a
+    null header, or a row to refuse (BadHeader)."""
     rows: list[dict[str, str | None] | None] = [
         None if empty else {} for empty in column.is_null().to_pylist()
     ]
-    entries = zip(parents.to_pylist(), keys.to_pylist(), values.to_pylist(), strict=True)
-    for row, key, value in entries:
+    pairs = zip(
+        parents.to_pylist(),
+        entries.is_valid().to_pylist(),
+        entries.field("key").to_pylist(),
+        entries.field("value").to_pylist(),
+        strict=True,
+    )
+    for row, valid, key, value in pairs:
         headers = rows[row]
-        if headers is not None:  # (a null list's entries, if any, are not its row's)
-            headers[key] = value
+        if headers is None or not valid:
+            continue  # a null header; or a null row's entries, if any, are not its own
+        if key is None:
+            raise BadHeader(row, "its `headers` hold a header whose key is null")
+        if isinstance(value, bytes):
+            try:
+                value = value.decode()
+            except UnicodeDecodeError:
+                raise BadHeader(
+                    row,
+                    f"its header {key!r} has a value that is not UTF-8 text: the phpmq sink"
+                    " sends headers as JSON text (decode binary values to strings first)",
+                ) from None
+        headers[key] = value
     maps = [None if headers is None else list(headers.items()) for headers in rows]
     return pa.array(maps, pa.map_(pa.string(), pa.string()))
 

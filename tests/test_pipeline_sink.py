@@ -68,7 +68,8 @@ def test_sink_checks_columns_and_mode_before_anything_runs() -> None:
         [CONTENT, StructField("headers", MapType(StringType(), LongType()))]
     )
     with pytest.raises(
-        OptionError, match=r"`headers` must be a map<string,string>, not map<string,bigint>"
+        OptionError,
+        match=r"`headers` must be a map<string,string> or Kafka's .*, not map<string,bigint>",
     ):
         sink_source.writer(numbered_headers, overwrite=False)
     with pytest.raises(OptionError, match="column `key` must be binary or a string, not bigint"):
@@ -209,43 +210,48 @@ _KAFKA_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]
 
 def test_kafka_s_headers_go_out_as_the_same_json_as_a_map_s() -> None:
     """A Kafka source's `headers` (a list of key/binary-value structs) is written as the map
-    of the same pairs would be, in a slice of a batch too; a value that is not UTF-8 text or a
-    null key fails the task with a reason, and a Kafka-shaped column of another value type is
-    refused before anything runs."""
+    of the same pairs would be, in a slice of a batch too, a null header left out; a value
+    that is not UTF-8 text or a null key is refused (422) naming its row before anything is
+    sent, and a Kafka-shaped column of another value type before anything runs."""
     schema = StructType([CONTENT, StructField("headers", KAFKA_HEADERS)])
     options = SinkOptions.parse({"queue": "q"})
     rows = SinkRows(SinkColumns.of(schema, options), options)
     pairs = [
         [{"key": "trace", "value": b"abc"}],
         None,
-        [],
+        [{"key": "span", "value": b"7"}],
         [{"key": "a", "value": b"1"}, {"key": "b", "value": None}, {"key": "a", "value": b"2"}],
-        [{"key": 'q"', "value": "\u00e9".encode()}],
+        [{"key": 'q"', "value": "\u00e9".encode()}, None],
     ]
     batch = pa.RecordBatch.from_arrays(
         [pa.array([f"r{n}" for n in range(5)]), pa.array(pairs, _KAFKA_ARROW)],
         ["content", "headers"],
     )
-    got = [h for run in rows.runs(batch.slice(1), 0) for h in run.headers or []]
+
+    def sent(part: pa.RecordBatch) -> list[bytes | None]:
+        return [h for run in rows.runs(part, 0) for h in run.headers or []]
+
     # Key `a` twice: its first place and its last value, as a dict of the pairs would have.
-    assert got == [None, None, b'{"a":"2","b":null}', '{"q\\"":"\u00e9"}'.encode()]
-    no_twice = batch.slice(0, 3)  # (the Arrow path: no row gives a key twice)
-    assert [h for run in rows.runs(no_twice, 0) for h in run.headers or []] == [
-        b'{"trace":"abc"}',
-        None,
-        None,
-    ]
+    assert sent(batch.slice(1)) == [
+        None, b'{"span":"7"}', b'{"a":"2","b":null}', '{"q\\"":"\u00e9"}'.encode()
+    ]  # fmt: skip
+    # The Arrow path (no row gives a key twice, no null header), from a slice's offset too:
+    assert sent(batch.slice(1, 2)) == [None, b'{"span":"7"}']
     rows.check(batch, 0, 18)
     with pytest.raises(RowRefused, match="headers") as caught:
         rows.check(batch, 0, 17)  # row 3's JSON is 18 bytes
     assert caught.value.row == 3
-    for bad, reason in (([{"key": "k", "value": b"\xff"}], "not UTF-8 text"),
-                        ([{"key": None, "value": b"v"}], "key is null")):  # fmt: skip
-        bad_batch = pa.RecordBatch.from_arrays(
-            [pa.array(["c"]), pa.array([bad], _KAFKA_ARROW)], ["content", "headers"]
-        )
+    assert sent(batch) == [b'{"trace":"abc"}', *sent(batch.slice(1))]  # (what check kept)
+    for bad, reason in (({"key": "k", "value": b"\xff"}, "header 'k' has a value that is not"),
+                        ({"key": None, "value": b"v"}, "key is null")):  # fmt: skip
+        column = pa.array([[{"key": "ok", "value": b"1"}], None, [bad]], _KAFKA_ARROW)
+        bad_batch = pa.RecordBatch.from_arrays([pa.array(["a", "b", "c"]), column],
+                                               ["content", "headers"])  # fmt: skip
+        with pytest.raises(RowRefused, match=reason) as caught:
+            rows.check(bad_batch, 10, 1000)
+        assert (caught.value.code, caught.value.row) == (422, 12)
         with pytest.raises(ValueError, match=reason):
-            list(rows.runs(bad_batch, 0))
+            list(rows.runs(bad_batch, 10))
     wrong = ArrayType(
         StructType([StructField("key", StringType()), StructField("value", LongType())])
     )
@@ -503,14 +509,20 @@ def test_a_kafka_source_s_headers_column_goes_through_the_sink(
     spark: SparkSession, broker: BrokerProcess
 ) -> None:
     """Kafka's headers shape (includeHeaders), as Spark converts it: binary values as text,
-    a key given twice once with its last value, a row without headers with none."""
+    a key given twice once with its last value, a null header left out, a row without headers
+    with none."""
 
     def header(key: str, value: Column) -> Column:
         return F.struct(F.lit(key).alias("key"), value.cast("binary").alias("value"))
 
     trace = header("trace", F.col("id").cast("string"))
     headers = F.when(F.col("id") == 0, F.lit(None)).otherwise(
-        F.array(trace, header("hop", F.lit("1")), header("hop", F.lit("2")))
+        F.array(
+            trace,
+            header("hop", F.lit("1")),
+            header("hop", F.lit("2")),
+            F.when(F.col("id") == 2, header("extra", F.lit("x"))),  # else a null header
+        )
     )
     frame = spark.range(3).select(
         F.col("id").cast("string").alias("content"), headers.alias("headers")
@@ -520,7 +532,7 @@ def test_a_kafka_source_s_headers_column_goes_through_the_sink(
     assert received == {
         b"0": {},
         b"1": {"trace": "1", "hop": "2"},
-        b"2": {"trace": "2", "hop": "2"},
+        b"2": {"trace": "2", "hop": "2", "extra": "x"},
     }
 
 
