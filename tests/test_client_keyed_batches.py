@@ -66,18 +66,39 @@ def test_one_send_or_publish_takes_headers_as_json_bytes_too(
     # (They were JSON-encoded again, as a base64 string: no consumer saw a header.)
     with connect(broker.address) as client:
         client.bind("orders", "order.*")
-        client.send("orders", b"sent", headers=b'{"by":"php"}', confirm=True)
-        assert client.publish("order.made", b"published", headers=b'{"n":1}') == 1
+        client.send("orders", b"sent", headers=b' {"by": "php"}\n', confirm=True)
+        assert client.publish("order.made", b"published", headers=bytearray(b'{"n":1}')) == 1
         got = consumed(client, "orders", 2)
         assert [(m.content, m.headers) for m in got] == [
             (b"sent", {"by": "php"}),
             (b"published", {"n": 1}),
         ]
-        for refused in (lambda: client.send("orders", b"x", headers=b"[1]"),
-                        lambda: client.publish("order.made", b"x", headers=b"1")):  # fmt: skip
+        # One send's bytes are read whole: what only looks like an object is refused too.
+        for bad in (b"[1]", b"{garbage}", b'{"a":1}{"b":2}', memoryview(b"1")):
             with pytest.raises(InvalidArgument, match="must be a JSON object"):
-                refused()
+                client.send("orders", b"x", headers=bad)
+            with pytest.raises(InvalidArgument, match="must be a JSON object"):
+                client.publish("order.made", b"x", headers=bad)
     assert broker.stats()["queues"]["orders"]["ready"] == 0
+
+
+def test_one_send_s_headers_over_the_broker_s_limit_are_refused_before_it_goes(
+    tmp_path: Path, connect: Connect
+) -> None:
+    # (A confirmed one got the broker's 413 without its tag: Unconfirmed, not this.)
+    broker = configured_broker(tmp_path, "max_content_bytes = 1024\n")
+    with broker, connect(broker.address) as client:
+        client.send("orders", b"first", confirm=True)  # the broker's limits are known now
+        over = b'{"big":"%s"}' % (b"x" * 2_000)
+        for headers in (over, {"big": "x" * 2_000}):
+            for refused in (
+                lambda h=headers: client.send("orders", b"x", headers=h, confirm=True),
+                lambda h=headers: client.publish("order.made", b"x", headers=h),
+                lambda h=headers: client.request("orders", b"x", 1.0, headers=h),
+            ):
+                with pytest.raises(InvalidArgument, match="headers \\(as JSON\\) of 2010 bytes"):
+                    refused()
+        assert broker.stats()["queues"]["orders"]["ready"] == 1
 
 
 def test_keyed_send_many_is_idempotent_per_message(broker: BrokerProcess, connect: Connect) -> None:

@@ -153,6 +153,13 @@ def test_a_request_is_a_tagged_send_with_a_route_its_correlation_and_the_timeout
     assert msgspec.json.decode(send.headers) == {"a": 1, "reply_format": "json"}
     [raw], _ = p.decode_frame(encode_request("rpc", b"x", 1, None, "raw", 1, "1", 1024))
     assert raw.headers is None and raw.ttl == 1
+    # Headers given as a JSON object's bytes: read, then merged the same way (or sent raw).
+    [send], _ = p.decode_frame(encode_request("rpc", "hi", 1, b'{"a": 1}', "json", 7, "4", 1024))
+    assert msgspec.json.decode(send.headers) == {"a": 1, "reply_format": "json"}
+    [raw], _ = p.decode_frame(encode_request("rpc", b"x", 1, b'{"a":1}', "raw", 1, "1", 1024))
+    assert raw.headers == b'{"a":1}'
+    with pytest.raises(InvalidArgument, match="must be a JSON object"):
+        encode_request("rpc", b"x", 1, b"[1]", "json", 1, "1", 1024)
 
 
 @pytest.mark.parametrize(

@@ -145,7 +145,8 @@ class AsyncClient(
         Raises:
             ClientError: the socket did not take it within `send_timeout` (no broker); or
                 (InvalidArgument, also a ValueError) the queue name or key breaks the
-                protocol's rules, or the content is over the broker's size limit.
+                protocol's rules, the content or headers are over the broker's size limit,
+                or headers given as bytes are not a JSON object.
             BrokerRefused: (confirm) the broker refused it; `.error` says why. Without
                 confirm: the broker refused an earlier send that asked for no answer (this
                 one was not sent); `.refusals` lists every one not told before.

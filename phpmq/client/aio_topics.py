@@ -40,8 +40,8 @@ class AsyncTopics:
         `headers` and `message_key` work as in `send`.
 
         Raises:
-            InvalidArgument: (at once, nothing sent) a bad event name or key, content over
-                the broker's limit.
+            InvalidArgument: (at once, nothing sent) a bad event name or key, content or
+                headers over the broker's limit, headers as bytes that are not a JSON object.
             BrokerRefused: the broker refused it (`.error.code`: 422, 429 naming the full
                 queue: then no queue got a copy, 503, 507); unconfirmed: at the next call.
             Unconfirmed: (confirm) no answer within `confirm_timeout`.

@@ -22,6 +22,7 @@ from .errors import ClientError, InvalidArgument, PartialSend, Paused
 from .message import as_bytes, content_bytes
 
 _headers = msgspec.json.Encoder()
+_headers_decoder = msgspec.json.Decoder()
 
 #: Messages packed into one frame by send_many, and the frame size that closes a batch early.
 BATCH_MESSAGES = 512
@@ -83,14 +84,15 @@ def encode_full_send(
     queue: str,
     body: bytes,
     ttl: int,
-    headers: HeadersItem,
+    headers: bytes | None,
     tag: int | None,
     key: str | None,
     delay_ms: int,
     message_key: bytes | str | None,
 ) -> bytes:
-    """A 001 with the packets the fast `encode_send` has no place for: headers, a delay, a
-    message key (already checked by the caller, as for the fast form)."""
+    """A 001 with the packets the fast `encode_send` has no place for: headers (their JSON,
+    `checked_headers`), a delay, a message key (already checked by the caller, as for the
+    fast form)."""
     return encode(
         Send(
             queue,
@@ -98,7 +100,7 @@ def encode_full_send(
             ttl,
             tag,
             key,
-            encoded_headers(headers) if headers else None,
+            headers or None,
             delay_ms=delay_ms or None,
             message_key=as_bytes(message_key),
         )
@@ -193,11 +195,49 @@ _MISSING: Any = object()
 
 
 def encoded_headers(headers: dict[str, Any] | bytes) -> bytes:
-    """HEADERS JSON: a dict encoded; bytes (a producer that encoded its JSON objects already,
-    such as the Spark sink) sent as they are, once they look like a JSON object."""
+    """HEADERS JSON of a batch's message: a dict encoded; bytes (a producer that encoded its
+    JSON objects already, such as the Spark sink) sent as they are, once they look like a
+    JSON object: `{` first and `}` last (one send's are read whole: `checked_headers`)."""
     if headers.__class__ is not bytes:
-        return _headers.encode(headers)
+        if not isinstance(headers, bytearray | memoryview):
+            return _headers.encode(headers)
+        headers = bytes(headers)
     assert isinstance(headers, bytes)
     if headers[:1] != b"{" or headers[-1:] != b"}":
         raise InvalidArgument("headers given as bytes must be a JSON object", repr(headers[:20]))
     return headers
+
+
+def checked_headers(headers: dict[str, Any] | bytes, queue: str, limit: int) -> bytes:
+    """One send's HEADERS JSON: a dict encoded; bytes sent as they are once read whole as one
+    JSON object (whitespace around it is fine); no longer than `limit` (the broker's
+    max_content_bytes).
+
+    Raises:
+        InvalidArgument: bytes that are not a JSON object (422); longer than `limit` (413).
+    """
+    if isinstance(headers, bytes | bytearray | memoryview):
+        encoded = bytes(headers)
+        decoded_headers(encoded)
+    else:
+        encoded = _headers.encode(headers)
+    if len(encoded) > limit:
+        raise too_large(queue, len(encoded), limit, "headers (as JSON)")
+    return encoded
+
+
+def decoded_headers(headers: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """The JSON object `headers` holds.
+
+    Raises:
+        InvalidArgument: they are not one JSON object.
+    """
+    try:
+        decoded = _headers_decoder.decode(headers)
+    except msgspec.DecodeError:
+        decoded = None
+    if not isinstance(decoded, dict):
+        raise InvalidArgument(
+            "headers given as bytes must be a JSON object", repr(bytes(headers[:20]))
+        )
+    return decoded

@@ -59,6 +59,7 @@ from .batches import (
     MessageKeyItem,
     check_key,
     check_lengths,
+    checked_headers,
     encode_full_send,
     send_batches,
     too_large,
@@ -262,7 +263,8 @@ class Connection:
         """One 001 (with `delay_ms`, a delayed send: §6.7; `message_key`: packet 27).
 
         Raises:
-            InvalidArgument: the queue name or key breaks the protocol's rules.
+            InvalidArgument: the queue name or key breaks the protocol's rules; content or
+                headers over the broker's limit; headers as bytes that are not a JSON object.
         """
         packet = queue_packet(queue)
         if key is not None:
@@ -270,7 +272,8 @@ class Connection:
         body = content_bytes(content)
         self._check_size(queue, body)
         if headers or delay_ms or message_key is not None:
-            return encode_full_send(queue, body, ttl, headers, tag, key, delay_ms, message_key)
+            encoded = checked_headers(headers, queue, self._broker_limit) if headers else None
+            return encode_full_send(queue, body, ttl, encoded, tag, key, delay_ms, message_key)
         return encode_send(packet, body, ttl, tag, key)
 
     def publish(
@@ -283,7 +286,8 @@ class Connection:
         key: str | None = None,
         message_key: bytes | str | None = None,
     ) -> bytes:
-        """One 108 (InvalidArgument: a bad event name or key, content over the limit)."""
+        """One 108 (InvalidArgument: a bad event name or key, content or headers over the
+        limit, headers as bytes that are not a JSON object)."""
         return encode_publish(
             event, content, ttl, headers, tag, key, self._broker_limit, as_bytes(message_key)
         )
@@ -293,7 +297,7 @@ class Connection:
         queue: str,
         content: bytes | str,
         timeout: float,
-        headers: dict[str, Any] | None,
+        headers: HeadersItem,
         reply_format: str,
     ) -> tuple[int, str, bytes]:
         """A new request (requests.py): its tag, its correlation (awaited from now on, until

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..protocol import Error, Reply, encode_send
-from .batches import too_large
+from .batches import HeadersItem, decoded_headers, too_large
 from .errors import BrokerRefused, ClientError, InvalidArgument, ReplyError, RequestLost
 from .message import content_bytes, queue_packet
 
@@ -153,7 +153,7 @@ def encode_request(
     queue: str,
     content: bytes | str,
     timeout: float,
-    headers: dict[str, Any] | None,
+    headers: HeadersItem,
     reply_format: str,
     tag: int,
     correlation: str,
@@ -163,15 +163,20 @@ def encode_request(
     headers say `reply_format` unless raw.
 
     Raises:
-        InvalidArgument: a bad queue name, content over `limit`.
+        InvalidArgument: a bad queue name, content or headers over `limit`, headers as
+            bytes that are not a JSON object.
     """
     packet = queue_packet(queue)
     body = content_bytes(content)
     if len(body) > limit:
         raise too_large(queue, len(body), limit)
+    if isinstance(headers, bytes | bytearray | memoryview):
+        headers = decoded_headers(headers)
     if reply_format != "raw":
         headers = {**(headers or {}), "reply_format": reply_format}
     encoded = _headers.encode(headers) if headers else None
+    if encoded is not None and len(encoded) > limit:
+        raise too_large(queue, len(encoded), limit, "headers (as JSON)")
     ttl = math.ceil(timeout)
     return encode_send(packet, body, ttl, tag, None, encoded, reply_to="", correlation=correlation)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .batches import HeadersItem
 from .errors import RequestTimeout
 from .requests import Outcome, ReplyFormat, check_request, result
 from .shards import to_owner
@@ -31,7 +32,7 @@ class SyncRequests:
         content: bytes | str,
         timeout: float = 5.0,
         *,
-        headers: dict[str, Any] | None = None,
+        headers: HeadersItem = None,
         reply_format: ReplyFormat = "raw",
     ) -> Any:
         """Send `content` to `queue` as a request and return the reply that a worker sends:
@@ -42,7 +43,8 @@ class SyncRequests:
 
         Raises:
             InvalidArgument: (at once) a bad queue name, timeout or reply format; content
-                over the broker's limit.
+                or headers over the broker's limit; headers as bytes that are not a JSON
+                object.
             ReplyError: the handler failed: `.type_name`, `.text` (and `.code`, `.reason`).
             RequestTimeout: (also a TimeoutError) no reply within `timeout` seconds.
             RequestLost: the connection was replaced before the reply came.

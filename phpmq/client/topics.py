@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from ..protocol import Cancel, Consume, Publish, encode, event_name_problem
 from ..protocol.rules import PATTERN_SEPARATOR, pattern_problem
-from .batches import HeadersItem, check_key, encoded_headers, too_large
+from .batches import HeadersItem, check_key, checked_headers, too_large
 from .errors import InvalidArgument
 from .message import ReceivedMessage, content_bytes
 
@@ -95,7 +95,7 @@ def encode_publish(
     body = content_bytes(content)
     if len(body) > limit:
         raise too_large(event, len(body), limit)
-    encoded = encoded_headers(headers) if headers else None
+    encoded = checked_headers(headers, event, limit) if headers else None
     return encode(
         Publish(event, body, ttl, tag=tag, key=key, headers=encoded, message_key=message_key)
     )
