@@ -88,10 +88,11 @@ def run_spark_benchmark(
     warm_up: bool = True,
     rounds: int = DEFAULT_ROUNDS,
 ) -> list[dict]:
-    """Run the paths (PATHS, DURABLE_PATHS) `rounds` times and print a table of each path's
-    median; returns its rows. Without `spark`, a local session is started for the run and
-    stopped after it; without `warm_up`, the first path pays for Spark's Python workers
-    starting."""
+    """Run the paths (PATHS, SPARK_ALONE_PATHS, DURABLE_PATHS) `rounds` times and print a
+    table of each path's median, and the keyed sinks' ratios beyond Spark's share
+    (`_beyond_spark`); returns the table's rows. Without `spark`, a local session is started
+    for the run and stopped after it; without `warm_up`, the first path pays for Spark's
+    Python workers starting."""
     from ..pipeline.session import local_session
 
     if rounds < 1:
@@ -239,6 +240,7 @@ class _Paths:
     def warm_up(self) -> None:
         self._source.run("warm-up", WARM_UP_MESSAGES, {}, keyed=False)
         _sink(self._spark, self._address, WARM_UP_MESSAGES, self._size, None, False, -1)
+        _discard(self._spark, WARM_UP_MESSAGES, self._size, keyed=False)
 
     def run(self, path: BenchPath, messages: int, round_number: int) -> dict:
         """One run of `path`, to and from queues of this round only."""
@@ -377,34 +379,47 @@ def _sink_rows(
 
 def _discard(spark: SparkSession, messages: int, size: int, keyed: bool) -> dict:
     """The sink's default path with a writer that keeps nothing (`DiscardingSource`): Spark's
-    own cost of handing the rows to a Python data source."""
+    own cost of handing the rows to a Python data source. The write fails unless the writers
+    together read every row."""
     spark.dataSource.register(DiscardingSource)
     frame = _sink_rows(spark, messages, size, None, keyed)
     tasks_used = frame.rdd.getNumPartitions()
+    writer = frame.write.format(DiscardingSource.name()).option("rows", str(messages))
     started = time.monotonic()
-    frame.write.format(DiscardingSource.name()).mode("append").save()
+    writer.mode("append").save()
     wall = time.monotonic() - started
     frame.unpersist()
-    # (the rows are the frame's: a writer in Spark's Python workers cannot report back here)
     return _result(f"{tasks_used} tasks, no broker", messages, None, wall, size)
 
 
 class DiscardingSource(DataSource):
-    """A Python data source whose writer reads every Arrow batch and keeps nothing."""
+    """A Python data source whose writers read every Arrow batch and keep nothing; the
+    write's commit fails unless they read the option `rows` rows in all."""
 
     @classmethod
     def name(cls) -> str:
         return "phpmq-bench-discard"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        return _DiscardingWriter()
+        return _DiscardingWriter(int(self.options["rows"]))
+
+
+@dataclass
+class _Read(WriterCommitMessage):
+    rows: int
 
 
 class _DiscardingWriter(DataSourceArrowWriter):
+    def __init__(self, rows: int) -> None:
+        self._rows = rows
+
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        for _batch in iterator:
-            pass
-        return WriterCommitMessage()
+        return _Read(sum(batch.num_rows for batch in iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        read = sum(message.rows for message in messages if isinstance(message, _Read))
+        if read != self._rows:
+            raise RuntimeError(f"the discarding writers read {read} rows of {self._rows}")
 
 
 def _result(settings: str, rows: int, batches: int | None, wall: float, size: int) -> dict:
@@ -440,7 +455,8 @@ def _beyond_spark(results: list[dict]) -> list[str]:
     """A line per sink (in memory, durable) on its keyed/plain ratio without Spark's share:
     the time a row takes through the sink less the time Spark alone takes to hand it over
     (the discard path), plain over keyed. Sets `vs_plain_beyond_spark` on the keyed sink's
-    result. None where a rate is missing or Spark alone is not the faster."""
+    result. No line and no ratio where a rate is missing or zero, or where Spark alone is not
+    the faster (its share would be all of the sink's time or more: noise)."""
     rates = {_identity(result): result["rows_per_s"] for result in results}
     spark_plain = rates.get(("discard", False, False, False))
     spark_keyed = rates.get(("discard", False, False, True))
@@ -449,7 +465,7 @@ def _beyond_spark(results: list[dict]) -> list[str]:
         if result["direction"] != "sink" or result["tuned"] or not result["keyed"]:
             continue
         plain = rates.get(("sink", result["durable"], False, False))
-        if not (plain and spark_plain and spark_keyed):
+        if not (plain and spark_plain and spark_keyed and result["rows_per_s"]):
             continue
         own_plain = 1 / plain - 1 / spark_plain
         own_keyed = 1 / result["rows_per_s"] - 1 / spark_keyed

@@ -604,8 +604,22 @@ def test_the_benchmark_takes_spark_s_share_out_of_the_keyed_ratio() -> None:
     assert results[3]["vs_plain_beyond_spark"] == pytest.approx(0.75)
     assert results[5]["vs_plain_beyond_spark"] == pytest.approx(1.0)
     assert len(lines) == 2 and "Spark alone 0.50x" in lines[0] and "share 0.75x" in lines[0]
-    # Without Spark's paths (or with a sink faster than Spark alone), no line and no ratio.
-    assert _beyond_spark(results[2:]) == [] and "vs_plain_beyond_spark" not in results[2]
+    # Without Spark's paths, or with Spark alone slower than the sink (noise), no line and
+    # no ratio.
+    assert _beyond_spark(results[2:]) == []
+    slow_spark = [row("discard", 2e5, False), row("discard", 1e5, True), *results[2:4]]
+    slow_spark[3].pop("vs_plain_beyond_spark")
+    assert _beyond_spark(slow_spark) == [] and "vs_plain_beyond_spark" not in slow_spark[3]
+
+
+def test_spark_alone_fails_unless_its_writers_read_every_row(spark: SparkSession) -> None:
+    from phpmq.bench.spark import DiscardingSource, _discard
+
+    assert _discard(spark, 50, 10, keyed=True)["rows"] == 50
+    frame = spark.range(50).select(F.col("id").cast("string").alias("content"))
+    writer = frame.write.format(DiscardingSource.name()).option("rows", "51").mode("append")
+    with pytest.raises(Exception, match="the discarding writers read 50 rows of 51"):
+        writer.save()
 
 
 def test_cli_offers_the_benchmark_with_a_message_size() -> None:
