@@ -156,10 +156,15 @@ def test_a_request_is_a_tagged_send_with_a_route_its_correlation_and_the_timeout
     # Headers given as a JSON object's bytes: read, then merged the same way (or sent raw).
     [send], _ = p.decode_frame(encode_request("rpc", "hi", 1, b'{"a": 1}', "json", 7, "4", 1024))
     assert msgspec.json.decode(send.headers) == {"a": 1, "reply_format": "json"}
-    [raw], _ = p.decode_frame(encode_request("rpc", b"x", 1, b'{"a":1}', "raw", 1, "1", 1024))
-    assert raw.headers == b'{"a":1}'
-    with pytest.raises(InvalidArgument, match="must be a JSON object"):
-        encode_request("rpc", b"x", 1, b"[1]", "json", 1, "1", 1024)
+    [raw], _ = p.decode_frame(encode_request("rpc", b"x", 1, b' {"a": 1}', "raw", 1, "1", 1024))
+    assert raw.headers == b' {"a": 1}'  # as given, as a send's
+    [none], _ = p.decode_frame(encode_request("rpc", b"x", 1, b"", "raw", 1, "1", 1024))
+    assert none.headers is None  # empty: none, as for a send
+    deep = b'{"a":' + b"[" * 2000 + b"]" * 2000 + b"}"
+    for bad in (b"[1]", b'{"a":"\xff"}', deep, memoryview(b"{1}"), '{"a":1}', [1]):
+        for reply_format in ("raw", "json"):
+            with pytest.raises(InvalidArgument, match="must be a"):
+                encode_request("rpc", b"x", 1, bad, reply_format, 1, "1", 1 << 20)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

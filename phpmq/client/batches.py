@@ -76,7 +76,7 @@ def too_large(queue: str, size: int, limit: int, part: str = "content") -> Inval
 
 #: Per-message headers (a JSON object, or its compact JSON encoding as bytes; None for none)
 #: and message keys of a batch (or of one send).
-HeadersItem = dict[str, Any] | bytes | None
+HeadersItem = dict[str, Any] | bytes | bytearray | memoryview | None
 MessageKeyItem = bytes | str | None
 
 
@@ -194,50 +194,80 @@ def send_batches(
 _MISSING: Any = object()
 
 
-def encoded_headers(headers: dict[str, Any] | bytes) -> bytes:
+def encoded_headers(headers: dict[str, Any] | bytes | bytearray | memoryview) -> bytes:
     """HEADERS JSON of a batch's message: a dict encoded; bytes (a producer that encoded its
     JSON objects already, such as the Spark sink) sent as they are, once they look like a
-    JSON object: `{` first and `}` last (one send's are read whole: `checked_headers`)."""
+    JSON object: `{` first and `}` last (one send's are read whole: `checked_headers`).
+
+    Raises:
+        InvalidArgument: bytes that do not look like a JSON object, or neither a dict nor
+            bytes (422).
+    """
     if headers.__class__ is not bytes:
-        if not isinstance(headers, bytearray | memoryview):
+        if isinstance(headers, dict):
             return _headers.encode(headers)
-        headers = bytes(headers)
+        headers = _as_bytes(headers)
     assert isinstance(headers, bytes)
     if headers[:1] != b"{" or headers[-1:] != b"}":
         raise InvalidArgument("headers given as bytes must be a JSON object", repr(headers[:20]))
     return headers
 
 
-def checked_headers(headers: dict[str, Any] | bytes, queue: str, limit: int) -> bytes:
+def checked_headers(
+    headers: dict[str, Any] | bytes | bytearray | memoryview, queue: str, limit: int
+) -> bytes:
     """One send's HEADERS JSON: a dict encoded; bytes sent as they are once read whole as one
     JSON object (whitespace around it is fine); no longer than `limit` (the broker's
     max_content_bytes).
 
     Raises:
-        InvalidArgument: bytes that are not a JSON object (422); longer than `limit` (413).
+        InvalidArgument: bytes that are not a JSON object, or neither a dict nor bytes
+            (422); longer than `limit` (413).
     """
-    if isinstance(headers, bytes | bytearray | memoryview):
-        encoded = bytes(headers)
-        decoded_headers(encoded)
-    else:
+    if isinstance(headers, dict):
         encoded = _headers.encode(headers)
+    else:
+        encoded = _as_bytes(headers)
+        decoded_headers(encoded)
     if len(encoded) > limit:
         raise too_large(queue, len(encoded), limit, "headers (as JSON)")
     return encoded
 
 
-def decoded_headers(headers: bytes | bytearray | memoryview) -> dict[str, Any]:
+def headers_dict(headers: HeadersItem) -> dict[str, Any]:
+    """The headers as a dict (a request's, to add `reply_format` to): none as {}.
+
+    Raises:
+        InvalidArgument: bytes that are not a JSON object, or neither a dict nor bytes.
+    """
+    if not headers:
+        return {}
+    if isinstance(headers, dict):
+        return headers
+    return decoded_headers(_as_bytes(headers))
+
+
+def _as_bytes(headers: object) -> bytes:
+    """Headers given as bytes of any kind, as bytes.
+
+    Raises:
+        InvalidArgument: they are neither a dict nor bytes.
+    """
+    if isinstance(headers, bytes | bytearray | memoryview):
+        return bytes(headers)
+    raise InvalidArgument("headers must be a dict or a JSON object's bytes", type(headers).__name__)
+
+
+def decoded_headers(headers: bytes) -> dict[str, Any]:
     """The JSON object `headers` holds.
 
     Raises:
-        InvalidArgument: they are not one JSON object.
+        InvalidArgument: they are not one JSON object (not JSON, not UTF-8, nested too deep).
     """
     try:
         decoded = _headers_decoder.decode(headers)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         decoded = None
     if not isinstance(decoded, dict):
-        raise InvalidArgument(
-            "headers given as bytes must be a JSON object", repr(bytes(headers[:20]))
-        )
+        raise InvalidArgument("headers given as bytes must be a JSON object", repr(headers[:20]))
     return decoded

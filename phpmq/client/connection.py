@@ -304,8 +304,9 @@ class Connection:
         `requests.close`) and its 001.
 
         Raises:
-            InvalidArgument: a bad queue name, content over the broker's limit (then nothing
-                is awaited).
+            InvalidArgument: a bad queue name, content or headers over the broker's limit,
+                headers that are not a dict or a JSON object's bytes (then nothing is
+                awaited).
         """
         tag = self.next_tag()
         correlation = self.requests.open(tag)

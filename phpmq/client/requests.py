@@ -19,7 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..protocol import Error, Reply, encode_send
-from .batches import HeadersItem, decoded_headers, too_large
+from .batches import HeadersItem, checked_headers, headers_dict, too_large
 from .errors import BrokerRefused, ClientError, InvalidArgument, ReplyError, RequestLost
 from .message import content_bytes, queue_packet
 
@@ -41,7 +41,6 @@ class Lost:
 Outcome = Reply | Error | Lost
 #: Timed-out requests whose tags are remembered, to drop a refusal that comes after.
 MAX_GIVEN_UP = 1024
-_headers = msgspec.json.Encoder()
 
 
 class Requests:
@@ -170,13 +169,9 @@ def encode_request(
     body = content_bytes(content)
     if len(body) > limit:
         raise too_large(queue, len(body), limit)
-    if isinstance(headers, bytes | bytearray | memoryview):
-        headers = decoded_headers(headers)
-    if reply_format != "raw":
-        headers = {**(headers or {}), "reply_format": reply_format}
-    encoded = _headers.encode(headers) if headers else None
-    if encoded is not None and len(encoded) > limit:
-        raise too_large(queue, len(encoded), limit, "headers (as JSON)")
+    if reply_format != "raw":  # (raw: a JSON object's bytes go as they are, as in a send)
+        headers = {**headers_dict(headers), "reply_format": reply_format}
+    encoded = checked_headers(headers, queue, limit) if headers else None
     ttl = math.ceil(timeout)
     return encode_send(packet, body, ttl, tag, None, encoded, reply_to="", correlation=correlation)
 
