@@ -213,6 +213,12 @@ class LanCluster:
         done = where.run([sys.executable, AGENT, *args], timeout=timeout, check=False)
         assert done.returncode == 0, f"agent {args[0]} exited with {done.returncode}"
 
+    def start_agent(self, where: lan.Node, *args: str) -> subprocess.Popen:
+        """The agent started in `where`, its stdin and stdout pipes of text (the minority
+        mode says "ready" once it has started, and goes on at a line on its stdin)."""
+        argv = [sys.executable, AGENT, *args]
+        return where.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
     def __enter__(self) -> LanCluster:
         try:
             for node in NODE_NAMES:

@@ -13,8 +13,9 @@ nodes' addresses answer:
 - `drain EVENTS ENDPOINTS SECONDS QUEUE...`: consume and ack until the queues stay empty.
 - `send EVENTS ENDPOINTS SECONDS QUEUE:KEY...`: keyed sends, each retried until confirmed
   (for SECONDS in all).
-- `minority EVENTS ENDPOINT SECONDS QUEUE KEY`: one keyed send on a bare socket to ENDPOINT
-  only, sent again every second until confirmed or SECONDS are over.
+- `minority EVENTS ENDPOINT SECONDS QUEUE KEY`: prints "ready", waits for a line on stdin,
+  then one keyed send on a bare socket to ENDPOINT only, sent again every second until
+  confirmed or SECONDS are over.
 
 Every attempt, confirm and delivery is a JSON line appended to EVENTS, timed with
 time.monotonic() (one clock for every process of the machine): the test's checker reads it.
@@ -199,8 +200,12 @@ def send(events: Events, endpoints: str, seconds: float, sends: list[str]) -> No
 
 def minority(events: Events, endpoint: str, seconds: float, queue: str, key: str) -> None:
     """A producer that reaches only `endpoint` (a replica on a node cut off from the rest).
-    The broker's HELLO answer is noted first ("greeted", with whether it was a follower's):
-    proof that the sends reach it."""
+    It says "ready" on stdout once started and connects at a line on its stdin: the test
+    cuts the node off in between, so that a loaded machine's slow start of Python does not
+    eat the seconds the cut-off leader still leads. The broker's HELLO answer is noted first
+    ("greeted", with whether it was a follower's): proof that the sends reach it."""
+    print("ready", flush=True)
+    sys.stdin.readline()
     deadline = time.monotonic() + seconds
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0

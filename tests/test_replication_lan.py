@@ -141,21 +141,29 @@ class Nemesis:
         leaders = self.cluster.wait_for_leaders(RECOVERY_S)
         leader = leaders[shard]
         queue, key = self.queues[shard], f"{self.queues[shard]}-minority-{cycle}"
-        cut_at = time.monotonic()
-        self.cluster.partition(leader.node)
+        agent = self.cluster.start_agent(
+            self.cluster.hosts[leader.node],
+            "minority",
+            str(self.events),
+            leader.address,
+            str(FAULT_S),
+            queue,
+            key,
+        )
+        assert agent.stdin is not None and agent.stdout is not None
         try:
-            self.cluster.run_agent(
-                self.cluster.hosts[leader.node],
-                "minority",
-                str(self.events),
-                leader.address,
-                str(FAULT_S),
-                queue,
-                key,
-                timeout=FAULT_S + 30,
-            )
+            assert agent.stdout.readline().strip() == "ready", "the minority agent did not start"
+            cut_at = time.monotonic()
+            self.cluster.partition(leader.node)
+            try:
+                agent.stdin.write("go\n")
+                agent.stdin.flush()
+                assert agent.wait(FAULT_S + 30) == 0, f"agent minority exited {agent.returncode}"
+            finally:
+                self.cluster.heal(leader.node)
         finally:
-            self.cluster.heal(leader.node)
+            if agent.poll() is None:
+                agent.kill()
         self.cut_offs.append(key)
         self.cluster.run_agent(
             self.cluster.client,
