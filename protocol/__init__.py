@@ -68,6 +68,8 @@ from .writer import (
     encode_all,
     encode_confirm,
     encode_dispatch,
+    encode_keyed_publish,
+    encode_keyed_send,
     encode_publish,
     encode_reply,
     encode_reply_to_requester,
@@ -76,6 +78,7 @@ from .writer import (
     event_packet,
     forward_parts,
     queue_packet,
+    ttl_packet,
 )
 
 __all__ = [
@@ -129,6 +132,8 @@ __all__ = [
     "encode_all",
     "encode_confirm",
     "encode_dispatch",
+    "encode_keyed_publish",
+    "encode_keyed_send",
     "encode_publish",
     "encode_reply",
     "encode_reply_to_requester",
@@ -142,4 +147,5 @@ __all__ = [
     "queue_name_problem",
     "queue_packet",
     "sent_at",
+    "ttl_packet",
 ]

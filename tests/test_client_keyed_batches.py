@@ -253,3 +253,38 @@ def test_a_send_many_stopped_part_way_says_how_many_went() -> None:
     paused = partly_sent(Paused(pause, 1.5), 7)
     assert isinstance(paused, Paused) and paused.sent == 7 and paused.error is pause
     assert "7 messages sent before it" in str(paused)
+
+
+@pytest.mark.parametrize("one_form", [True, False], ids=["one form", "general form"])
+def test_each_form_of_a_keyed_batch_refuses_the_same_input(one_form: bool) -> None:
+    """The one form (confirmed, idempotent, with headers and message keys) has a loop of its
+    own for speed (batches._one_form_batches): it refuses what the general one does."""
+    connection = Connection()
+    connection.start(0.0)
+    limit = 1024
+    connection.receive(p.encode(p.Hello({"max_content_bytes": limit})), 0.0)
+
+    def frames(headers: list[Any], message_keys: list[Any]) -> list[p.Message]:
+        batches = connection.send_batches(
+            "orders", iter([b"a", b"b"]), 60, ["k1", "k2"] if one_form else None,
+            confirm=one_form, headers=iter(headers), message_keys=iter(message_keys),
+        )  # fmt: skip
+        return [message for frame, _, _ in batches for message in p.decode_frame(frame)[0]]
+
+    sent = frames([memoryview(b'{"n":1}'), bytearray(b"{}")], [bytearray(b"m"), "k\u00e9"])
+    assert [(m.headers, m.message_key) for m in sent] == [(b'{"n":1}', b"m"), (b"{}", b"k\xc3\xa9")]
+    for headers, message_keys in (([None], [None, None]), ([None, None], [b"m"])):
+        with pytest.raises(ValueError, match="fewer headers or message keys than messages"):
+            frames(headers, message_keys)
+    with pytest.raises(InvalidArgument, match="must be a JSON object") as raised:
+        frames([b"{}", b"[1]"], [None, None])
+    assert raised.value.code == 422
+    for headers, message_keys, part in (
+        ([b'{"p":"%s"}' % (b"x" * limit), None], [None, None], "headers"),
+        ([None, None], [None, b"m" * (p.MIN_CONTROL_PACKET_BYTES + 1)], "message key"),
+    ):
+        with pytest.raises(InvalidArgument, match=part) as raised:
+            frames(headers, message_keys)
+        assert raised.value.code == 413
+    with pytest.raises(InvalidArgument, match="headers must be a dict"):
+        frames([b"{}", 5], [None, None])

@@ -41,6 +41,8 @@ from phpmq.protocol import (
     encode_all,
     encode_confirm,
     encode_dispatch,
+    encode_keyed_publish,
+    encode_keyed_send,
     encode_publish,
     encode_reply_to_requester,
     encode_routed_dispatch,
@@ -49,6 +51,7 @@ from phpmq.protocol import (
     forward_parts,
     queue_packet,
     reader,
+    ttl_packet,
 )
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -245,6 +248,31 @@ def test_a_send_or_publish_with_headers_and_message_key_is_encoded_and_decoded_f
     with mock.patch.object(reader, "_decode_any_order", general_path):
         assert decode_message(sent) == (send, len(sent))
         assert decode_message(published) == (publish, len(published))
+
+
+@FAST
+@given(texts, contents, integers, integers, texts, contents, contents)
+def test_the_one_form_of_a_keyed_send_or_publish_is_the_general_writers(
+    name: str,
+    content: bytes,
+    ttl: int,
+    tag: int,
+    key: str,
+    headers: bytes,
+    message_key: bytes,
+) -> None:
+    # send_batches' one form: every packet there, empty ones included.
+    args = (content, ttl, tag, key, headers, message_key)
+    fast = (content, ttl_packet(ttl), tag, key, headers, message_key)
+    assert encode_keyed_send(queue_packet(name), *fast) == encode_send(queue_packet(name), *args)
+    published = encode_publish(event_packet(name), *args)
+    assert encode_keyed_publish(event_packet(name), *fast) == published
+
+
+@pytest.mark.parametrize("ttl", [-1, 10**18])
+def test_a_ttl_packet_is_refused_a_ttl_the_wire_cannot_carry(ttl: int) -> None:
+    with pytest.raises(LocalProtocolError, match="TTL is 0 to"):
+        ttl_packet(ttl)
 
 
 @FAST

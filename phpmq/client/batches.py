@@ -15,8 +15,12 @@ from ..protocol import (
     ErrorCode,
     Send,
     encode,
+    encode_keyed_publish,
+    encode_keyed_send,
+    encode_publish,
     encode_send,
     key_problem,
+    ttl_packet,
 )
 from .errors import ClientError, InvalidArgument, PartialSend, Paused
 from .message import as_bytes, content_bytes
@@ -107,7 +111,8 @@ def encode_full_send(
     )
 
 
-#: Encodes one 001 or 108 from its target's packet: encode_send or encode_publish.
+#: Encodes one 001 or 108 from its target's packet: encode_send or encode_publish (or their
+#: one form, encode_keyed_send and encode_keyed_publish).
 Encoder = Callable[..., bytes]
 
 
@@ -122,22 +127,46 @@ def send_batches(
     max_content_bytes: int,
     headers: Iterable[HeadersItem] | None = None,
     message_keys: Iterable[MessageKeyItem] | None = None,
-    encoder: Encoder = encode_send,
+    publish: bool = False,
 ) -> Iterator[Batch]:
-    """The 001s of `contents` to `queue` (its `packet`; or, with `encoder=encode_publish`,
-    the 108s of an event), `batch_messages` a frame at most, each with the next of `keys`,
-    `headers`, `message_keys` and `tags` when given; content or headers over
-    `max_content_bytes` are refused (413), as the broker would refuse the frame's decoding.
-    Lazy: contents, keys, headers and message keys are read as the batches are taken."""
+    """The 001s of `contents` to `queue` (its `packet`; or, with `publish`, the 108s of an
+    event), `batch_messages` a frame at most, each with the next of `keys`, `headers`,
+    `message_keys` and `tags` when given; content or headers over `max_content_bytes` are
+    refused (413), as the broker would refuse the frame's decoding. Lazy: contents, keys,
+    headers and message keys are read as the batches are taken."""
+    # A confirmed, idempotent batch given both headers and message keys gives every message
+    # both packets, an empty one for none (the broker keeps nothing of it, docs/protocol.md
+    # §6): one form for the whole frame, which the broker reads as a run by its packet
+    # headers instead of decoding each message (a Spark sink's rows). Other batches send no
+    # packet for none, as older brokers (before MESSAGE_KEY) and the forms the broker decodes
+    # anyway want.
+    if keys is not None and tags is not None and headers is not None and message_keys is not None:
+        return _one_form_batches(
+            queue, packet, contents, ttl_packet(ttl), keys, tags, batch_messages, max_content_bytes,
+            headers, message_keys, encode_keyed_publish if publish else encode_keyed_send,
+        )  # fmt: skip
+    return _batches(
+        queue, packet, contents, ttl, keys, tags, batch_messages, max_content_bytes, headers,
+        message_keys, encode_publish if publish else encode_send,
+    )  # fmt: skip
+
+
+def _batches(
+    queue: str,
+    packet: bytes,
+    contents: Iterable[bytes | str],
+    ttl: int,
+    keys: Iterable[str] | None,
+    tags: Iterator[int] | None,
+    batch_messages: int,
+    max_content_bytes: int,
+    headers: Iterable[HeadersItem] | None,
+    message_keys: Iterable[MessageKeyItem] | None,
+    encoder: Encoder,
+) -> Iterator[Batch]:
+    """send_batches of any form but the one form (`_one_form_batches`)."""
     key_iter = iter(keys) if keys is not None else None
     keyed = headers is not None or message_keys is not None
-    # A confirmed, idempotent batch given both gives every message both packets, an empty one
-    # for none (the broker keeps nothing of it, docs/protocol.md §6): one form for the whole
-    # frame, which the broker reads as a run by its packet headers instead of decoding each
-    # message (a Spark sink's rows). Other batches send no packet for none, as older brokers
-    # (before MESSAGE_KEY) and the forms the broker decodes anyway want.
-    one_form = all(given is not None for given in (keys, tags, headers, message_keys))
-    none: bytes | None = b"" if one_form else None
     header_items = iter(headers) if headers is not None else itertools.repeat(None)
     key_items = iter(message_keys) if message_keys is not None else itertools.repeat(None)
     key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
@@ -160,26 +189,14 @@ def send_batches(
             raise too_large(queue, len(body), max_content_bytes)
         if not keyed:  # the plain batch: nothing more per message
             data = encoder(packet, body, ttl, tag, key)
-        else:  # inline, not a generator: a keyed row should cost what a plain one does
+        else:
             header = next(header_items, _MISSING)
             message_key = next(key_items, _MISSING)
             if header is _MISSING or message_key is _MISSING:
                 raise ValueError("fewer headers or message keys than messages")
-            if header:
-                header = encoded_headers(header)
-                if len(header) > max_content_bytes:
-                    raise too_large(queue, len(header), max_content_bytes, "headers (as JSON)")
-            else:
-                header = none
-            if message_key is None:
-                message_key = none
-            else:
-                if message_key.__class__ is str:
-                    message_key = message_key.encode()
-                elif message_key.__class__ is not bytes:
-                    message_key = as_bytes(message_key)
-                if len(message_key) > key_limit:
-                    raise too_large(queue, len(message_key), key_limit, "message key")
+            header = _header_packet(header, None, queue, max_content_bytes)
+            if message_key is not None:
+                message_key = _message_key_packet(message_key, queue, key_limit)
             data = encoder(packet, body, ttl, tag, key, header, message_key)
         batch.append(data)
         size += len(data)
@@ -188,6 +205,100 @@ def send_batches(
             batch, batch_tags, size = [], [], 0
     if batch:
         yield b"".join(batch), len(batch), batch_tags
+
+
+def _one_form_batches(
+    queue: str,
+    target_packet: bytes,
+    contents: Iterable[bytes | str],
+    ttl_packet: bytes,
+    keys: Iterable[str],
+    tags: Iterator[int],
+    batch_messages: int,
+    max_content_bytes: int,
+    headers: Iterable[HeadersItem],
+    message_keys: Iterable[MessageKeyItem],
+    encoder: Encoder,
+) -> Iterator[Batch]:
+    """send_batches of a confirmed, idempotent batch with headers and message keys: every
+    message with every packet (encode_keyed_send), its own loop so that a keyed row costs
+    what a plain one does (0.70 against 0.64 us a row; 1.06 through the general loop)."""
+    key_limit = max(max_content_bytes, MIN_CONTROL_PACKET_BYTES)
+    key_iter = iter(keys)
+    rows = zip(
+        contents,
+        itertools.chain(headers, itertools.repeat(_MISSING)),
+        itertools.chain(message_keys, itertools.repeat(_MISSING)),
+        strict=False,  # endless: a row past the headers' or message keys' end gets _MISSING
+    )
+    batch: list[bytes] = []
+    batch_tags: list[int] = []
+    size = 0
+    for content, header, message_key in rows:
+        key = next(key_iter, None)
+        if key is None:
+            raise ValueError("fewer keys than messages")
+        if not key or len(key) > _SURELY_SHORT_KEY:
+            check_key(key)
+        tag = next(tags)
+        batch_tags.append(tag)
+        body = content if content.__class__ is bytes else content_bytes(content)
+        if len(body) > max_content_bytes:
+            raise too_large(queue, len(body), max_content_bytes)
+        # Bytes that look like a JSON object (the sink's) are taken as they are, inline.
+        if header.__class__ is bytes and header and header[0] == 123 and header[-1] == 125:
+            if len(header) > max_content_bytes:
+                raise too_large(queue, len(header), max_content_bytes, "headers (as JSON)")
+        else:
+            header = _header_packet(header, b"", queue, max_content_bytes)
+        if message_key.__class__ is not bytes or len(message_key) > key_limit:
+            message_key = _message_key_packet(message_key, queue, key_limit)
+        data = encoder(target_packet, body, ttl_packet, tag, key, header, message_key)
+        batch.append(data)
+        size += len(data)
+        if len(batch) >= batch_messages or size >= BATCH_BYTES:
+            yield b"".join(batch), len(batch), batch_tags
+            batch, batch_tags, size = [], [], 0
+    if batch:
+        yield b"".join(batch), len(batch), batch_tags
+
+
+def _header_packet(header: object, none: bytes | None, queue: str, limit: int) -> bytes | None:
+    """A message's HEADERS packet content (`none` for none).
+
+    Raises:
+        ValueError: the message's headers ran out.
+        InvalidArgument: headers that are not a JSON object (422), longer than `limit` (413).
+    """
+    if header is _MISSING:
+        raise ValueError("fewer headers or message keys than messages")
+    if not header:
+        return none
+    encoded = encoded_headers(header)  # type: ignore[arg-type]
+    if len(encoded) > limit:
+        raise too_large(queue, len(encoded), limit, "headers (as JSON)")
+    return encoded
+
+
+def _message_key_packet(message_key: object, queue: str, limit: int) -> bytes:
+    """A message's MESSAGE_KEY packet content (b"" for none).
+
+    Raises:
+        ValueError: the message keys ran out.
+        InvalidArgument: a key that is neither bytes nor text (422), longer than `limit` (413).
+    """
+    if message_key is _MISSING:
+        raise ValueError("fewer headers or message keys than messages")
+    if message_key is None:
+        return b""
+    if message_key.__class__ is str:
+        message_key = message_key.encode()  # type: ignore[attr-defined]
+    elif message_key.__class__ is not bytes:
+        message_key = as_bytes(message_key)  # type: ignore[arg-type]
+    assert isinstance(message_key, bytes)
+    if len(message_key) > limit:
+        raise too_large(queue, len(message_key), limit, "message key")
+    return message_key
 
 
 #: What a per-message iterable gives once it has run out.

@@ -50,7 +50,6 @@ from ..protocol import (
     event_packet,
 )
 from ..protocol import admin_commands as cmd
-from ..protocol import encode_publish as encode_publish_packets
 from ..protocol.runs import CONFIRM_RUN_HEADER, confirm_run
 from .answers import Answer, Answers
 from .batches import (
@@ -380,7 +379,7 @@ class Connection:
         tags = self._tags if confirm else None
         return send_batches(
             event, event_packet(event), contents, ttl, keys, tags, batch_messages,
-            self._broker_limit, headers, message_keys, encode_publish_packets,
+            self._broker_limit, headers, message_keys, publish=True,
         )  # fmt: skip
 
     def _check_size(self, queue: str, body: bytes) -> None:
