@@ -192,6 +192,22 @@ def test_a_batch_s_headers_are_the_json_the_client_writes_of_each_row(
         assert sink_rows._headers_json(sliced.column("headers")) == expected
 
 
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        [("n", "1"), ("é", "\U0001f600 {}:,"), ("", "")],  # a header a row: one join
+        [("n", 'a"b'), ("m", "c"), ("k", "d\\")],  # one to escape: the general path
+    ],
+)
+def test_a_batch_with_one_header_a_row_is_written_as_the_client_writes_it(
+    pairs: list[tuple[str, str]],
+) -> None:
+    column = pa.array([[pair] for pair in pairs], pa.map_(pa.string(), pa.string()))
+    for sliced in (column, column.slice(1, 2)):
+        expected = [msgspec.json.encode(dict(row)) for row in sliced.to_pylist()]
+        assert sink_rows._headers_json(sliced) == expected
+
+
 def test_a_batch_s_headers_take_the_arrow_path_for_large_strings_and_not_for_bad_text() -> None:
     large = pa.array([[("a", 'b"c\\')], None, []], pa.map_(pa.large_string(), pa.large_string()))
     assert sink_rows._headers_json(large) == [b'{"a":"b\\"c\\\\"}', None, None]
