@@ -480,6 +480,7 @@ class Counters:
     resumes: int
     stalled_consumers: int
     consumers_reclaimed: int
+    connections_reclaimed: int
     published: int
     routed: int
     unrouted: int

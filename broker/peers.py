@@ -29,6 +29,11 @@ BROKER_NAME = "phpmq-zmq"
 BROKER_VERSION = "0.1.0"
 #: Peers declared gone without a goodbye that are remembered as extension peers.
 MAX_DEPARTED_PEERS = 10_000
+#: How long (at most: idle_peer_seconds if shorter) a peer without heartbeats that holds
+#: nothing must have been silent before a new connection of its owner, at its quota, takes
+#: its place (`Peers.admit`): a ZeroMQ peer's going leaves no trace, so scripts that connect
+#: per task without a goodbye would otherwise fill their host's quota for idle_peer_seconds.
+RECLAIM_SILENT_NS = 5 * NS_PER_SECOND
 UNKNOWN_PEER_REASON = (
     "unknown peer: say HELLO again and re-consume (the broker restarted or gave up on you)"
 )
@@ -37,6 +42,7 @@ UNKNOWN_PEER_REASON = (
 class Peers:
     __slots__ = (
         "_cluster",
+        "_counted",
         "_ctx",
         "_departed",
         "_dispatch",
@@ -58,6 +64,8 @@ class Peers:
         self._dispatch = dispatch
         self._flow = flow
         self.by_id: dict[bytes, Peer] = {}
+        #: The peers counted against each owner's quota of connections, oldest first.
+        self._counted: dict[str, dict[bytes, Peer]] = {}
         #: Extension peers declared gone without a goodbye, most recent last (bounded).
         self._departed: dict[bytes, None] = {}
         self._heartbeats_due: list[Peer] = []
@@ -88,15 +96,18 @@ class Peers:
         return peer
 
     def admit(self, peer: Peer) -> None:
-        """A new peer counts against its owner's quota of connections; past it, it may do
-        nothing (`over_quota`: every message refused with 429) and is forgotten after its
-        frame."""
+        """A new peer counts against its owner's quota of connections. At the quota, it
+        takes the place of the owner's oldest peer that cannot be told from a vanished one
+        (`_reclaim`); failing that, it may do nothing (`over_quota`: every message refused
+        with 429) and is forgotten after its frame."""
         owner = peer.owner
         if peer.connection_of == owner:
             return  # counted already (a relayed peer identified again), or nobody's to count
         self._uncount(peer)
         quotas = self._ctx.quotas
         problem = quotas.problem(CONNECTIONS, owner)
+        if problem is not None and self._reclaim(owner):
+            problem = quotas.problem(CONNECTIONS, owner)
         if problem is not None:
             peer.over_quota = f"{problem}: close some first"
             peer.rights = NOTHING  # so that the guard sees every message it sends
@@ -104,11 +115,50 @@ class Peers:
         if owner:
             quotas.take(CONNECTIONS, owner)
             peer.connection_of = owner
+            counted = self._counted.get(owner)
+            if counted is None:
+                counted = self._counted[owner] = {}
+            counted[peer.id] = peer
 
     def _uncount(self, peer: Peer) -> None:
-        if peer.connection_of:
-            self._ctx.quotas.give_back(CONNECTIONS, peer.connection_of)
+        owner = peer.connection_of
+        if owner:
+            self._ctx.quotas.give_back(CONNECTIONS, owner)
             peer.connection_of = ""
+            counted = self._counted.get(owner)
+            if counted is not None:
+                counted.pop(peer.id, None)
+                if not counted:
+                    del self._counted[owner]
+
+    def _reclaim(self, owner: str) -> bool:
+        """Forget the oldest of `owner`'s peers that may have vanished unseen: a ZeroMQ peer
+        (a raw-TCP one's going is seen) that does not heartbeat, holds nothing (no window,
+        no forwarding, no pause to be lifted) and has sent nothing for RECLAIM_SILENT_NS
+        (idle_peer_seconds if shorter). True if one was; a scan of at most the owner's quota
+        of peers."""
+        ctx = self._ctx
+        silent_since = ctx.now - min(RECLAIM_SILENT_NS, self._idle_ns)
+        for peer in self._counted.get(owner, {}).values():
+            if (
+                peer.last_seen <= silent_since
+                and not peer.heartbeat_ns
+                and not peer.windows
+                and not peer.forwarding
+                and not peer.link
+                and not peer.paused_on
+                and not peer.profile.closable
+            ):
+                self.gone(peer.id)
+                ctx.counters.connections_reclaimed += 1
+                ctx.log_limited(
+                    f"gave up on peer {peer.id.hex()} {peer.name}: silent for"
+                    f" {(ctx.now - peer.last_seen) / NS_PER_SECOND:.0f}s without heartbeats,"
+                    f" holding nothing, and {owner} at its quota of connections",
+                    "connection-reclaimed",
+                )
+                return True
+        return False
 
     def after_input(self, peer: Peer) -> None:
         """Bound how long the peer is remembered: HELLO arms its own check, other peers that

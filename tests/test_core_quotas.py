@@ -100,6 +100,7 @@ def test_this_hosts_own_peers_without_a_key_count_only_against_the_broker() -> N
 
 def test_a_key_holds_at_most_its_quota_of_unanswered_requests() -> None:
     core = CoreHarness(quota_requests=2)
+
     def request(i: int) -> p.Send:
         return p.Send("resize", b"img", 0, tag=i, reply_to="", correlation=f"c{i}")
 
@@ -125,3 +126,43 @@ def test_a_key_past_its_quota_of_connections_is_refused_and_forgotten() -> None:
     assert errors(run(core, b"o", OTHER, p.Hello({}), p.Send("q", b"x", 0, tag=3))) == []
     run(core, b"h1", HOG, p.Kbai())  # one goes: room for another
     assert errors(run(core, b"h4", HOG, p.Hello({}), p.Send("q", b"x", 0, tag=4))) == []
+
+
+def test_at_its_quota_a_key_s_new_connection_takes_the_place_of_one_that_vanished_unseen() -> None:
+    """A ZeroMQ peer that closed without KBAI leaves no trace: one without heartbeats that
+    holds nothing and has been silent for 5 s (idle_peer_seconds if shorter) makes room for a
+    new one of its key, the oldest first. A peer that heartbeats, consumes, or was paused
+    and waits for RESUME is kept, and the new one refused as before."""
+    core = CoreHarness(quota_connections=3, max_queue_length=2)
+    beating = p.Hello({"heartbeat_ms": 60_000})
+    assert errors(run(core, b"beats", HOG, beating)) == []
+    assert errors(run(core, b"consumes", HOG, p.Hello({}), p.Consume("q", 1))) == []
+    sends = [p.Send("full", b"x", 0, tag=tag) for tag in range(3)]
+    answers = run(core, b"paused", HOG, p.Hello({}), *sends)
+    assert any(isinstance(m, p.Pause) for m in answers)
+    core.advance(10)
+    [error] = errors(run(core, b"refused", HOG, p.Hello({})))
+    assert error.code == 429 and core.core.counters.connections_reclaimed == 0
+    for peer_id in (b"beats", b"consumes"):
+        run(core, peer_id, HOG, p.Heartbeat())
+    run(core, b"paused", HOG, p.Kbai())
+    assert errors(run(core, b"gone1", HOG, p.Hello({}))) == []
+    core.advance(4.9)
+    [error] = errors(run(core, b"gone2", HOG, p.Hello({})))  # gone1 is not silent long enough
+    assert error.code == 429
+    core.advance(0.1)
+    assert errors(run(core, b"new", HOG, p.Hello({}), p.Send("q", b"x", 0, tag=1))) == []
+    assert b"gone1" not in core.core.peers and b"new" in core.core.peers
+    assert core.core.counters.connections_reclaimed == 1
+    # The one forgotten, if it was only quiet, is told why when it speaks again (an ERROR, not
+    # silence): here its key is at its quota with peers that count.
+    [error] = errors(run(core, b"gone1", HOG, p.Heartbeat()))
+    assert error.code == 429 and "quota_connections is 3" in error.reason
+
+
+def test_a_short_idle_peer_seconds_reclaims_sooner() -> None:
+    core = CoreHarness(quota_connections=1, idle_peer_seconds=0.5)
+    run(core, b"a", SAME_HOST, p.Hello({}))
+    core.advance(0.5)
+    assert errors(run(core, b"b", SAME_HOST_AGAIN, p.Hello({}))) == []
+    assert core.core.counters.connections_reclaimed == 1
