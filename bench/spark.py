@@ -242,8 +242,9 @@ class _Paths:
         self._source = _SourcePath(spark, address, size, work)
 
     def warm_up(self) -> None:
-        """Every kind of path once, small: the JVM compiles a plan's code (a keyed row's map
-        column too) on its first run, which made a keyed sink's first round a third slower."""
+        """The default source, and the sink and Spark alone, plain and keyed, once each and
+        small: the JVM compiles a plan's code (a keyed row's map column too) on its first
+        run, which made a keyed sink's first round a third slower."""
         self._source.run("warm-up", WARM_UP_MESSAGES, {}, keyed=False)
         for keyed in (False, True):
             _sink(self._spark, self._address, WARM_UP_MESSAGES, self._size, None, keyed, -1)

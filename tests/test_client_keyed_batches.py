@@ -288,3 +288,16 @@ def test_each_form_of_a_keyed_batch_refuses_the_same_input(one_form: bool) -> No
         assert raised.value.code == 413
     with pytest.raises(InvalidArgument, match="headers must be a dict"):
         frames([b"{}", 5], [None, None])
+    with pytest.raises(ValueError, match="fewer headers or message keys"):
+        frames([b"[1]"], [])  # the message key that ran out is named before the bad header
+    # A TTL is checked at the first message, as the batches are taken: none, no check.
+    bad_ttl = connection.send_batches(
+        "orders", [], -1, [] if one_form else None, confirm=one_form, headers=[], message_keys=[]
+    )
+    assert list(bad_ttl) == []
+    bad_ttl = connection.send_batches(
+        "orders", [b"a"], -1, ["k"] if one_form else None, confirm=one_form, headers=[None],
+        message_keys=[None],
+    )  # fmt: skip
+    with pytest.raises(p.LocalProtocolError, match="TTL is 0 to"):
+        next(bad_ttl)
