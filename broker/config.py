@@ -128,6 +128,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_in_flight_ms: int = 0
     #: A peer that does not heartbeat, holds nothing and has been quiet this long is forgotten.
     idle_peer_seconds: float = 300.0
+    #: At its key's (host's) quota of connections, a new peer takes the place of one that
+    #: does not heartbeat, holds nothing and has been quiet this long (docs/protocol.md §12.4).
+    reclaim_silent_seconds: float = 15.0
 
     # Limits (each refusal is an ERROR to extension peers, a counted log line for stock ones).
     #: Deliveries after which a message goes to the dead-letter store (`max-deliveries`);
@@ -317,6 +320,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("dedup_window_seconds cannot be negative")
         if self.idle_peer_seconds <= 0:
             raise ValueError("idle_peer_seconds must be positive")
+        if self.reclaim_silent_seconds <= 0:
+            raise ValueError("reclaim_silent_seconds must be positive")
         if not rules.MIN_LIVENESS <= self.liveness <= rules.MAX_LIVENESS:
             raise ValueError(
                 f"liveness must be between {rules.MIN_LIVENESS} and {rules.MAX_LIVENESS}"

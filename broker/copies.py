@@ -145,6 +145,12 @@ class CopyConfirms:
             self._out = []
         return out
 
+    def publishers_waiting(self) -> set[bytes]:
+        """The ids of the peers whose confirmed publishes wait for their copies."""
+        waiting = {entry.peer.id for entry in self._waiting.values()}
+        waiting.update(publisher for publisher, _ in self.routing)
+        return waiting
+
     def has_copies_of(self, peer: Peer) -> bool:
         return any(entry[0] is peer for entry in self._out)
 

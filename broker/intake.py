@@ -270,6 +270,8 @@ class Intake:
         if message.correlation is not None:
             self._ctx.counters.requests += 1
             requester = peer.owner
+            if not reply_to:
+                peer.requested = True
         if message.delay_ms:
             peer.opt_in()
         return self.put(

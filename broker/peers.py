@@ -22,6 +22,7 @@ from .flow import Flow
 from .model import NS_PER_MS, NS_PER_SECOND, Peer, PeerProfile
 from .permissions import NOTHING
 from .quotas import CONNECTIONS
+from .relayed_ids import is_relayed
 
 log = logging.getLogger("phpmq.broker")
 
@@ -29,11 +30,10 @@ BROKER_NAME = "phpmq-zmq"
 BROKER_VERSION = "0.1.0"
 #: Peers declared gone without a goodbye that are remembered as extension peers.
 MAX_DEPARTED_PEERS = 10_000
-#: How long (at most: idle_peer_seconds if shorter) a peer without heartbeats that holds
-#: nothing must have been silent before a new connection of its owner, at its quota, takes
-#: its place (`Peers.admit`): a ZeroMQ peer's going leaves no trace, so scripts that connect
-#: per task without a goodbye would otherwise fill their host's quota for idle_peer_seconds.
-RECLAIM_SILENT_NS = 5 * NS_PER_SECOND
+#: After a look for a peer to reclaim found none, a key's new peers wait this long for the
+#: next look (each is refused meanwhile): a key at its quota pays for one scan of its peers a
+#: second, not one a refused frame.
+RECLAIM_RETRY_NS = NS_PER_SECOND
 UNKNOWN_PEER_REASON = (
     "unknown peer: say HELLO again and re-consume (the broker restarted or gave up on you)"
 )
@@ -45,6 +45,7 @@ class Peers:
         "_counted",
         "_ctx",
         "_departed",
+        "_reclaim_after",
         "_dispatch",
         "_flow",
         "_heartbeats_due",
@@ -66,6 +67,8 @@ class Peers:
         self.by_id: dict[bytes, Peer] = {}
         #: The peers counted against each owner's quota of connections, oldest first.
         self._counted: dict[str, dict[bytes, Peer]] = {}
+        #: Owners whose last look for a peer to reclaim found none: when to look again.
+        self._reclaim_after: dict[str, int] = {}
         #: Extension peers declared gone without a goodbye, most recent last (bounded).
         self._departed: dict[bytes, None] = {}
         self._heartbeats_due: list[Peer] = []
@@ -105,9 +108,9 @@ class Peers:
             return  # counted already (a relayed peer identified again), or nobody's to count
         self._uncount(peer)
         quotas = self._ctx.quotas
+        if quotas.full(CONNECTIONS, owner):
+            self._reclaim(owner)
         problem = quotas.problem(CONNECTIONS, owner)
-        if problem is not None and self._reclaim(owner):
-            problem = quotas.problem(CONNECTIONS, owner)
         if problem is not None:
             peer.over_quota = f"{problem}: close some first"
             peer.rights = NOTHING  # so that the guard sees every message it sends
@@ -130,35 +133,54 @@ class Peers:
                 counted.pop(peer.id, None)
                 if not counted:
                     del self._counted[owner]
+                    self._reclaim_after.pop(owner, None)
 
-    def _reclaim(self, owner: str) -> bool:
-        """Forget the oldest of `owner`'s peers that may have vanished unseen: a ZeroMQ peer
-        (a raw-TCP one's going is seen) that does not heartbeat, holds nothing (no window,
-        no forwarding, no pause to be lifted) and has sent nothing for RECLAIM_SILENT_NS
-        (idle_peer_seconds if shorter). True if one was; a scan of at most the owner's quota
-        of peers."""
+    def _reclaim(self, owner: str) -> None:
+        """Forget the oldest of `owner`'s peers that may have gone unseen (`_reclaimable`),
+        counted in connections_reclaimed; none while frames wait unread (its may be among
+        them), and at most one look a second that finds none."""
         ctx = self._ctx
-        silent_since = ctx.now - min(RECLAIM_SILENT_NS, self._idle_ns)
+        if ctx.input_pending or ctx.now < self._reclaim_after.get(owner, 0):
+            return
+        silent_since = ctx.now - int(ctx.config.reclaim_silent_seconds * NS_PER_SECOND)
+        waiting: set[bytes] | None = None  # publishers waiting for copies, once it matters
         for peer in self._counted.get(owner, {}).values():
-            if (
-                peer.last_seen <= silent_since
-                and not peer.heartbeat_ns
-                and not peer.windows
-                and not peer.forwarding
-                and not peer.link
-                and not peer.paused_on
-                and not peer.profile.closable
-            ):
-                self.gone(peer.id)
-                ctx.counters.connections_reclaimed += 1
-                ctx.log_limited(
-                    f"gave up on peer {peer.id.hex()} {peer.name}: silent for"
-                    f" {(ctx.now - peer.last_seen) / NS_PER_SECOND:.0f}s without heartbeats,"
-                    f" holding nothing, and {owner} at its quota of connections",
-                    "connection-reclaimed",
-                )
-                return True
-        return False
+            if peer.last_seen > silent_since or not self._reclaimable(peer):
+                continue
+            if waiting is None:
+                waiting = ctx.copies.publishers_waiting()
+            if peer.id in waiting:
+                continue
+            self.gone(peer.id)
+            self._reclaim_after.pop(owner, None)
+            ctx.counters.connections_reclaimed += 1
+            ctx.log_limited(
+                f"gave up on peer {peer.id.hex()} {peer.name}: silent for"
+                f" {(ctx.now - peer.last_seen) / NS_PER_SECOND:.0f}s without heartbeats,"
+                f" holding nothing, and {owner} at its quota of connections",
+                "connection-reclaimed",
+            )
+            return
+        self._reclaim_after[owner] = ctx.now + RECLAIM_RETRY_NS
+
+    @staticmethod
+    def _reclaimable(peer: Peer) -> bool:
+        """A peer whose going would leave no trace and that nothing is owed to or kept for: a
+        ZeroMQ peer of this broker's own (a raw-TCP one's going is seen; a relayed one's is
+        reported by its link) without heartbeats (they show it alive), windows, forwarding,
+        a PAUSE to lift, a request whose reply comes back to it, or a HELLO that asked for
+        confirms (its later sends would go unconfirmed)."""
+        return not (
+            peer.heartbeat_ns
+            or peer.windows
+            or peer.forwarding
+            or peer.link
+            or peer.paused_on
+            or peer.requested
+            or peer.confirm
+            or peer.profile.closable
+            or is_relayed(peer.id)
+        )
 
     def after_input(self, peer: Peer) -> None:
         """Bound how long the peer is remembered: HELLO arms its own check, other peers that

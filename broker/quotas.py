@@ -80,6 +80,11 @@ class Quotas:
         self.refused[kind] += 1
         return f"{owner} holds {held} {kind}, its quota (quota_{kind} is {limit})"
 
+    def full(self, kind: str, owner: str) -> bool:
+        """Whether `owner` holds its quota of `kind` (nothing counted as refused)."""
+        limit = self.limits[kind]
+        return bool(owner and limit and self.counts[kind].get(owner, 0) >= limit)
+
     def take(self, kind: str, owner: str) -> None:
         if owner:
             counts = self.counts[kind]

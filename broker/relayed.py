@@ -33,29 +33,13 @@ from .context import Context, Frames
 from .guard import Guard, Principal
 from .model import Peer, PeerProfile
 from .peers import UNKNOWN_PEER_REASON, Peers
+from .relayed_ids import is_relayed, relayed_id, route_of
 
-#: Relayed peer ids start so, and are longer than libzmq's own ids (5 bytes) and than no
-#: chosen routing id may start with a zero byte: no ZeroMQ or TCP peer can take one.
-_PREFIX = b"\x00F"
-_ZMQ_ID_BYTES = 5
+__all__ = ["HandleFrame", "RelayedPeers", "is_relayed", "relayed_id", "route_of"]
 
 #: The core's `handle_frame`: a relayed peer's frame is read as any peer's (a run of sends
 #: or acks for one queue unread, the rest decoded), with its own rights.
 HandleFrame = Callable[[bytes, bytes, PeerProfile, Principal], None]
-
-
-def relayed_id(link_id: bytes, reference: bytes) -> bytes:
-    return _PREFIX + bytes((len(link_id),)) + link_id + reference
-
-
-def is_relayed(peer_id: bytes) -> bool:
-    return len(peer_id) > _ZMQ_ID_BYTES and peer_id[:2] == _PREFIX
-
-
-def route_of(peer_id: bytes) -> tuple[bytes, bytes]:
-    """(link id, the link's reference) of a relayed peer id."""
-    length = peer_id[2]
-    return peer_id[3 : 3 + length], peer_id[3 + length :]
 
 
 #: What a FORWARD of an answer adds to its content, besides the reference: its header and

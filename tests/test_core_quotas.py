@@ -130,38 +130,47 @@ def test_a_key_past_its_quota_of_connections_is_refused_and_forgotten() -> None:
 
 def test_at_its_quota_a_key_s_new_connection_takes_the_place_of_one_that_vanished_unseen() -> None:
     """A ZeroMQ peer that closed without KBAI leaves no trace: one without heartbeats that
-    holds nothing and has been silent for 5 s (idle_peer_seconds if shorter) makes room for a
-    new one of its key, the oldest first. A peer that heartbeats, consumes, or was paused
-    and waits for RESUME is kept, and the new one refused as before."""
-    core = CoreHarness(quota_connections=3, max_queue_length=2)
-    beating = p.Hello({"heartbeat_ms": 60_000})
-    assert errors(run(core, b"beats", HOG, beating)) == []
+    holds nothing and has been silent for reclaim_silent_seconds (15) makes room for a new one
+    of its key. A peer that heartbeats, consumes, was paused and waits for RESUME, waits for
+    a reply or asked for confirms is kept, and the new one refused as before; a look that
+    found none is not repeated for a second; none while frames wait unread."""
+    core = CoreHarness(quota_connections=5, max_queue_length=2)
+    assert errors(run(core, b"beats", HOG, p.Hello({"heartbeat_ms": 60_000}))) == []
     assert errors(run(core, b"consumes", HOG, p.Hello({}), p.Consume("q", 1))) == []
     sends = [p.Send("full", b"x", 0, tag=tag) for tag in range(3)]
     answers = run(core, b"paused", HOG, p.Hello({}), *sends)
     assert any(isinstance(m, p.Pause) for m in answers)
-    core.advance(10)
+    assert errors(run(core, b"confirms", HOG, p.Hello({"confirm": True}))) == []
+    request = p.Send("jobs", b"x", 0, reply_to="", correlation="c1")
+    assert errors(run(core, b"requests", HOG, p.Hello({}), request)) == []
+    core.advance(20)
     [error] = errors(run(core, b"refused", HOG, p.Hello({})))
     assert error.code == 429 and core.core.counters.connections_reclaimed == 0
-    for peer_id in (b"beats", b"consumes"):
-        run(core, peer_id, HOG, p.Heartbeat())
     run(core, b"paused", HOG, p.Kbai())
     assert errors(run(core, b"gone1", HOG, p.Hello({}))) == []
-    core.advance(4.9)
+    core.advance(14.9)
     [error] = errors(run(core, b"gone2", HOG, p.Hello({})))  # gone1 is not silent long enough
     assert error.code == 429
     core.advance(0.1)
+    [error] = errors(run(core, b"early", HOG, p.Hello({})))  # a second after the last look
+    assert error.code == 429
+    core.advance(0.9)
     assert errors(run(core, b"new", HOG, p.Hello({}), p.Send("q", b"x", 0, tag=1))) == []
     assert b"gone1" not in core.core.peers and b"new" in core.core.peers
     assert core.core.counters.connections_reclaimed == 1
+    assert core.core.ctx.quotas.refused["connections"] == 3  # the admitted one is no refusal
     # The one forgotten, if it was only quiet, is told why when it speaks again (an ERROR, not
     # silence): here its key is at its quota with peers that count.
     [error] = errors(run(core, b"gone1", HOG, p.Heartbeat()))
-    assert error.code == 429 and "quota_connections is 3" in error.reason
+    assert error.code == 429 and "quota_connections is 5" in error.reason
+    core.advance(20)
+    core.core.note_input_pending(True)  # "new" may have spoken in the frames unread
+    [error] = errors(run(core, b"later", HOG, p.Hello({})))
+    assert error.code == 429 and b"new" in core.core.peers
 
 
-def test_a_short_idle_peer_seconds_reclaims_sooner() -> None:
-    core = CoreHarness(quota_connections=1, idle_peer_seconds=0.5)
+def test_reclaim_silent_seconds_sets_how_long_a_peer_is_silent_before_it_is_reclaimed() -> None:
+    core = CoreHarness(quota_connections=1, reclaim_silent_seconds=0.5)
     run(core, b"a", SAME_HOST, p.Hello({}))
     core.advance(0.5)
     assert errors(run(core, b"b", SAME_HOST_AGAIN, p.Hello({}))) == []
