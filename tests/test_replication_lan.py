@@ -31,6 +31,7 @@ import pytest
 
 import lan
 from harness import read_folded, wait_for
+from phpmq.broker.shell.cluster_file import Replica
 from phpmq.broker.shell.store_schema import read_keys
 from replicated_lan import NODE_NAMES, LanCluster
 
@@ -138,21 +139,10 @@ class Nemesis:
         """The leader's node alone on its side: a producer there, which reaches only the
         leader's endpoint, must get no confirm; once healed, its key is sent again from the
         majority's side (a confirm then means the message must not be lost)."""
-        leaders = self.cluster.wait_for_leaders(RECOVERY_S)
-        leader = leaders[shard]
         queue, key = self.queues[shard], f"{self.queues[shard]}-minority-{cycle}"
-        agent = self.cluster.start_agent(
-            self.cluster.hosts[leader.node],
-            "minority",
-            str(self.events),
-            leader.address,
-            str(FAULT_S),
-            queue,
-            key,
-        )
+        leader, agent = self._minority_agent(shard, queue, key)
         assert agent.stdin is not None and agent.stdout is not None
         try:
-            assert agent.stdout.readline().strip() == "ready", "the minority agent did not start"
             cut_at = time.monotonic()
             self.cluster.partition(leader.node)
             try:
@@ -175,6 +165,30 @@ class Nemesis:
             timeout=RECOVERY_S + 30,
         )
         self.recovered(cut_at)
+
+    def _minority_agent(self, shard: str, queue: str, key: str) -> tuple[Replica, subprocess.Popen]:
+        """The shard's leader, and a minority agent started on its node and ready. The leader
+        is asked again once the agent is ready, and the agent started anew if it moved: a
+        preferred leader takes its shard back 10 s after it came back from a kill (by design),
+        and an agent aimed at the node it left would be greeted by a follower."""
+        for _ in range(3):
+            leader = self.cluster.wait_for_leaders(RECOVERY_S)[shard]
+            agent = self.cluster.start_agent(
+                self.cluster.hosts[leader.node],
+                "minority",
+                str(self.events),
+                leader.address,
+                str(FAULT_S),
+                queue,
+                key,
+            )
+            assert agent.stdout is not None
+            assert agent.stdout.readline().strip() == "ready", "the minority agent did not start"
+            if self.cluster.wait_for_leaders(RECOVERY_S)[shard].address == leader.address:
+                return leader, agent
+            agent.kill()
+            agent.wait()
+        raise AssertionError(f"shard {shard}'s leader kept moving")
 
     def recovered(self, since: float) -> None:
         """Every shard has a leader, and the producers got a confirm on every queue since."""
