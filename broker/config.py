@@ -4,6 +4,7 @@ optional TOML file, PHPMQ_* environment variables, and command-line flags."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -318,10 +319,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("grace_seconds cannot be negative")
         if self.dedup_window_seconds < 0:
             raise ValueError("dedup_window_seconds cannot be negative")
-        if self.idle_peer_seconds <= 0:
-            raise ValueError("idle_peer_seconds must be positive")
-        if self.reclaim_silent_seconds <= 0:
-            raise ValueError("reclaim_silent_seconds must be positive")
+        for name in ("idle_peer_seconds", "reclaim_silent_seconds"):
+            if not 0 < getattr(self, name) < math.inf:  # (nan is neither)
+                raise ValueError(f"{name} must be a positive number of seconds")
         if not rules.MIN_LIVENESS <= self.liveness <= rules.MAX_LIVENESS:
             raise ValueError(
                 f"liveness must be between {rules.MIN_LIVENESS} and {rules.MAX_LIVENESS}"

@@ -27,6 +27,7 @@ Frames = list[tuple[bytes, bytes]]
 
 class Context:
     __slots__ = (
+        "awaiting_replies",
         "clock",
         "config",
         "confirms",
@@ -100,6 +101,9 @@ class Context:
         #: The server's last turn stopped reading at its budget: frames are waiting unread, so
         #: silence is not proof that a peer is dead (peers.py).
         self.input_pending = False
+        #: Peers' requests whose replies come back to them, not yet retired: peer id -> how
+        #: many (none kept at 0; at most the request records held).
+        self.awaiting_replies: dict[bytes, int] = {}
         self._last_log: dict[str, tuple[int, int]] = {}
         #: Bytes the messages held (ready, in flight, delayed) take, as `record_bytes` counts
         #: them: what the broker's memory limit is measured against (flow.py).
@@ -130,8 +134,22 @@ class Context:
         longer count against the memory limit. The one place that does both."""
         record.state = GONE
         self.held_bytes -= record_bytes(record)
-        if record.routed and record.requester:  # type: ignore[attr-defined]
-            self.quotas.give_back(REQUESTS, record.requester)  # type: ignore[attr-defined]
+        if record.routed and record.correlation is not None:  # type: ignore[attr-defined]
+            if record.requester:  # type: ignore[attr-defined]
+                self.quotas.give_back(REQUESTS, record.requester)  # type: ignore[attr-defined]
+            if record.reply_peer:  # type: ignore[attr-defined]
+                self._replied(record.reply_peer)  # type: ignore[attr-defined]
+
+    def awaiting_reply(self, peer_id: bytes) -> None:
+        """A request of the peer's whose reply comes back to it was put (`retire` ends it)."""
+        self.awaiting_replies[peer_id] = self.awaiting_replies.get(peer_id, 0) + 1
+
+    def _replied(self, peer_id: bytes) -> None:
+        left = self.awaiting_replies.get(peer_id, 0) - 1  # (none for a request from a store)
+        if left > 0:
+            self.awaiting_replies[peer_id] = left
+        else:
+            self.awaiting_replies.pop(peer_id, None)
 
     def stamp_ids(self) -> None:
         """New message IDs carry this turn's wall-clock time (their sent_at)."""

@@ -270,8 +270,6 @@ class Intake:
         if message.correlation is not None:
             self._ctx.counters.requests += 1
             requester = peer.owner
-            if not reply_to:
-                peer.requested = True
         if message.delay_ms:
             peer.opt_in()
         return self.put(
@@ -367,6 +365,8 @@ class Intake:
             )
             if requester:
                 ctx.quotas.take(REQUESTS, requester)
+            if reply_peer and correlation is not None:
+                ctx.awaiting_reply(reply_peer)
         else:
             record = self._record(message_id + content, expires_at)
         size = len(content) + len(message_key) + RECORD_OVERHEAD_BYTES

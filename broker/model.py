@@ -386,7 +386,6 @@ class Peer:
         "refused",
         "rights",
         "report",
-        "requested",
         "role",
         "stalled",
         "ttl_form",
@@ -451,8 +450,6 @@ class Peer:
         self.stalled = False
         #: Where it was told to PAUSE: queues, and None for the broker-wide pause (flow.py).
         self.paused_on: list[Queue | None] = []
-        #: Sent a request whose reply comes back to it (§6.6): it may be waiting for one.
-        self.requested = False
 
     def opt_in(self) -> None:
         """The peer spoke an extension: it gets ERRORs, delivery counts and the TTL form."""

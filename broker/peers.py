@@ -163,21 +163,21 @@ class Peers:
             return
         self._reclaim_after[owner] = ctx.now + RECLAIM_RETRY_NS
 
-    @staticmethod
-    def _reclaimable(peer: Peer) -> bool:
+    def _reclaimable(self, peer: Peer) -> bool:
         """A peer whose going would leave no trace and that nothing is owed to or kept for: a
-        ZeroMQ peer of this broker's own (a raw-TCP one's going is seen; a relayed one's is
-        reported by its link) without heartbeats (they show it alive), windows, forwarding,
-        a PAUSE to lift, a request whose reply comes back to it, or a HELLO that asked for
-        confirms (its later sends would go unconfirmed)."""
+        ZeroMQ peer of this broker's own (a raw-TCP one's going is seen; a relayed one is its
+        link's; a link is kept) without heartbeats (they show it alive), windows, forwarding,
+        a PAUSE to lift, a request whose reply is due to it, or a HELLO that asked for
+        confirms (its later sends would go unconfirmed) or carried the admin secret."""
         return not (
             peer.heartbeat_ns
             or peer.windows
             or peer.forwarding
             or peer.link
             or peer.paused_on
-            or peer.requested
             or peer.confirm
+            or peer.admin_granted
+            or peer.id in self._ctx.awaiting_replies
             or peer.profile.closable
             or is_relayed(peer.id)
         )

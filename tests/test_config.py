@@ -31,6 +31,8 @@ def test_later_sources_win(tmp_path) -> None:
     [
         ("nope = 1\n", {}, "nope"),
         ("max_window = -1\n", {}, "max_window must be positive"),
+        ("reclaim_silent_seconds = inf\n", {}, "reclaim_silent_seconds must be a positive number"),
+        ("idle_peer_seconds = nan\n", {}, "idle_peer_seconds must be a positive number"),
         ('dialect = "php"\n', {}, "dialect must be one of"),
         ("", {"PHPMQ_MAX_WINDOW": "lots"}, "invalid PHPMQ_MAX_WINDOW='lots'"),
         ("bind = [\n", {}, "cannot read config file"),

@@ -169,6 +169,26 @@ def test_at_its_quota_a_key_s_new_connection_takes_the_place_of_one_that_vanishe
     assert error.code == 429 and b"new" in core.core.peers
 
 
+def test_a_requester_is_reclaimable_once_its_reply_came_and_an_admin_never() -> None:
+    """Only while a reply is due to it is a quiet requester kept (a one-shot script's request
+    and reply does not pin its peer for idle_peer_seconds); a HELLO with the admin secret is
+    a right a new peer would not have."""
+    core = CoreHarness(quota_connections=2, admin_secret="s3cret")
+    assert errors(run(core, b"ops", HOG, p.Hello({"admin_secret": "s3cret"}))) == []  # oldest
+    request = p.Send("jobs", b"x", 0, tag=1, reply_to="", correlation="c1")
+    assert errors(run(core, b"asks", HOG, p.Hello({}), request)) == []
+    core.advance(20)
+    [error] = errors(run(core, b"new", HOG, p.Hello({})))
+    assert error.code == 429
+    worker = run(core, b"w", OTHER, p.Hello({"heartbeat_ms": 60_000}), p.Consume("jobs", 1))
+    [job] = [m for m in worker if isinstance(m, p.Dispatch)]
+    run(core, b"w", OTHER, p.Reply(b"done", "jobs", job.message_id, job.correlation))
+    core.advance(1)
+    assert errors(run(core, b"new", HOG, p.Hello({}))) == []
+    assert b"asks" not in core.core.peers and b"ops" in core.core.peers
+    assert core.core.ctx.awaiting_replies == {}
+
+
 def test_reclaim_silent_seconds_sets_how_long_a_peer_is_silent_before_it_is_reclaimed() -> None:
     core = CoreHarness(quota_connections=1, reclaim_silent_seconds=0.5)
     run(core, b"a", SAME_HOST, p.Hello({}))

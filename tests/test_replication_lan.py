@@ -187,7 +187,7 @@ class Nemesis:
             if self.cluster.wait_for_leaders(RECOVERY_S)[shard].address == leader.address:
                 return leader, agent
             agent.kill()
-            agent.wait()
+            agent.communicate()  # (closes its pipes)
         raise AssertionError(f"shard {shard}'s leader kept moving")
 
     def recovered(self, since: float) -> None:
