@@ -171,14 +171,15 @@ class LanCluster:
     # ------------------------------------------------------------------ roles
 
     def leaders(self) -> dict[str, Replica | None]:
-        """Each shard's replica that answers as its leader now (None: none does)."""
+        """Each shard's replica that answers as its leader now (None: none does, or more than
+        one: a deposed leader that does not know it yet, while leadership moves)."""
         replicas = [replica for replicas in self.replica_sets.values() for replica in replicas]
         roles = self._ask_probe([replica.address for replica in replicas])
-        found: dict[str, Replica | None] = dict.fromkeys(self.replica_sets)
+        claimants: dict[str, list[Replica]] = {shard: [] for shard in self.replica_sets}
         for replica, role in zip(replicas, roles, strict=True):
             if role == "leader":
-                found[replica.shard] = replica
-        return found
+                claimants[replica.shard].append(replica)
+        return {shard: one[0] if len(one) == 1 else None for shard, one in claimants.items()}
 
     def wait_for_leaders(self, timeout: float = 60.0) -> dict[str, Replica]:
         deadline = time.monotonic() + timeout

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import lan
-from harness import read_folded, wait_for
+from harness import read_folded, wait_for, wait_until
 from phpmq.broker.shell.cluster_file import Replica
 from phpmq.broker.shell.store_schema import read_keys
 from replicated_lan import NODE_NAMES, LanCluster
@@ -39,6 +39,9 @@ from replicated_lan import NODE_NAMES, LanCluster
 pytestmark = [pytest.mark.xdist_group("lan"), pytest.mark.timeout(420)]
 
 CYCLES = 10
+#: How long a cut-off's set-up waits for the shard's preferred replica to lead (it takes its
+#: shard back within seconds of being up again; the cut goes ahead either way).
+PREFERRED_S = 30.0
 #: How long a fault lasts before it is healed (a cut-off leader steps down within 3 s).
 FAULT_S = 5.0
 #: A confirm this soon after a kill left its broker before it (a veth's delay is far less).
@@ -167,10 +170,13 @@ class Nemesis:
         self.recovered(cut_at)
 
     def _minority_agent(self, shard: str, queue: str, key: str) -> tuple[Replica, subprocess.Popen]:
-        """The shard's leader, and a minority agent started on its node and ready. The leader
-        is asked again once the agent is ready, and the agent started anew if it moved: a
-        preferred leader takes its shard back 10 s after it came back from a kill (by design),
-        and an agent aimed at the node it left would be greeted by a follower."""
+        """The shard's leader, and a minority agent started on its node and ready. A
+        preferred replica takes its shard back once it is up again after a kill (by design),
+        and an agent aimed at the node the leadership left would be greeted by a follower: so
+        the preferred replica is waited for to lead first (for up to PREFERRED_S), and the
+        leader is asked again once the agent is ready, the agent started anew if it moved."""
+        preferred = self.cluster.replica_sets[shard][0]
+        wait_until(lambda: self.cluster.leaders()[shard] == preferred, PREFERRED_S, 0.5)
         for _ in range(3):
             leader = self.cluster.wait_for_leaders(RECOVERY_S)[shard]
             agent = self.cluster.start_agent(
