@@ -145,7 +145,9 @@ class DocumentRun:
         """Run one command line as the next in the document's shell: variables it exports
         and the directory it changes to stay for the commands after it."""
         state = self.directory / ".shell-state"
-        result = subprocess.run(
+        # In a session of its own: a command past its time is killed with what it started
+        # (subprocess.run would kill bash alone, and leave a `phpmq consume` running).
+        with subprocess.Popen(
             ["bash", "-c", command + _KEEP_SHELL_STATE],
             cwd=self.shell["PWD"],
             env={**self.shell, "DOCS_SHELL_STATE": str(state)},
@@ -153,8 +155,15 @@ class DocumentRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            timeout=COMMAND_TIMEOUT_S,
-        )
+            start_new_session=True,
+        ) as process:
+            try:
+                output, _ = process.communicate(timeout=COMMAND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+                raise
+        result = subprocess.CompletedProcess(process.args, process.returncode, output)
         variables = (item.partition("=") for item in state.read_text().split("\0") if item)
         self.shell = {name: value for name, _, value in variables if name not in _NOT_KEPT}
         return result
