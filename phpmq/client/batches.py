@@ -111,8 +111,8 @@ def encode_full_send(
     )
 
 
-#: Encodes one 001 or 108 from its target's packet: encode_send or encode_publish (or their
-#: one form, encode_keyed_send and encode_keyed_publish).
+#: Encodes one 001 or 108 from its target's packet: encode_keyed_send or encode_keyed_publish
+#: (the one form).
 Encoder = Callable[..., bytes]
 
 
@@ -140,32 +140,19 @@ def send_batches(
     # headers instead of decoding each message (a Spark sink's rows). Other batches send no
     # packet for none, as older brokers (before MESSAGE_KEY) and the forms the broker decodes
     # anyway want.
-    one_form = keys is not None and tags is not None and ttl is not None
-    if one_form and headers is not None and message_keys is not None:
-        return _one_form_batches(
+    if (
+        keys is not None
+        and tags is not None
+        and ttl is not None
+        and headers is not None
+        and message_keys is not None
+    ):
+        yield from _one_form_batches(
             queue, packet, contents, ttl, keys, tags, batch_messages, max_content_bytes,
             headers, message_keys, encode_keyed_publish if publish else encode_keyed_send,
         )  # fmt: skip
-    return _batches(
-        queue, packet, contents, ttl, keys, tags, batch_messages, max_content_bytes, headers,
-        message_keys, encode_publish if publish else encode_send,
-    )  # fmt: skip
-
-
-def _batches(
-    queue: str,
-    packet: bytes,
-    contents: Iterable[bytes | str],
-    ttl: int | None,
-    keys: Iterable[str] | None,
-    tags: Iterator[int] | None,
-    batch_messages: int,
-    max_content_bytes: int,
-    headers: Iterable[HeadersItem] | None,
-    message_keys: Iterable[MessageKeyItem] | None,
-    encoder: Encoder,
-) -> Iterator[Batch]:
-    """send_batches of any form but the one form (`_one_form_batches`)."""
+        return
+    encoder = encode_publish if publish else encode_send
     key_iter = iter(keys) if keys is not None else None
     keyed = headers is not None or message_keys is not None
     header_items = iter(headers) if headers is not None else itertools.repeat(None)
