@@ -146,10 +146,9 @@ class CopyConfirms:
         return out
 
     def publishers_waiting(self) -> set[bytes]:
-        """The ids of the peers whose confirmed publishes wait for their copies."""
-        waiting = {entry.peer.id for entry in self._waiting.values()}
-        waiting.update(publisher for publisher, _ in self.routing)
-        return waiting
+        """The ids of the peers whose confirmed publishes wait for their copies (one routed
+        this turn is not here: its peer has just been heard from)."""
+        return {entry.peer.id for entry in self._waiting.values()}
 
     def has_copies_of(self, peer: Peer) -> bool:
         return any(entry[0] is peer for entry in self._out)
