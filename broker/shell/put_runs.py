@@ -183,6 +183,25 @@ def keep(db: sqlite3.Connection, puts: list[tuple]) -> list[tuple]:
     return rest
 
 
+def keep_consecutive(db: sqlite3.Connection, queue: str, first_seq: int, puts: list[tuple]) -> bool:
+    """`puts` (values of PUTs to `queue` that never expire, at positions `first_seq` on
+    without a gap) kept in runs as `keep` keeps them, cut every RUN_MESSAGES without a look at
+    each; False, nothing written, if a run would reach RUN_BYTES (`keep` cuts those by size:
+    a run's encoding is longer than its contents and headers)."""
+    count = len(puts)
+    blobs = [_encode(puts[start : start + RUN_MESSAGES]) for start in range(0, count, RUN_MESSAGES)]
+    if max(map(len, blobs)) >= RUN_BYTES:
+        return False
+    db.executemany(
+        "INSERT INTO put_runs (queue, first_seq, last_seq, puts) VALUES (?, ?, ?, ?)",
+        [
+            (queue, first_seq + start, first_seq + min(start + RUN_MESSAGES, count) - 1, blob)
+            for start, blob in zip(range(0, count, RUN_MESSAGES), blobs, strict=True)
+        ],
+    )
+    return True
+
+
 def _cut(puts: list[tuple]) -> list[list[tuple]]:
     """`puts` (in order) as runs of consecutive positions, RUN_MESSAGES and about RUN_BYTES
     at most each (a run is read whole to stub it)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import sqlite3
 from collections import deque
 from collections.abc import Sequence
+from operator import itemgetter
 
 import msgspec
 
@@ -63,6 +64,7 @@ DRAIN_OPERATIONS = 1024
 #: The operations that remove a message, and where their message ID is.
 _KILLS = {DROP: 1, DEAD: 2}
 
+_KIND = itemgetter(0)
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[list]).decode
 
@@ -135,7 +137,7 @@ class TurnLog:
 
     def _watch(self, operations: Sequence[tuple], now: float) -> None:
         """Writing to the tables: start logging once the acks keep up with the puts."""
-        kinds = [operation[0] for operation in operations]
+        kinds = list(map(_KIND, operations))
         puts = kinds.count(PUT)
         self._recent_puts = self._recent_puts * DECAY + puts
         self._recent_kills = self._recent_kills * DECAY + kinds.count(DROP) + kinds.count(DEAD)
