@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phpmq.broker.journal import FLY, HELD_GONE, KEY, PUT
+from phpmq.broker.journal import DROP, FLY, HELD_GONE, KEY, PUT
 from phpmq.broker.shell import put_runs, store_schema
 from phpmq.broker.shell.put_runs import RUN_BYTES, RUN_MESSAGES
 from phpmq.broker.shell.store_schema import SCHEMA, read_keys, read_put_runs, write
@@ -138,6 +138,29 @@ def test_a_turn_that_is_not_only_sends_of_one_form_goes_the_general_way(
     change: str, taken: list[int]
 ) -> None:
     turn = _changed(sink_turn(40, keyed=False), 17, change)
+    assert tables(written(turn, general=False)) == tables(written(turn, general=True))
+    assert taken == []
+
+
+def _every_key_held(turn: list[tuple]) -> list[tuple]:
+    return [(*op[:4], math.inf) if op[0] == KEY else op for op in turn]
+
+
+OTHER_TURNS = {
+    # An ack in the same queue: the one operation not a send nor a key.
+    "sends and an ack": [send(seq) for seq in range(40)] + [(DROP, b"%016d" % 3, "q", 3)],
+    # Held keys go to held_key_batches, by writer batch.
+    "every key held": _every_key_held(sink_turn(40, keyed=True)),
+    # A replica's turn as decoded: lists, whose PUTs the general path writes as rows.
+    "lists": [list(operation) for operation in sink_turn(40, keyed=True)],
+}
+
+
+@pytest.mark.parametrize("name", OTHER_TURNS)
+def test_a_turn_with_more_than_sends_or_not_as_the_journal_writes_it_goes_the_general_way(
+    name: str, taken: list[int]
+) -> None:
+    turn = OTHER_TURNS[name]
     assert tables(written(turn, general=False)) == tables(written(turn, general=True))
     assert taken == []
 

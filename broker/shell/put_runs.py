@@ -47,6 +47,7 @@ from __future__ import annotations
 import sqlite3
 from bisect import bisect_right
 from collections.abc import Iterable
+from operator import add, itemgetter
 
 import msgspec
 
@@ -141,6 +142,8 @@ _OVERLAPPING = " WHERE p.queue = ? AND p.stubbed = 0 AND p.first_seq <= ? AND p.
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[tuple]).decode
+_CONTENT = itemgetter(CONTENT_AT)
+_HEADERS = itemgetter(HEADERS_AT)
 
 #: A run taken for stubs: rowid, PUTs' values, flown, gone and leased bits.
 TakenRun = tuple[int, list[tuple], int, int, int]
@@ -186,19 +189,21 @@ def keep(db: sqlite3.Connection, puts: list[tuple]) -> list[tuple]:
 def keep_consecutive(db: sqlite3.Connection, queue: str, first_seq: int, puts: list[tuple]) -> bool:
     """`puts` (values of PUTs to `queue` that never expire, at positions `first_seq` on
     without a gap) kept in runs as `keep` keeps them, cut every RUN_MESSAGES without a look at
-    each; False, nothing written, if a run would reach RUN_BYTES (`keep` cuts those by size:
-    a run's encoding is longer than its contents and headers)."""
+    each; False, nothing written, if a run's contents and headers would reach RUN_BYTES
+    (`keep` cuts those by size)."""
     count = len(puts)
-    blobs = [_encode(puts[start : start + RUN_MESSAGES]) for start in range(0, count, RUN_MESSAGES)]
-    if max(map(len, blobs)) >= RUN_BYTES:
+    sizes = list(map(add, map(len, map(_CONTENT, puts)), map(len, map(_HEADERS, puts))))
+    starts = range(0, count, RUN_MESSAGES)
+    if max(sum(sizes[start : start + RUN_MESSAGES]) for start in starts) >= RUN_BYTES:
         return False
     db.executemany(
         "INSERT INTO put_runs (queue, first_seq, last_seq, puts) VALUES (?, ?, ?, ?)",
         [
-            (queue, first_seq + start, first_seq + min(start + RUN_MESSAGES, count) - 1, blob)
-            for start, blob in zip(range(0, count, RUN_MESSAGES), blobs, strict=True)
+            (queue, first_seq + start, first_seq + min(start + RUN_MESSAGES, count) - 1,
+             _encode(puts[start : start + RUN_MESSAGES]))
+            for start in starts
         ],
-    )
+    )  # fmt: skip
     return True
 
 

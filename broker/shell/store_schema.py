@@ -255,7 +255,9 @@ def write(
 
     A keyed send journals PUT, KEY, PUT, KEY, ...: runs of one, a statement each. The keys
     go last instead, in their own order: no other operation reads them, and UNKEY only
-    deletes keys whose window ended, which a key written in the same transaction never has."""
+    deletes keys whose window ended, which a key written in the same transaction never has.
+    A turn of sends alone (a producer's, a Spark sink's) is written without a look at each
+    operation in Python (`_wrote_as_sends`), to the same tables."""
     if keep_runs and len(operations) >= _SENDS_AT_LEAST and _wrote_as_sends(db, operations):
         return
     keys = [operation for operation in operations if operation[0] in KEY_KINDS]
@@ -324,14 +326,17 @@ _KEY_EXPIRES = itemgetter(4)
 
 def _wrote_as_sends(db: sqlite3.Connection, operations: Sequence[tuple]) -> bool:
     """Writes `operations` and returns True if they are a turn of plain sends alone (a
-    producer's, a Spark sink's): PUTs of one form (PLAIN_PUT or KEYED_PUT) to one queue at
-    consecutive positions that never expire, in runs under put_runs.RUN_BYTES, each followed
-    by its KEY or none having one, the keys of one expiry and not held. It writes what the
-    general path would (put runs, a key batch) with passes in C instead of that path's
-    Python a message (about 0.5 µs a message, issue #31); False, nothing written, for any
-    other turn."""
-    kinds = list(map(_KIND, operations))
+    producer's, a Spark sink's): tuples (as the journal writes them; a replica's decoded
+    lists take the general path, which writes their PUTs as rows), PUTs of one form
+    (PLAIN_PUT or KEYED_PUT) to one queue at consecutive positions that never expire, in
+    runs under put_runs.RUN_BYTES, each followed by a KEY or none by one, the keys of one
+    expiry and not held. It writes what the general path would (put runs, a key batch) with
+    passes in C instead of that path's Python a message (about 0.5 µs a message, issue #31);
+    False, nothing written, for any other turn."""
     count = len(operations)
+    if list(map(type, operations)).count(tuple) != count:
+        return False
+    kinds = list(map(_KIND, operations))
     keyed = kinds[1::2].count(KEY) == count // 2 and count % 2 == 0
     puts, put_kinds = (operations[0::2], kinds[0::2]) if keyed else (operations, kinds)
     if (
@@ -555,6 +560,7 @@ def _write_keys(db: sqlite3.Connection, operations: list[tuple]) -> None:
 def _insert_key_batches(
     db: sqlite3.Connection, batches: dict[float, list[tuple[str, str, bytes]]]
 ) -> None:
+    """A row of `key_batches` for each expiry: its keys' (queue, key, ID), encoded."""
     db.executemany(
         "INSERT INTO key_batches VALUES (?, ?)",
         [(wall, _KEYS_BLOB.encode(batch)) for wall, batch in batches.items()],
