@@ -259,3 +259,17 @@ def test_a_run_takes_about_a_mebibyte_at_most(store: DurableStore, tmp_path: Pat
         runs = db.execute("SELECT first_seq, last_seq FROM put_runs ORDER BY first_seq")
         assert runs.fetchall() == [(0, 1), (2, 4)]
     assert [len(loaded(store)[seq][0]) for seq in range(3)] == [big] * 3
+
+
+def test_a_replicas_batch_as_the_raft_log_carries_it_is_kept_in_runs(
+    store: DurableStore, tmp_path: Path
+) -> None:
+    """Every replica of a replicated shard (its leader too) writes the batches its Raft log
+    decodes: its sends go into runs as a single broker's do, not a row each."""
+    from phpmq.broker.shell.replication import _batch_decoder, _batch_encoder
+
+    turn = [put(seq) for seq in range(100)] + [(FLY, "q", 0, 9)]
+    store.commit(_batch_decoder.decode(_batch_encoder.encode(turn)))
+    assert tables(tmp_path) == {"messages": 0, "put_runs": 2, "run_bits": 1}
+    store.commit(_batch_decoder.decode(_batch_encoder.encode([drop(seq) for seq in range(5)])))
+    assert sorted(loaded(store)) == list(range(5, 100))

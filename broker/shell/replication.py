@@ -248,7 +248,9 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
 
 
 _batch_encoder = msgspec.msgpack.Encoder()
-_batch_decoder = msgspec.msgpack.Decoder(list[list[Any]])
+#: Operations as tuples, as the journal writes them: the store compares a PUT's values with
+#: tuples, and wrote a list PUT as a row, never in a put run (docs/durability.md).
+_batch_decoder = msgspec.msgpack.Decoder(list[tuple])
 
 
 _FAILURES = {
