@@ -248,9 +248,11 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
 
 
 _batch_encoder = msgspec.msgpack.Encoder()
-#: Operations as tuples, as the journal writes them: the store compares a PUT's values with
-#: tuples, and wrote a list PUT as a row, never in a put run (docs/durability.md).
-_batch_decoder = msgspec.msgpack.Decoder(list[tuple])
+#: Operations as lists, on purpose: the store writes a list PUT as a row, never in a put run.
+#: Runs would differ in shape from replica to replica (each one's turn log leaves out the
+#: PUTs it saw acked in time), and a new leader avoids handing out again only the positions
+#: its own runs span: an ack at a position another replica's run spans would be lost there.
+_batch_decoder = msgspec.msgpack.Decoder(list[list[Any]])
 
 
 _FAILURES = {

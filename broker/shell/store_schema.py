@@ -326,8 +326,8 @@ _KEY_EXPIRES = itemgetter(4)
 
 def _wrote_as_sends(db: sqlite3.Connection, operations: Sequence[tuple]) -> bool:
     """Writes `operations` and returns True if they are a turn of plain sends alone (a
-    producer's, a Spark sink's): tuples (as the journal writes them and a replica's Raft log
-    decodes them; the general path writes a list PUT as a row), PUTs of one form
+    producer's, a Spark sink's): tuples (as the journal writes them; a replica's decoded
+    lists take the general path, which writes their PUTs as rows), PUTs of one form
     (PLAIN_PUT or KEYED_PUT) to one queue at consecutive positions that never expire, in
     runs under put_runs.RUN_BYTES, each followed by a KEY or none by one, the keys of one
     expiry and not held. It writes what the general path would (put runs, a key batch) with
