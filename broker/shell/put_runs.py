@@ -112,6 +112,8 @@ STUB_PUT = (
 )
 #: In the messages' `in_flight`: in flight, and in a batch lease (store_schema.StoredMessage).
 IN_FLIGHT, LEASED = 1, 3
+#: A run's row (`keep`, `keep_consecutive`).
+_INSERT_RUN = "INSERT INTO put_runs (queue, first_seq, last_seq, puts) VALUES (?, ?, ?, ?)"
 _FLOWN = (
     "INSERT INTO run_bits (run, flown) VALUES (?1, ?2)"
     " ON CONFLICT (run) DO UPDATE SET flown = flown | (?2 & ~gone & ~leased)"
@@ -180,9 +182,7 @@ def keep(db: sqlite3.Connection, puts: list[tuple]) -> list[tuple]:
         for run in _cut(queue_puts)
     ]
     if runs:
-        db.executemany(
-            "INSERT INTO put_runs (queue, first_seq, last_seq, puts) VALUES (?, ?, ?, ?)", runs
-        )
+        db.executemany(_INSERT_RUN, runs)
     return rest
 
 
@@ -197,7 +197,7 @@ def keep_consecutive(db: sqlite3.Connection, queue: str, first_seq: int, puts: l
     if max(sum(sizes[start : start + RUN_MESSAGES]) for start in starts) >= RUN_BYTES:
         return False
     db.executemany(
-        "INSERT INTO put_runs (queue, first_seq, last_seq, puts) VALUES (?, ?, ?, ?)",
+        _INSERT_RUN,
         [
             (queue, first_seq + start, first_seq + min(start + RUN_MESSAGES, count) - 1,
              _encode(puts[start : start + RUN_MESSAGES]))
